@@ -1,0 +1,33 @@
+"""MaxRL episode advantages (spec §2.2):
+
+    μ = mean(r) over the group
+    A_i = (r_i − μ) / (μ + eps)     if μ > eps
+    A_i = 0                         if μ ≤ eps   (all wrong, or a negative mean even when rewards differ)
+
+eps = 1e-6 (YAML). Dividing by the success rate weights rare successes heavily: 1 correct of 16
+(μ = 0.0625) gives the correct sample ≈ +15.0 and each wrong one ≈ −1.0, which is why an advantage
+cap (`loss.adv_clip_max`, §4.6) exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from rlvr.algorithm.loss import PolicyLoss
+
+
+@dataclass(frozen=True)
+class MaxRL:
+    loss: PolicyLoss
+    eps: float
+
+    def advantages(self, rewards_P_G: Tensor) -> Tensor:
+        mean_P_1 = rewards_P_G.mean(-1, keepdim=True)
+        adv = (rewards_P_G - mean_P_1) / (mean_P_1 + self.eps)
+        return torch.where(mean_P_1 > self.eps, adv, torch.zeros_like(adv))
+
+    def normalize(self, adv_PG_T: Tensor, mask_PG_T: Tensor) -> tuple[Tensor, dict[str, float]]:
+        return adv_PG_T, {}

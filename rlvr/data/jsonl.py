@@ -1,0 +1,142 @@
+"""`jsonl`: prompts and references from local JSON-lines files.
+
+Each non-blank line of `path` is a JSON object; `prompt_key` holds the problem text (a string) and
+`reference_key` the answer (a string, or an integer, which is written in decimal). Prompt =
+`prompt_template.format(prompt=<problem>)`. Rows whose reference is empty after stripping are dropped
+(one warning line gives the count): no reward can score them.
+
+Training order is `rlvr.data.order.batch_indices` over the kept rows in file order. The held-out set is
+`held_out(<kept rows of eval_path>, eval_size)`: a fixed subset, identical for every seed; with
+`eval_path: null` there is none (`eval_examples()` is []).
+
+A malformed file fails at construction, naming the config key, the file, the line and what was
+expected.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+from rlvr.data.order import batch_indices
+from rlvr.types import Demonstration, Example
+
+log = logging.getLogger(__name__)
+
+EVAL_SEED = 0
+"""Seeds the held-out subset; a constant, so every run of every seed evaluates on the same rows."""
+
+
+def held_out(examples: list[Example], eval_size: int) -> list[Example]:
+    """`eval_size` examples drawn by a fixed-seed sample, kept in source order; 0 or more than there are
+    = all. Sampling, not a prefix: sources sorted by subject or difficulty would otherwise give a
+    one-subject held-out set."""
+    if eval_size == 0 or eval_size >= len(examples):
+        return list(examples)
+    return [examples[i] for i in sorted(random.Random(EVAL_SEED).sample(range(len(examples)), eval_size))]
+
+
+def read_jsonl(
+    path: str | Path, columns: tuple[str, ...], config_key: str
+) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line of a JSON-lines file; every object holds `columns`."""
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"{config_key}={str(path)!r}: no such file (expected a JSON-lines file)")
+    rows = []
+    with file.open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{config_key}={str(path)!r} line {line_no}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not valid JSON ({e})") from e
+            if not isinstance(row, dict):
+                raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            missing = [c for c in columns if c not in row]
+            if missing:
+                raise ValueError(
+                    f"{where}: missing key(s) {missing}; expected {list(columns)}, found {sorted(row)}"
+                )
+            rows.append((line_no, row))
+    return rows
+
+
+def check_template(template: str, field: str) -> None:
+    """Fail unless `template` is a str.format template whose only field is `field`."""
+    try:
+        template.format(**{field: ""})
+    except (KeyError, IndexError, ValueError) as e:
+        raise ValueError(
+            f"data.prompt_template={template!r} may only use the field {{{field}}} ({e!r})"
+        ) from e
+    if "{" + field + "}" not in template:
+        raise ValueError(f"data.prompt_template={template!r} must contain {{{field}}}")
+
+
+class JSONL:
+    def __init__(
+        self,
+        seed: int,
+        path: str,
+        eval_path: str | None,
+        prompt_key: str,
+        reference_key: str,
+        eval_size: int,
+        prompt_template: str,
+    ) -> None:
+        check_template(prompt_template, "prompt")
+        if eval_size < 0:
+            raise ValueError(f"data.eval_size={eval_size} must be >= 0 (0 = the whole eval file)")
+        self.seed = seed
+        self.prompt_template = prompt_template
+        self.prompt_key = prompt_key
+        self.reference_key = reference_key
+        self._train = self._load(path, "data.path")
+        self._eval = [] if eval_path is None else held_out(self._load(eval_path, "data.eval_path"), eval_size)
+        for examples, key, file in (
+            (self._train, "data.path", path),
+            (self._eval, "data.eval_path", eval_path),
+        ):
+            if file is not None and not examples:
+                raise ValueError(f"{key}={file!r}: no rows with a non-empty {reference_key!r}")
+
+    def _load(self, path: str, config_key: str) -> list[Example]:
+        examples, dropped = [], 0
+        for line_no, row in read_jsonl(path, (self.prompt_key, self.reference_key), config_key):
+            prompt, reference = row[self.prompt_key], row[self.reference_key]
+            reference_ok = isinstance(reference, str | int) and not isinstance(reference, bool)
+            if not isinstance(prompt, str) or not reference_ok:
+                raise ValueError(
+                    f"{config_key}={path!r} line {line_no}: expected a string {self.prompt_key!r} and a "
+                    f"string or integer {self.reference_key!r}, got {type(prompt).__name__} and "
+                    f"{type(reference).__name__}"
+                )
+            if not str(reference).strip():
+                dropped += 1
+                continue
+            examples.append(Example(self.prompt_template.format(prompt=prompt), str(reference)))
+        if dropped:
+            log.warning(
+                "%s=%r: dropped %d of %d rows with an empty %r",
+                config_key,
+                path,
+                dropped,
+                dropped + len(examples),
+                self.reference_key,
+            )
+        return examples
+
+    def batch(self, step: int, size: int) -> list[Example]:
+        return [self._train[i] for i in batch_indices(step, size, len(self._train), self.seed)]
+
+    def eval_examples(self) -> list[Example]:
+        return list(self._eval)
+
+    def demonstrations(self) -> list[Demonstration]:
+        return []

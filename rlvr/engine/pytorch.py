@@ -1,0 +1,148 @@
+"""`engine=pytorch`: batched sampling in the training process, from the very module the backend trains.
+
+Each prompt is repeated G times, rows are left-padded, and decoding runs with a KV cache one token per
+step for all rows at once, until every row has emitted an EOS id or `max_tokens` is reached. At each
+step (spec §6.1, with one deliberate change):
+
+    scaled = logits / max(T, 1e-7);  p = softmax(scaled)
+    top_p < 1: keep the smallest prefix of tokens sorted by p whose mass reaches top_p, renormalise,
+               draw from that (the predecessor's rule: drop a token when cumsum − p > top_p)
+    T = 0:     argmax
+    returned logprob = log p(token) under the temperature-scaled distribution *before* top-p truncation
+    entropy (on request) = −Σ p log p of the same distribution
+
+The predecessor returned the truncated distribution's logprob and trained at T=1, so its importance
+ratio was not 1 on-policy (spec §4.1 [verify]). Here sampler and backend agree on one distribution.
+
+Sampling draws from a `torch.Generator` seeded per call, so a run's rollouts depend on (seed, step) and
+the weights alone. Because the module is shared with the backend, `sync` has nothing to copy: LoRA
+updates are visible to the next `sample` call.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+from transformers import DynamicCache
+
+from rlvr.types import Rollouts, SamplingParams
+
+
+class PyTorchEngine:
+    provides_entropy: ClassVar[bool] = True
+
+    def __init__(self, module: nn.Module, eos_ids: list[int], pad_id: int, max_batch_rows: int) -> None:
+        self.module = module
+        self.eos_ids = eos_ids
+        self.pad_id = pad_id
+        self.max_batch_rows = max_batch_rows
+        """Rows decoded together; larger requests are processed in chunks of this many rows."""
+
+    def sync(self, policy: nn.Module) -> None:
+        self.module = policy
+
+    @torch.no_grad()
+    def sample(
+        self,
+        prompt_ids_P: list[list[int]],
+        group_size: int,
+        params: SamplingParams,
+        seed: int,
+        with_entropy: bool = False,
+    ) -> Rollouts:
+        rows = [ids for ids in prompt_ids_P for _ in range(group_size)]
+        device = next(self.module.parameters()).device
+        gen = torch.Generator(device=device).manual_seed(seed)
+        was_training = self.module.training
+        self.module.eval()
+        try:
+            chunks = [
+                self._decode(rows[i : i + self.max_batch_rows], params, gen, with_entropy, device)
+                for i in range(0, len(rows), self.max_batch_rows)
+            ]
+        finally:
+            self.module.train(was_training)
+        T = max(c[0].shape[1] for c in chunks)
+
+        def cat(i: int, fill: float | int) -> Tensor:
+            return torch.cat([nn.functional.pad(c[i], (0, T - c[i].shape[1]), value=fill) for c in chunks]).cpu()
+
+        return Rollouts(
+            prompt_ids_P=prompt_ids_P,
+            group_size=group_size,
+            tokens_PG_T=cat(0, self.pad_id),
+            logprobs_PG_T=cat(1, 0.0),
+            mask_PG_T=cat(2, False),
+            finished_PG=torch.cat([c[3] for c in chunks]).cpu(),
+            temperature=params.temperature,
+            entropy_PG_T=cat(4, 0.0) if with_entropy else None,
+        )
+
+    def _decode(
+        self, rows: list[list[int]], params: SamplingParams, gen: torch.Generator, with_entropy: bool, device
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        N, L = len(rows), max(len(r) for r in rows)
+        input_ids = torch.full((N, L), self.pad_id, dtype=torch.long, device=device)
+        attn = torch.zeros((N, L), dtype=torch.long, device=device)
+        for i, r in enumerate(rows):
+            input_ids[i, L - len(r) :] = torch.tensor(r, device=device)
+            attn[i, L - len(r) :] = 1
+        position = (attn.cumsum(-1) - 1).clamp(min=0)
+        eos = torch.tensor(self.eos_ids, device=device)
+        finished = torch.zeros(N, dtype=torch.bool, device=device)
+        tokens, logprobs, masks, entropies = [], [], [], []
+        cache = DynamicCache()
+        out = self.module(
+            input_ids=input_ids, attention_mask=attn, position_ids=position, past_key_values=cache,
+            use_cache=True, logits_to_keep=1,
+        )
+        next_pos = position[:, -1:] + 1
+        for _ in range(params.max_tokens):
+            token, logp, entropy = draw(out.logits[:, -1].float(), params, gen, with_entropy)
+            alive = ~finished
+            token = torch.where(alive, token, self.pad_id)
+            tokens.append(token)
+            logprobs.append(torch.where(alive, logp, 0.0))
+            masks.append(alive)
+            entropies.append(torch.where(alive, entropy, 0.0) if with_entropy else logp)
+            finished = finished | torch.isin(token, eos)
+            if bool(finished.all()):
+                break
+            attn = torch.cat([attn, torch.ones((N, 1), dtype=attn.dtype, device=device)], dim=1)
+            out = self.module(
+                input_ids=token[:, None], attention_mask=attn, position_ids=next_pos, past_key_values=cache,
+                use_cache=True,
+            )
+            next_pos = next_pos + 1
+        if not tokens:  # max_tokens == 0 is rejected by validation; keep shapes sane anyway
+            empty = torch.zeros((N, 0), device=device)
+            return empty.long(), empty, empty.bool(), finished, empty
+        return (
+            torch.stack(tokens, 1),
+            torch.stack(logprobs, 1),
+            torch.stack(masks, 1),
+            finished,
+            torch.stack(entropies, 1),
+        )
+
+
+def draw(logits_N_V: Tensor, params: SamplingParams, gen: torch.Generator, with_entropy: bool):
+    """One decoding step: (token [N], logprob [N], entropy [N] or the logprob tensor as a placeholder)."""
+    logp_N_V = torch.log_softmax(logits_N_V / max(params.temperature, 1e-7), dim=-1)
+    if params.temperature == 0:
+        token = logp_N_V.argmax(-1)
+    else:
+        probs = logp_N_V.exp()
+        if params.top_p < 1.0:
+            sorted_p, order = probs.sort(-1, descending=True)
+            drop = (sorted_p.cumsum(-1) - sorted_p) > params.top_p
+            sorted_p = sorted_p.masked_fill(drop, 0.0)
+            choice = torch.multinomial(sorted_p, 1, generator=gen)
+            token = order.gather(-1, choice).squeeze(-1)
+        else:
+            token = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    logp = logp_N_V.gather(-1, token[:, None]).squeeze(-1)
+    entropy = -(logp_N_V.exp() * logp_N_V).nan_to_num().sum(-1) if with_entropy else logp
+    return token, logp, entropy

@@ -1,0 +1,20 @@
+"""LoRA settings of a model preset (`model.lora`); null in YAML means full fine-tuning."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    rank: int
+    alpha: float
+    dropout: float
+    target_modules: list[str] = field(default_factory=list)
+    """Module-name suffixes (q_proj, …, down_proj); PEFT matches them against the model."""
+
+    def __post_init__(self) -> None:
+        if self.rank <= 0:
+            raise ValueError(f"model.lora.rank={self.rank} must be > 0 (use model.lora=null for full fine-tuning)")
+        if not self.target_modules:
+            raise ValueError("model.lora.target_modules is empty: name the projections LoRA adapts")

@@ -1,0 +1,68 @@
+"""The tiny built-in policy: a Llama-architecture model and a character-level tokenizer, built offline.
+
+One builder serves `conf/model/tiny.yaml` and the tests. The tokenizer is a `tokenizers` WordLevel vocab
+(`<pad>`, `<eos>`, `<unk>`, then one entry per alphabet character) with a split-every-character
+pre-tokenizer and a Fuse decoder; it has no BOS and no chat template, so prompts are encoded as plain
+text. Llama (not Qwen2) because AutoTokenizer would swap a Qwen2 model's tokenizer for a byte-level one
+that silently drops characters (notes/environment.md §2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from rlvr.model.lora import LoraSpec
+
+PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
+
+
+def build_char_tokenizer(alphabet: str) -> PreTrainedTokenizerFast:
+    chars = list(dict.fromkeys(alphabet))  # keep order, drop repeats
+    vocab = {tok: i for i, tok in enumerate([PAD, EOS, UNK, *chars])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK, padding_side="left"
+    )
+
+
+@dataclass(frozen=True)
+class TinyLlama:
+    """A Llama model built from config with seeded random weights (no download)."""
+
+    alphabet: str
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    max_positions: int
+    dtype: str
+    lora: LoraSpec | None
+
+    def load(self, seed: int) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+        tokenizer = build_char_tokenizer(self.alphabet)
+        config = LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.num_layers,
+            num_attention_heads=self.num_heads,
+            num_key_value_heads=self.num_heads,
+            max_position_embeddings=self.max_positions,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            bos_token_id=None,
+            tie_word_embeddings=True,
+        )
+        torch.manual_seed(seed)
+        # eager attention: faster than sdpa at this size (notes/cpu-learning.md)
+        model = LlamaForCausalLM(config).to(getattr(torch, self.dtype))
+        model.config._attn_implementation = "eager"
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        return model, tokenizer

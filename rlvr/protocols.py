@@ -1,0 +1,100 @@
+"""The seams between config groups, as Protocols. Implementations do not inherit from these."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+
+    from rlvr.algorithm.loss import PolicyLoss
+    from rlvr.types import Demonstration, Example, Rollouts, SamplingParams, TokenSignals, TrainBatch
+
+
+class DataSource(Protocol):
+    """Prompts with references. Training order is a function of (seed, step) only, so a resumed run
+    sees the same prompts it would have seen."""
+
+    def batch(self, step: int, size: int) -> list[Example]: ...
+
+    def eval_examples(self) -> list[Example]:
+        """The held-out set, identical for every seed."""
+        ...
+
+    def demonstrations(self) -> list[Demonstration]:
+        """Supervised pairs for the SFT warm-up ([] when the source has none)."""
+        ...
+
+
+class Reward(Protocol):
+    def score(self, completions: Sequence[str], references: Sequence[str]) -> list[float]:
+        """One float per completion; a completion is 'correct' when its reward is > 0.5."""
+        ...
+
+
+class Algorithm(Protocol):
+    """Episode-level credit plus the policy loss it trains with."""
+
+    loss: PolicyLoss
+
+    def advantages(self, rewards_P_G: Tensor) -> Tensor:
+        """[P, G] rewards → [P, G] episode advantages."""
+        ...
+
+    def normalize(self, adv_PG_T: Tensor, mask_PG_T: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """Batch-level pass over token advantages after the transform (REINFORCE++'s §2.4 batch
+        normalisation); the identity for algorithms without one."""
+        ...
+
+
+class Transform(Protocol):
+    """Token-level credit: [P·G] episode advantages → [P·G, T] token advantages."""
+
+    needs_entropy: ClassVar[bool]
+    """Needs full-distribution entropy, which only some engines can give."""
+    needs_planning: ClassVar[bool]
+    """Needs the planning-token mask."""
+
+    def __call__(self, adv_PG: Tensor, signals: TokenSignals) -> tuple[Tensor, dict[str, float]]: ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Controller state that must survive a resume ({} for stateless transforms)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class Engine(Protocol):
+    """Generates rollouts from the current policy."""
+
+    provides_entropy: ClassVar[bool]
+
+    def sample(
+        self,
+        prompt_ids_P: list[list[int]],
+        group_size: int,
+        params: SamplingParams,
+        seed: int,
+        with_entropy: bool = False,
+    ) -> Rollouts: ...
+
+    def sync(self, policy: nn.Module) -> None:
+        """Make the backend's latest weights the ones sampled from."""
+        ...
+
+
+class Backend(Protocol):
+    """Where gradients are computed."""
+
+    @property
+    def policy(self) -> nn.Module:
+        """The trained module (a PEFT model under LoRA)."""
+        ...
+
+    def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]: ...
+
+    def save(self, path: Path) -> None:
+        """Write weights (adapter or full) as safetensors plus optimizer state into `path`."""
+        ...

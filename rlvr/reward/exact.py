@@ -1,0 +1,27 @@
+"""`exact`: the whole completion is the answer (the built-in arithmetic task, whose completions are
+just a number).
+
+Rule: reward 1.0 iff `completion.strip() == reference.strip()`, else 0.0. No normalisation beyond
+stripping surrounding whitespace: "42.0" does not match "42", and "42." does not either.
+
+Edge case (deliberate): an empty (or all-whitespace) reference never scores 1.0, so an empty completion
+cannot be rewarded for matching a missing answer (the same choice as `match`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ExactMatch:
+    def score(self, completions: Sequence[str], references: Sequence[str]) -> list[float]:
+        if len(completions) != len(references):
+            raise ValueError(
+                f"{len(completions)} completions but {len(references)} references; they must pair up"
+            )
+        return [
+            1.0 if ref.strip() and comp.strip() == ref.strip() else 0.0
+            for comp, ref in zip(completions, references, strict=True)
+        ]

@@ -1,0 +1,30 @@
+r"""`match`: exact string match of the last boxed answer (spec §7 `match`, the default reward).
+
+Rule: reward 1.0 iff `extract_boxed(completion).strip() == reference.strip()`, else 0.0. No maths
+normalisation: `\frac{1}{2}` does not match `0.5`, `\dfrac12` does not match `\frac{1}{2}`, and
+`x = 3` does not match `3` (use `math` for that).
+
+Deviation from the predecessor (spec §7 [verify]): there, an empty reference (a MATH solution without
+`\boxed{`) gave 1.0 to every completion without a boxed answer, rewarding the policy for not answering.
+Here an empty (or all-whitespace) reference never scores 1.0. The data sources drop such rows anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rlvr.reward.boxed import extract_boxed
+
+
+@dataclass(frozen=True)
+class BoxedMatch:
+    def score(self, completions: Sequence[str], references: Sequence[str]) -> list[float]:
+        if len(completions) != len(references):
+            raise ValueError(
+                f"{len(completions)} completions but {len(references)} references; they must pair up"
+            )
+        return [
+            1.0 if ref.strip() and extract_boxed(comp) == ref.strip() else 0.0
+            for comp, ref in zip(completions, references, strict=True)
+        ]

@@ -1,0 +1,289 @@
+"""The RL loop. `fit` is the run; `_step` is one step, in the order of DESIGN.md:
+
+    prompts_P   = data.batch(step)
+    rollouts_PG = engine.sample(prompts_P, n=G)
+    rewards_P_G = reward.score(rollouts_PG, references)
+    adv_P_G     = algorithm.advantages(rewards_P_G)     (uniform groups → 0: they leave the loss)
+    adv_PG_T    = transform(adv_P_G, token signals)   → algorithm.normalize → loss.cap
+    stats       = backend.train_step(rollouts_PG, adv_PG_T, algorithm.loss)
+
+A step in which no token has a non-zero advantage trains nothing (the predecessor's skipped step); it
+still writes its metrics row, with `skipped: true`, so the reward curve has no holes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from rlvr.algorithm.ties import tie_metrics, uniform_groups
+from rlvr.model.prompt_encoding import encode_prompts, eos_ids
+from rlvr.outputs import RunDir
+from rlvr.protocols import Algorithm, Backend, DataSource, Engine, Reward, Transform
+from rlvr.seeds import Seeds, sub_seed
+from rlvr.types import Example, Rollouts, SamplingParams, TokenSignals, TrainBatch
+from rlvr.warmup import Warmup
+
+log = logging.getLogger("rlvr")
+
+CORRECT_THRESHOLD = 0.5
+
+
+@dataclass
+class Components:
+    """What `rlvr.run` builds from the config and hands to the loop."""
+
+    preset: object
+    """The model preset (`model=`): `.load(seed) -> (module, tokenizer)` and `.lora`."""
+    data: DataSource
+    reward: Reward
+    algorithm: Algorithm
+    transform: Transform
+    make_backend: Callable[..., Backend]
+    make_engine: Callable[..., Engine]
+    condition: str
+    seeds: Seeds
+
+
+@dataclass
+class _Live:
+    """The loop's working set once the policy is built."""
+
+    c: Components
+    tokenizer: object
+    backend: Backend
+    engine: Engine
+    out: RunDir
+    totals: dict = field(default_factory=lambda: {"correct": 0, "completions": 0, "tokens": 0})
+
+
+@dataclass
+class Trainer:
+    max_steps: int
+    batch_size: int
+    """Prompts per step."""
+    group_size: int
+    """Completions per prompt."""
+    lr: float
+    save_every: int
+    eval_every: int
+    log_every: int
+    samples_per_step: int
+    """Groups per step written to samples/."""
+    sampling: SamplingParams
+    eval_max_tokens: int
+    """Evaluation decodes greedily (T=0) up to this many tokens."""
+    warmup: Warmup
+
+    def fit(self, c: Components, out: RunDir) -> dict:
+        t_start = time.perf_counter()
+        for name, value in c.seeds.as_dict().items():
+            log.info("seed %-8s %d", name, value)
+        module, tokenizer = c.preset.load(c.seeds.init)
+        warmup_info = self._warm_up(c, module, tokenizer, out)
+        backend = c.make_backend(
+            model=module, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tokenizer.pad_token_id
+        )
+        engine = c.make_engine(
+            module=backend.policy,
+            eos_ids=eos_ids(tokenizer, backend.policy.generation_config.eos_token_id),
+            pad_id=tokenizer.pad_token_id,
+        )
+        live = _Live(c, tokenizer, backend, engine, out)
+        log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
+        evals = [self._evaluate(live, 0)]
+        t_rl = time.perf_counter()
+        with logging_redirect_tqdm(), tqdm(range(self.max_steps), desc="rl", unit="step", leave=False) as bar:
+            for step in bar:
+                row = self._step(live, step)
+                out.append("metrics.jsonl", row)
+                done = step + 1
+                if self.eval_every and done % self.eval_every == 0 and done < self.max_steps:
+                    evals.append(self._evaluate(live, done))
+                if done % self.log_every == 0 or done == self.max_steps:
+                    log.info(_console_line(row, evals[-1] if evals[-1]["step"] == done else None))
+                if self.save_every and done % self.save_every == 0 and done < self.max_steps:
+                    self._checkpoint(live, done)
+        rl_seconds = time.perf_counter() - t_rl
+        if self.max_steps and evals[-1]["step"] != self.max_steps:
+            evals.append(self._evaluate(live, self.max_steps))
+            log.info("eval after step %d: accuracy %.3f", self.max_steps, evals[-1]["eval/accuracy"])
+        self._checkpoint(live, self.max_steps)
+        accuracy = [e["eval/accuracy"] for e in evals]
+        summary = {
+            "condition": c.condition,
+            "steps": self.max_steps,
+            "eval_accuracy_initial": accuracy[0],
+            "eval_accuracy_final": accuracy[-1],
+            "eval_accuracy_best": max(accuracy),
+            "wall_seconds": time.perf_counter() - t_start,
+            "rl_seconds": rl_seconds,
+            "tokens_per_second": live.totals["tokens"] / rl_seconds if rl_seconds > 0 else 0.0,
+            "running_correct_rate": live.totals["correct"] / max(live.totals["completions"], 1),
+            "trainable_parameters": backend.trainable_parameters,
+            "seeds": c.seeds.as_dict(),
+            "warmup": warmup_info,
+        }
+        out.write_json("summary.json", summary)
+        return summary
+
+    def _warm_up(self, c: Components, module, tokenizer, out: RunDir) -> dict | None:
+        if self.warmup.steps <= 0:
+            return None
+        demos = c.data.demonstrations()
+        key = self.warmup.cache_key(c.preset, c.seeds.init, demos)
+        log.info("SFT warm-up: %d steps on %d demonstrations (cache key %s)", self.warmup.steps, len(demos), key)
+        with logging_redirect_tqdm(), tqdm(total=self.warmup.steps, desc="warm-up", unit="step", leave=False) as bar:
+
+            def row(r: dict) -> None:
+                out.append("warmup.jsonl", r)
+                bar.update(1 if "loss" in r else self.warmup.steps)
+                if "loss" in r and (r["step"] + 1) % 100 == 0:
+                    log.info("warm-up step %d | loss %.4f", r["step"] + 1, r["loss"])
+
+            info = self.warmup.run(module, tokenizer, demos, c.seeds.init, key, row)
+        done = f"loaded from {info['cache_entry']}" if info["cached"] else f"took {info['seconds']:.1f} s"
+        log.info("warm-up %s", done)
+        return info
+
+    def _step(self, live: _Live, step: int) -> dict:
+        c, P, G = live.c, self.batch_size, self.group_size
+        t0 = time.perf_counter()
+        examples = c.data.batch(step, P)
+        prompt_ids_P = encode_prompts(live.tokenizer, [e.prompt for e in examples])
+        live.engine.sync(live.backend.policy)
+        rollouts = live.engine.sample(
+            prompt_ids_P, G, self.sampling, seed=sub_seed(c.seeds.sampler, f"step/{step}"),
+            with_entropy=c.transform.needs_entropy,
+        )
+        t1 = time.perf_counter()
+        completions = decode_completions(live.tokenizer, rollouts)
+        rewards_P_G = torch.tensor(
+            c.reward.score(completions, [e.reference for e in examples for _ in range(G)]), dtype=torch.float32
+        ).view(P, G)
+        t2 = time.perf_counter()
+        correct_PG = (rewards_P_G > CORRECT_THRESHOLD).flatten()
+        adv_P_G = c.algorithm.advantages(rewards_P_G).masked_fill(uniform_groups(rewards_P_G)[:, None], 0.0)
+        signals = TokenSignals(
+            logprobs_PG_T=rollouts.logprobs_PG_T, mask_PG_T=rollouts.mask_PG_T, group_size=G, step=step,
+            correct_rate=float(correct_PG.float().mean()), entropy_PG_T=rollouts.entropy_PG_T,
+        )
+        adv_PG_T, transform_metrics = c.transform(adv_P_G.flatten(), signals)
+        adv_PG_T, norm_metrics = c.algorithm.normalize(adv_PG_T, rollouts.mask_PG_T)
+        adv_PG_T, cap_metrics = c.algorithm.loss.cap(adv_PG_T)
+        t3 = time.perf_counter()
+        skipped = not bool((adv_PG_T != 0).any())
+        train = {} if skipped else live.backend.train_step(TrainBatch(rollouts, adv_PG_T), c.algorithm.loss, self.lr)
+        t4 = time.perf_counter()
+        live.out.write_samples(step, self._samples(examples, completions, rewards_P_G, adv_P_G))
+        lengths = rollouts.lengths_PG
+        tokens = sum(len(p) for p in prompt_ids_P) * G + int(lengths.sum())
+        live.totals["correct"] += int(correct_PG.sum())
+        live.totals["completions"] += P * G
+        live.totals["tokens"] += tokens
+        step_time = t4 - t0
+        return {
+            "step": step,
+            "condition": c.condition,
+            "skipped": skipped,
+            "loss": train.get("loss", 0.0),
+            "mean_reward": float(rewards_P_G.mean()),
+            "correct_rate": signals.correct_rate,
+            "running_correct_rate": live.totals["correct"] / live.totals["completions"],
+            **tie_metrics(rewards_P_G),
+            "num_datums": P * G,
+            "batch_size": P,
+            "group_size": G,
+            "mean_completion_length": float(lengths.float().mean()),
+            "max_token_hit_rate": float((~rollouts.finished_PG).float().mean()),
+            "rl/completion_tokens": float(lengths.sum()),
+            "rl/completion_surprisal_mean": float(-rollouts.logprobs_PG_T[rollouts.mask_PG_T].mean()),
+            "rl/nonzero_advantage_action_tokens": float(((adv_PG_T != 0) & rollouts.mask_PG_T).sum()),
+            **transform_metrics,
+            **norm_metrics,
+            **cap_metrics,
+            **train,
+            "tokens_per_step": tokens,
+            "step_time_s": step_time,
+            "sample_time_s": t1 - t0,
+            "score_time_s": t2 - t1,
+            "advantage_time_s": t3 - t2,
+            "train_time_s": t4 - t3,
+            "tokens_per_second": tokens / step_time,
+            "sample_share": (t1 - t0) / step_time,
+            "train_share": (t4 - t3) / step_time,
+            "process_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+
+    def _samples(self, examples: list[Example], completions: list[str], rewards_P_G, adv_P_G) -> list[dict]:
+        G = self.group_size
+        return [
+            {
+                "prompt": examples[p].prompt,
+                "reference": examples[p].reference,
+                "completions": completions[p * G : (p + 1) * G],
+                "rewards": rewards_P_G[p].tolist(),
+                "advantages": adv_P_G[p].tolist(),
+            }
+            for p in range(min(self.samples_per_step, len(examples)))
+        ]
+
+    def _evaluate(self, live: _Live, steps_done: int) -> dict:
+        t0 = time.perf_counter()
+        examples = live.c.data.eval_examples()
+        prompt_ids = encode_prompts(live.tokenizer, [e.prompt for e in examples])
+        live.engine.sync(live.backend.policy)
+        greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=self.eval_max_tokens)
+        rollouts = live.engine.sample(prompt_ids, 1, greedy, seed=0)
+        rewards = live.c.reward.score(decode_completions(live.tokenizer, rollouts), [e.reference for e in examples])
+        row = {
+            "step": steps_done,
+            "eval/accuracy": sum(r > CORRECT_THRESHOLD for r in rewards) / len(rewards),
+            "eval/mean_reward": sum(rewards) / len(rewards),
+            "eval/mean_completion_length": float(rollouts.lengths_PG.float().mean()),
+            "eval/examples": len(examples),
+            "eval_time_s": time.perf_counter() - t0,
+        }
+        live.out.append("metrics.jsonl", row)
+        return row
+
+    def _checkpoint(self, live: _Live, steps_done: int) -> None:
+        with live.out.checkpoint(steps_done) as path:
+            live.backend.save(path)
+            state = {
+                "step": steps_done,
+                "totals": live.totals,
+                "transform": live.c.transform.state_dict(),
+                "seeds": live.c.seeds.as_dict(),
+            }
+            (path / "trainer_state.json").write_text(json.dumps(state, indent=2) + "\n")
+
+
+def decode_completions(tokenizer, rollouts: Rollouts) -> list[str]:
+    """Completion text without the EOS and padding (special tokens are dropped)."""
+    rows = [
+        [t for t, m in zip(tokens, mask, strict=True) if m]
+        for tokens, mask in zip(rollouts.tokens_PG_T.tolist(), rollouts.mask_PG_T.tolist(), strict=True)
+    ]
+    return tokenizer.batch_decode(rows, skip_special_tokens=True)
+
+
+def _console_line(row: dict, evaluation: dict | None) -> str:
+    parts = [
+        f"step {row['step'] + 1}",
+        f"reward {row['mean_reward']:.3f}",
+        f"correct {row['correct_rate']:.3f}",
+        f"loss {row['loss']:+.4f}",
+        f"{row['step_time_s']:.3f} s/step",
+    ]
+    if evaluation is not None:
+        parts.insert(3, f"eval {evaluation['eval/accuracy']:.3f}")
+    return " | ".join(parts)

@@ -1,0 +1,28 @@
+"""`transform=none`: every completion token gets its completion's episode advantage.
+
+    A_{i,t} = A_i · m_{i,t}
+
+where m is the completion mask, so padding stays exactly 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from torch import Tensor
+
+from rlvr.types import TokenSignals
+
+
+class NoTransform:
+    needs_entropy: ClassVar[bool] = False
+    needs_planning: ClassVar[bool] = False
+
+    def __call__(self, adv_PG: Tensor, signals: TokenSignals) -> tuple[Tensor, dict[str, float]]:
+        return adv_PG[:, None] * signals.mask_PG_T, {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

@@ -1,0 +1,106 @@
+"""The data that flows through one step, as frozen dataclasses.
+
+Axis suffixes: `_P` prompts, `_G` samples per prompt, `_T` completion tokens, `_PG` the prompt-major
+flattening of P×G (row `p*G + g` is sample g of prompt p). Token tensors are right-padded to T; a mask
+says which positions are real.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch stays out of the composing/submitting process
+    from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Example:
+    """One verifiable problem."""
+
+    prompt: str
+    """What the policy is asked (raw text; chat templating happens at encoding time)."""
+    reference: str
+    """What the verifier compares the completion against."""
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    """One supervised (prompt, completion) pair for the SFT warm-up phase."""
+
+    prompt: str
+    completion: str
+    """The target text; the tokenizer's EOS is appended when it is encoded."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float
+    """Logits are divided by max(temperature, 1e-7) before the softmax. 0 means greedy."""
+    top_p: float
+    """Nucleus sampling mass in (0, 1]; 1 disables it."""
+    max_tokens: int
+    """Completion length cap; a completion that reaches it without EOS is 'truncated'."""
+
+
+@dataclass(frozen=True)
+class Rollouts:
+    """G completions for each of P prompts, as sampled by an engine.
+
+    `logprobs_PG_T` are log-probabilities of the sampled tokens under the temperature-scaled
+    distribution *before* top-p truncation. The backend computes its training log-probabilities the
+    same way, so an on-policy importance ratio is exactly 1 (up to float noise). The predecessor
+    compared a T=0.7/top-p sampler against a T=1 trainer (spec §4.1 [verify]); we do not.
+    """
+
+    prompt_ids_P: list[list[int]]
+    group_size: int
+    tokens_PG_T: Tensor
+    """int64 completion token ids; positions past the end hold the pad id."""
+    logprobs_PG_T: Tensor
+    """float32 sampled-token log-probabilities; 0 on padding."""
+    mask_PG_T: Tensor
+    """bool, True on real completion tokens (the EOS that ended a completion included)."""
+    finished_PG: Tensor
+    """bool, True where the completion ended with EOS (False: it hit max_tokens)."""
+    temperature: float
+    """The temperature the tokens were sampled at (the backend scales its logits by it)."""
+    entropy_PG_T: Tensor | None = None
+    """float32 Shannon entropy (nats) of the temperature-scaled distribution at each position, when
+    asked for; 0 on padding."""
+
+    @property
+    def num_prompts(self) -> int:
+        return len(self.prompt_ids_P)
+
+    @property
+    def lengths_PG(self) -> Tensor:
+        return self.mask_PG_T.sum(-1)
+
+
+@dataclass(frozen=True)
+class TokenSignals:
+    """What a token-level transform may look at, besides the episode advantages."""
+
+    logprobs_PG_T: Tensor
+    """Sampled-token log-probabilities (surprisal = −logprob)."""
+    mask_PG_T: Tensor
+    """bool completion mask; transforms must leave advantages at padding exactly 0."""
+    group_size: int
+    step: int
+    """The RL step index (schedules such as SEPA's λ read it)."""
+    correct_rate: float
+    """Fraction of this step's completions with reward > 0.5 (SEPA's gate observes it)."""
+    entropy_PG_T: Tensor | None = None
+    """Full-distribution entropy from the engine, present when the transform asked for it."""
+    planning_PG_T: Tensor | None = None
+    """bool planning-token mask, present when the transform asked for it."""
+
+
+@dataclass(frozen=True)
+class TrainBatch:
+    """What the backend trains on: the rollouts and one advantage per completion token."""
+
+    rollouts: Rollouts
+    adv_PG_T: Tensor
+    """float32; tokens whose advantage is exactly 0 are left out of the loss and its token count."""

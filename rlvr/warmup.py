@@ -1,0 +1,111 @@
+"""The SFT warm-up phase (spec §1.9, reshaped): supervised steps on the data source's demonstrations,
+run before RL on all weights of the base model, cached so a second run with the same inputs skips it.
+
+Each step draws `batch_size` demonstrations in the seeded order of rlvr/data/order.py, tokenizes
+`prompt + completion + EOS`, and minimises the mean cross-entropy over completion tokens (EOS
+included; prompt tokens are not supervised). Optimizer: AdamW with betas (0.9, 0.999), no weight decay,
+constant `lr`.
+
+Deliberate differences from the predecessor: the warm-up has its own step counter and its own rows
+(`warmup.jsonl`), so RL step indices and `metrics.jsonl` are the same whether the warm-up ran or came
+from the cache; it trains the base weights (LoRA is attached afterwards), because a low-rank adapter
+cannot reach the warm-up's target on the tiny model; its loss is plain cross-entropy, not the
+predecessor's `−exp(logp)` importance-sampling form.
+
+Cache: `<cache_dir>/<key>/model.safetensors`, where key = sha256 of the model preset, the warm-up
+knobs, the init seed and the demonstrations. Written under a temporary name and renamed, so a killed
+run never leaves a half-written entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_model, save_model
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from rlvr.data.order import batch_indices
+from rlvr.model.prompt_encoding import encode_prompts
+from rlvr.types import Demonstration
+
+
+@dataclass(frozen=True)
+class Warmup:
+    steps: int
+    batch_size: int
+    lr: float
+    cache_dir: str | None
+    """null disables the cache."""
+
+    def cache_key(self, model_preset: object, seed: int, demos: list[Demonstration]) -> str:
+        preset = asdict(model_preset) if is_dataclass(model_preset) else repr(model_preset)
+        preset = {k: v for k, v in preset.items() if k != "lora"} if isinstance(preset, dict) else preset
+        h = hashlib.sha256()
+        h.update(json.dumps([preset, self.steps, self.batch_size, self.lr, seed], sort_keys=True).encode())
+        for d in demos:
+            h.update(f"{d.prompt}\x00{d.completion}\x01".encode())
+        return h.hexdigest()[:20]
+
+    def run(
+        self,
+        model: nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        demos: list[Demonstration],
+        seed: int,
+        key: str,
+        log_row: Callable[[dict], None],
+    ) -> dict:
+        """Train `model` in place (or load it from the cache); returns facts for summary.json."""
+        entry = Path(os.path.expanduser(self.cache_dir)) / key if self.cache_dir else None
+        if entry is not None and (entry / "model.safetensors").exists():
+            load_model(model, entry / "model.safetensors")
+            log_row({"step": self.steps, "cached": str(entry)})
+            return {"steps": self.steps, "cached": True, "cache_entry": str(entry), "seconds": 0.0}
+        t0 = time.perf_counter()
+        device = next(model.parameters()).device
+        optimizer = torch.optim.AdamW(model.parameters(), lr=self.lr, betas=(0.9, 0.999), weight_decay=0.0)
+        model.train()
+        for step in range(self.steps):
+            batch = [demos[i] for i in batch_indices(step, self.batch_size, len(demos), seed)]
+            ids, labels, attn = _tokenize(tokenizer, batch, device)
+            loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            log_row({"step": step, "loss": float(loss.detach()), "lr": self.lr})
+        seconds = time.perf_counter() - t0
+        if entry is not None:
+            tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
+            tmp.mkdir(parents=True, exist_ok=True)
+            save_model(model, str(tmp / "model.safetensors"))
+            try:
+                tmp.rename(entry)
+            except OSError:  # another run filled the same entry first: identical content, keep theirs
+                shutil.rmtree(tmp, ignore_errors=True)
+        return {"steps": self.steps, "cached": False, "cache_entry": str(entry) if entry else None, "seconds": seconds}
+
+
+def _tokenize(tokenizer: PreTrainedTokenizerBase, batch: list[Demonstration], device: torch.device):
+    """Right-padded ids, labels (−100 on prompt and padding) and attention mask."""
+    prompts = encode_prompts(tokenizer, [d.prompt for d in batch])
+    rows, label_rows = [], []
+    for p, d in zip(prompts, batch, strict=True):
+        target = tokenizer.encode(d.completion, add_special_tokens=False) + [tokenizer.eos_token_id]
+        rows.append(p + target)
+        label_rows.append([-100] * len(p) + target)
+    L = max(len(r) for r in rows)
+    ids = torch.full((len(rows), L), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full((len(rows), L), -100, dtype=torch.long)
+    attn = torch.zeros((len(rows), L), dtype=torch.long)
+    for i, (r, lab) in enumerate(zip(rows, label_rows, strict=True)):
+        ids[i, : len(r)], labels[i, : len(r)], attn[i, : len(r)] = torch.tensor(r), torch.tensor(lab), 1
+    return ids.to(device), labels.to(device), attn.to(device)
