@@ -101,7 +101,8 @@ class Trainer:
         log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
         evals = [self._evaluate(live, 0)]
         t_rl = time.perf_counter()
-        with logging_redirect_tqdm(), tqdm(range(self.max_steps), desc="rl", unit="step", leave=False) as bar:
+        bar = tqdm(range(self.max_steps), desc="rl", unit="step", leave=False, disable=None)  # None: no bar off a TTY
+        with logging_redirect_tqdm(), bar:
             for step in bar:
                 row = self._step(live, step)
                 out.append("metrics.jsonl", row)
@@ -141,7 +142,8 @@ class Trainer:
         demos = c.data.demonstrations()
         key = self.warmup.cache_key(c.preset, c.seeds.init, demos)
         log.info("SFT warm-up: %d steps on %d demonstrations (cache key %s)", self.warmup.steps, len(demos), key)
-        with logging_redirect_tqdm(), tqdm(total=self.warmup.steps, desc="warm-up", unit="step", leave=False) as bar:
+        bar = tqdm(total=self.warmup.steps, desc="warm-up", unit="step", leave=False, disable=None)
+        with logging_redirect_tqdm(), bar:
 
             def row(r: dict) -> None:
                 out.append("warmup.jsonl", r)
