@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from rlvr.outputs import RunDir
 from rlvr.seeds import Seeds
-from rlvr.trainer import Components
+from rlvr.trainer import Components, Trainer
 
 log = logging.getLogger("rlvr")
 
@@ -26,6 +26,17 @@ class ConfigError(ValueError):
 
 
 def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
+    components, trainer = build_all(cfg)
+    if out_dir is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        out_dir = HydraConfig.get().runtime.output_dir
+    log.info("run folder %s", out_dir)
+    return trainer.fit(components, RunDir(Path(out_dir)))
+
+
+def build_all(cfg: DictConfig) -> tuple[Components, Trainer]:
+    """Check the config, then build every component; nothing heavy (no model) is loaded yet."""
     check(cfg)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
@@ -42,13 +53,7 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
         seeds=seeds,
     )
     check_components(cfg, components)
-    trainer = build(cfg, "trainer")
-    if out_dir is None:
-        from hydra.core.hydra_config import HydraConfig
-
-        out_dir = HydraConfig.get().runtime.output_dir
-    log.info("run folder %s", out_dir)
-    return trainer.fit(components, RunDir(Path(out_dir)))
+    return components, build(cfg, "trainer")
 
 
 def build(cfg: DictConfig, group: str, **kwargs):

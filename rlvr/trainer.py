@@ -1,4 +1,4 @@
-"""The RL loop. `fit` is the run; `_step` is one step, in the order of DESIGN.md:
+"""The RL loop. `fit` is the run; `step` is one step, in the order of DESIGN.md:
 
     prompts_P   = data.batch(step)
     rollouts_PG = engine.sample(prompts_P, n=G)
@@ -54,14 +54,15 @@ class Components:
 
 
 @dataclass
-class _Live:
-    """The loop's working set once the policy is built."""
+class Live:
+    """The loop's working set once the policy is built (what `Trainer.start` returns)."""
 
     c: Components
     tokenizer: object
     backend: Backend
     engine: Engine
     out: RunDir
+    warmup: dict | None
     totals: dict = field(default_factory=lambda: {"correct": 0, "completions": 0, "tokens": 0})
 
 
@@ -85,37 +86,24 @@ class Trainer:
 
     def fit(self, c: Components, out: RunDir) -> dict:
         t_start = time.perf_counter()
-        for name, value in c.seeds.as_dict().items():
-            log.info("seed %-8s %d", name, value)
-        module, tokenizer = c.preset.load(c.seeds.init)
-        warmup_info = self._warm_up(c, module, tokenizer, out)
-        backend = c.make_backend(
-            model=module, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tokenizer.pad_token_id
-        )
-        engine = c.make_engine(
-            module=backend.policy,
-            eos_ids=eos_ids(tokenizer, backend.policy.generation_config.eos_token_id),
-            pad_id=tokenizer.pad_token_id,
-        )
-        live = _Live(c, tokenizer, backend, engine, out)
-        log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
-        evals = [self._evaluate(live, 0)]
+        live = self.start(c, out)
+        evals = [self.evaluate(live, 0)]
         t_rl = time.perf_counter()
         bar = tqdm(range(self.max_steps), desc="rl", unit="step", leave=False, disable=None)  # None: no bar off a TTY
         with logging_redirect_tqdm(), bar:
             for step in bar:
-                row = self._step(live, step)
+                row = self.step(live, step)
                 out.append("metrics.jsonl", row)
                 done = step + 1
                 if self.eval_every and done % self.eval_every == 0 and done < self.max_steps:
-                    evals.append(self._evaluate(live, done))
+                    evals.append(self.evaluate(live, done))
                 if done % self.log_every == 0 or done == self.max_steps:
                     log.info(_console_line(row, evals[-1] if evals[-1]["step"] == done else None))
                 if self.save_every and done % self.save_every == 0 and done < self.max_steps:
                     self._checkpoint(live, done)
         rl_seconds = time.perf_counter() - t_rl
         if self.max_steps and evals[-1]["step"] != self.max_steps:
-            evals.append(self._evaluate(live, self.max_steps))
+            evals.append(self.evaluate(live, self.max_steps))
             log.info("eval after step %d: accuracy %.3f", self.max_steps, evals[-1]["eval/accuracy"])
         self._checkpoint(live, self.max_steps)
         accuracy = [e["eval/accuracy"] for e in evals]
@@ -129,12 +117,29 @@ class Trainer:
             "rl_seconds": rl_seconds,
             "tokens_per_second": live.totals["tokens"] / rl_seconds if rl_seconds > 0 else 0.0,
             "running_correct_rate": live.totals["correct"] / max(live.totals["completions"], 1),
-            "trainable_parameters": backend.trainable_parameters,
+            "trainable_parameters": live.backend.trainable_parameters,
             "seeds": c.seeds.as_dict(),
-            "warmup": warmup_info,
+            "warmup": live.warmup,
         }
         out.write_json("summary.json", summary)
         return summary
+
+    def start(self, c: Components, out: RunDir) -> Live:
+        """Load the policy, run (or load) the warm-up, build backend and engine around it."""
+        for name, value in c.seeds.as_dict().items():
+            log.info("seed %-8s %d", name, value)
+        module, tokenizer = c.preset.load(c.seeds.init)
+        warmup = self._warm_up(c, module, tokenizer, out)
+        backend = c.make_backend(
+            model=module, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tokenizer.pad_token_id
+        )
+        engine = c.make_engine(
+            module=backend.policy,
+            eos_ids=eos_ids(tokenizer, backend.policy.generation_config.eos_token_id),
+            pad_id=tokenizer.pad_token_id,
+        )
+        log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
+        return Live(c, tokenizer, backend, engine, out, warmup)
 
     def _warm_up(self, c: Components, module, tokenizer, out: RunDir) -> dict | None:
         if self.warmup.steps <= 0:
@@ -156,7 +161,8 @@ class Trainer:
         log.info("warm-up %s", done)
         return info
 
-    def _step(self, live: _Live, step: int) -> dict:
+    def step(self, live: Live, step: int) -> dict:
+        """One RL step; returns its metrics row (the caller writes it)."""
         c, P, G = live.c, self.batch_size, self.group_size
         t0 = time.perf_counter()
         examples = c.data.batch(step, P)
@@ -238,7 +244,8 @@ class Trainer:
             for p in range(min(self.samples_per_step, len(examples)))
         ]
 
-    def _evaluate(self, live: _Live, steps_done: int) -> dict:
+    def evaluate(self, live: Live, steps_done: int) -> dict:
+        """Greedy accuracy on the held-out set; appends and returns the evaluation row."""
         t0 = time.perf_counter()
         examples = live.c.data.eval_examples()
         prompt_ids = encode_prompts(live.tokenizer, [e.prompt for e in examples])
@@ -257,7 +264,7 @@ class Trainer:
         live.out.append("metrics.jsonl", row)
         return row
 
-    def _checkpoint(self, live: _Live, steps_done: int) -> None:
+    def _checkpoint(self, live: Live, steps_done: int) -> None:
         with live.out.checkpoint(steps_done) as path:
             live.backend.save(path)
             state = {

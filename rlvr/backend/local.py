@@ -12,6 +12,11 @@ eps and weight decay of `conf/backend/local.yaml`; the learning rate is set by t
 (the predecessor had no clipping locally, spec §1.7); the pre-clip norm is always reported. One
 optimizer update per step; micro-batches accumulate gradients with the token-share scaling of
 spec §4.5, so `micro_batch_size` changes memory, not the objective.
+
+Rows whose every advantage is 0 (groups whose rewards tied, MaxRL groups with no success) contribute
+nothing to the loss or its token count, so they are dropped before the forward pass, and the padded
+length is cut to the longest remaining completion: the gradient is bit-identical, the work shrinks as
+more groups tie (on the tiny task, a third of the groups at the start and most of them later).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import time
 from pathlib import Path
 
 import torch
-from peft import LoraConfig, get_peft_model
+from peft import get_peft_model
 from torch import Tensor, nn
 
 from rlvr.algorithm.loss import PolicyLoss
@@ -52,11 +57,7 @@ class LocalBackend:
         model = model.to(self.device)
         if lora is not None:
             torch.manual_seed(lora_seed)  # LoRA A matrices are drawn at wrap time
-            config = LoraConfig(
-                task_type="CAUSAL_LM", r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                target_modules=list(lora.target_modules),
-            )
-            model = get_peft_model(model, config)
+            model = get_peft_model(model, lora.to_peft())
         self._policy = model
         self.pad_id = pad_id
         self.grad_clip_norm = grad_clip_norm
@@ -75,25 +76,28 @@ class LocalBackend:
     def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]:
         t0 = time.perf_counter()
         ro = batch.rollouts
-        ids, attn, P_len = self._rows(ro.prompt_ids_P, ro.group_size, ro.tokens_PG_T, ro.mask_PG_T)
-        action = (batch.adv_PG_T != 0) & ro.mask_PG_T
-        total = max(int(action.sum()), 1)
+        action_PG_T = (batch.adv_PG_T != 0) & ro.mask_PG_T
+        total = max(int(action_PG_T.sum()), 1)
+        keep = action_PG_T.any(-1).nonzero().squeeze(-1)  # rows with any signal, in order
+        T = int(ro.mask_PG_T[keep].sum(-1).max()) if len(keep) else 0
+        tokens, mask = ro.tokens_PG_T[keep, :T], ro.mask_PG_T[keep, :T]
+        old_lp, adv, action = (x[keep, :T].to(self.device) for x in (ro.logprobs_PG_T, batch.adv_PG_T, action_PG_T))
+        ids, attn, Lp = self._rows([ro.prompt_ids_P[i // ro.group_size] for i in keep.tolist()], tokens, mask)
         N = ids.shape[0]
-        mb = self.micro_batch_size or N
-        self._policy.train()
+        mb = self.micro_batch_size or max(N, 1)
+        if not self._policy.training:
+            self._policy.train()
         self.optimizer.zero_grad(set_to_none=True)
         sums = {"loss": 0.0, "clipped": 0.0, "abs_kl": 0.0, "ratio_max": 0.0}
         for s in range(0, N, mb):
             rows = slice(s, s + mb)
-            new_lp = self.completion_logprobs(ids[rows], attn[rows], P_len, ro.tokens_PG_T[rows], ro.temperature)
-            old_lp = ro.logprobs_PG_T[rows].to(self.device)
-            adv = batch.adv_PG_T[rows].to(self.device)
-            m = action[rows].to(self.device)
-            tok_loss, clipped = loss.token_losses(new_lp, old_lp, adv)
+            new_lp = self.completion_logprobs(ids[rows], attn[rows], Lp, tokens[rows], ro.temperature)
+            m = action[rows]
+            tok_loss, clipped = loss.token_losses(new_lp, old_lp[rows], adv[rows])
             mb_loss = (tok_loss * m).sum() / total
             mb_loss.backward()
             with torch.no_grad():
-                delta = (new_lp - old_lp)[m]
+                delta = (new_lp - old_lp[rows])[m]
                 sums["loss"] += float(mb_loss)
                 sums["clipped"] += float(clipped[m].sum())
                 sums["abs_kl"] += float(delta.abs().sum())
@@ -112,21 +116,22 @@ class LocalBackend:
             "policy/ratio_max": sums["ratio_max"],
             "grad_norm": grad_norm,
             "lr": lr,
-            "rl/optimizer_nonzero_advantage_action_tokens": float(int(action.sum())),
+            "rl/optimizer_nonzero_advantage_action_tokens": float(int(action_PG_T.sum())),
+            "local_train_rows": float(N),
             "local_train_wall_s": time.perf_counter() - t0,
         }
 
-    def _rows(self, prompt_ids_P: list[list[int]], G: int, tokens_PG_T: Tensor, mask_PG_T: Tensor):
-        """input ids [N, Lp+T] (prompts left-padded to Lp), attention mask, and Lp."""
-        Lp = max(len(p) for p in prompt_ids_P)
-        N = len(prompt_ids_P) * G
-        prompt = torch.full((N, Lp), self.pad_id, dtype=torch.long)
-        prompt_attn = torch.zeros((N, Lp), dtype=torch.long)
-        for i, p in enumerate(prompt_ids_P):
-            prompt[i * G : (i + 1) * G, Lp - len(p) :] = torch.tensor(p)
-            prompt_attn[i * G : (i + 1) * G, Lp - len(p) :] = 1
-        ids = torch.cat([prompt, tokens_PG_T], 1).to(self.device)
-        attn = torch.cat([prompt_attn, mask_PG_T.long()], 1).to(self.device)
+    def _rows(self, prompts: list[list[int]], tokens_N_T: Tensor, mask_N_T: Tensor):
+        """input ids [N, Lp+T] (row i = prompts[i] left-padded to Lp, then its completion), attention
+        mask, and Lp."""
+        Lp = max((len(p) for p in prompts), default=0)
+        prompt = torch.full((len(prompts), Lp), self.pad_id, dtype=torch.long)
+        prompt_attn = torch.zeros((len(prompts), Lp), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            prompt[i, Lp - len(p) :] = torch.tensor(p)
+            prompt_attn[i, Lp - len(p) :] = 1
+        ids = torch.cat([prompt, tokens_N_T], 1).to(self.device)
+        attn = torch.cat([prompt_attn, mask_N_T.long()], 1).to(self.device)
         return ids, attn, Lp
 
     def completion_logprobs(self, ids: Tensor, attn: Tensor, Lp: int, tokens_PG_T: Tensor, temperature: float):

@@ -15,12 +15,19 @@ The predecessor returned the truncated distribution's logprob and trained at T=1
 ratio was not 1 on-policy (spec §4.1 [verify]). Here sampler and backend agree on one distribution.
 
 Sampling draws from a `torch.Generator` seeded per call, so a run's rollouts depend on (seed, step) and
-the weights alone. Because the module is shared with the backend, `sync` has nothing to copy: LoRA
-updates are visible to the next `sample` call.
+the weights alone.
+
+Weights: under LoRA with `merge_lora: true`, the engine samples from a plain copy of the model in which
+every adapted Linear holds W0 + s·B·A, refreshed by `sync` after each optimizer step (one addmm per
+adapted layer). Decoding then runs no PEFT wrapper code, which on the tiny model is half of each decode
+forward; the price is a second copy of the adapted weights (all other weights are shared, not copied).
+With `merge_lora: false`, or under full fine-tuning, the engine samples from the backend's module itself
+and `sync` has nothing to copy.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import ClassVar
 
 import torch
@@ -33,15 +40,16 @@ from rlvr.types import Rollouts, SamplingParams
 class PyTorchEngine:
     provides_entropy: ClassVar[bool] = True
 
-    def __init__(self, module: nn.Module, eos_ids: list[int], pad_id: int, max_batch_rows: int) -> None:
-        self.module = module
+    def __init__(self, module: nn.Module, eos_ids: list[int], pad_id: int, max_batch_rows: int, merge_lora: bool):
         self.eos_ids = eos_ids
         self.pad_id = pad_id
         self.max_batch_rows = max_batch_rows
         """Rows decoded together; larger requests are processed in chunks of this many rows."""
+        self.merged = MergedLora.of(module) if merge_lora else None
+        self.sync(module)
 
     def sync(self, policy: nn.Module) -> None:
-        self.module = policy
+        self.module = self.merged.refresh() if self.merged is not None else policy
 
     @torch.no_grad()
     def sample(
@@ -56,14 +64,16 @@ class PyTorchEngine:
         device = next(self.module.parameters()).device
         gen = torch.Generator(device=device).manual_seed(seed)
         was_training = self.module.training
-        self.module.eval()
+        if was_training:
+            self.module.eval()
         try:
             chunks = [
                 self._decode(rows[i : i + self.max_batch_rows], params, gen, with_entropy, device)
                 for i in range(0, len(rows), self.max_batch_rows)
             ]
         finally:
-            self.module.train(was_training)
+            if was_training:
+                self.module.train()
         T = max(c[0].shape[1] for c in chunks)
 
         def cat(i: int, fill: float | int) -> Tensor:
@@ -146,3 +156,54 @@ def draw(logits_N_V: Tensor, params: SamplingParams, gen: torch.Generator, with_
     logp = logp_N_V.gather(-1, token[:, None]).squeeze(-1)
     entropy = -(logp_N_V.exp() * logp_N_V).nan_to_num().sum(-1) if with_entropy else logp
     return token, logp, entropy
+
+
+class MergedLora:
+    """A plain (PEFT-free) copy of a LoRA-wrapped model whose adapted Linears hold W0 + s·B·A.
+
+    Only the adapted Linear weights are new tensors; embeddings, norms, the head and every other
+    parameter or buffer are shared with the live model.
+    """
+
+    def __init__(self, plain: nn.Module, pairs: list[tuple[nn.Module, nn.Linear]]) -> None:
+        self.plain = plain.eval()
+        self.pairs = pairs
+        """(LoRA layer in the live model, merged Linear in the copy)."""
+
+    @classmethod
+    def of(cls, policy: nn.Module) -> MergedLora | None:
+        """None when there is nothing to merge (no PEFT LoRA) or it cannot be merged exactly (non-Linear
+        base layers, DoRA, several active adapters)."""
+        from peft import PeftModel
+        from peft.tuners.lora import LoraLayer
+
+        if not isinstance(policy, PeftModel):
+            return None
+        base = policy.get_base_model()
+        layers = {name: m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
+        for m in layers.values():
+            if not isinstance(m.base_layer, nn.Linear) or len(m.active_adapters) != 1 or any(m.use_dora.values()):
+                return None
+        adapted = {id(m.base_layer.weight) for m in layers.values()}
+        shared = {id(t): t for t in [*base.parameters(), *base.buffers()] if id(t) not in adapted}
+        plain = copy.deepcopy(base, memo=shared)
+        pairs = []
+        for name, live in layers.items():
+            parent, _, child = name.rpartition(".")
+            merged = plain.get_submodule(name).base_layer
+            setattr(plain.get_submodule(parent) if parent else plain, child, merged)
+            merged.weight.requires_grad_(False)
+            pairs.append((live, merged))
+        return cls(plain, pairs)
+
+    @torch.no_grad()
+    def refresh(self) -> nn.Module:
+        for live, merged in self.pairs:
+            name = live.active_adapters[0]
+            A, B = live.lora_A[name].weight, live.lora_B[name].weight
+            delta = B.float() @ A.float()
+            if live.fan_in_fan_out:
+                delta = delta.T
+            # torch.add, not add_: for fp32 weights .float() is W0 itself, which must stay untouched
+            merged.weight.copy_(torch.add(live.base_layer.weight.float(), delta, alpha=live.scaling[name]))
+        return self.plain

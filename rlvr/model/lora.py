@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from peft import LoraConfig
+
 
 @dataclass(frozen=True)
 class LoraSpec:
@@ -18,3 +20,9 @@ class LoraSpec:
             raise ValueError(f"model.lora.rank={self.rank} must be > 0 (use model.lora=null for full fine-tuning)")
         if not self.target_modules:
             raise ValueError("model.lora.target_modules is empty: name the projections LoRA adapts")
+
+    def to_peft(self) -> LoraConfig:
+        return LoraConfig(
+            task_type="CAUSAL_LM", r=self.rank, lora_alpha=self.alpha, lora_dropout=self.dropout,
+            target_modules=list(self.target_modules),
+        )

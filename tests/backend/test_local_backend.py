@@ -18,7 +18,7 @@ def make(lora=LORA, micro_batch_size=0, grad_clip_norm=0.0):
     model, tok = TINY.load(0)
     backend = LocalBackend(model, lora, 0, tok.pad_token_id, "cpu", (0.9, 0.95), 1e-8, 0.0, grad_clip_norm,
                            micro_batch_size)
-    engine = PyTorchEngine(backend.policy, [tok.eos_token_id], tok.pad_token_id, 256)
+    engine = PyTorchEngine(backend.policy, [tok.eos_token_id], tok.pad_token_id, 256, merge_lora=False)
     return backend, engine
 
 
@@ -35,7 +35,8 @@ def test_training_logprobs_equal_sampling_logprobs(temperature):
     # the importance ratio of an on-policy step is exactly the sampler's distribution against itself
     backend, engine = make()
     ro = rollouts(engine, temperature)
-    ids, attn, Lp = backend._rows(ro.prompt_ids_P, ro.group_size, ro.tokens_PG_T, ro.mask_PG_T)
+    prompts = [p for p in ro.prompt_ids_P for _ in range(ro.group_size)]
+    ids, attn, Lp = backend._rows(prompts, ro.tokens_PG_T, ro.mask_PG_T)
     with torch.no_grad():
         new = backend.completion_logprobs(ids, attn, Lp, ro.tokens_PG_T, ro.temperature)
     assert torch.allclose(new[ro.mask_PG_T], ro.logprobs_PG_T[ro.mask_PG_T], atol=1e-5)
@@ -113,3 +114,23 @@ def test_save_writes_safetensors_and_optimizer(tmp_path):
     full, _ = make(lora=None)
     full.save(tmp_path / "full")
     assert (tmp_path / "full" / "model.safetensors").exists()
+
+
+def test_rows_without_signal_are_dropped_with_a_bit_identical_gradient():
+    # rows 4..11 have advantage 0 everywhere: the loss and its token count ignore them, so the update
+    # must be the same whether they are in the forward pass or not (here: with vs without them)
+    a, engine = make()
+    b, _ = make()
+    ro = rollouts(engine)
+    adv = torch.zeros(ro.tokens_PG_T.shape)
+    adv[:4] = torch.tensor([1.0, -1.0, 0.5, -0.5])[:, None]
+    adv = adv * ro.mask_PG_T
+    stats = a.train_step(TrainBatch(ro, adv), PG, lr=1e-3)
+    assert stats["local_train_rows"] == 4
+    from dataclasses import replace
+
+    sub = replace(ro, prompt_ids_P=ro.prompt_ids_P[:1], tokens_PG_T=ro.tokens_PG_T[:4],
+                  logprobs_PG_T=ro.logprobs_PG_T[:4], mask_PG_T=ro.mask_PG_T[:4], finished_PG=ro.finished_PG[:4])
+    b.train_step(TrainBatch(sub, adv[:4]), PG, lr=1e-3)
+    for n, p in params(a, True).items():
+        assert torch.equal(p, params(b, True)[n]), n

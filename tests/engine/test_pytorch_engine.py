@@ -17,8 +17,8 @@ def model_tok():
     return TINY.load(0)
 
 
-def engine_for(model, tok, max_batch_rows=64):
-    return PyTorchEngine(model, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, max_batch_rows=max_batch_rows)
+def engine_for(model, tok, max_batch_rows=64, merge_lora=True):
+    return PyTorchEngine(model, [tok.eos_token_id], tok.pad_token_id, max_batch_rows, merge_lora)
 
 
 def full_forward_logprobs(model, prompt, completion, temperature):
@@ -92,15 +92,52 @@ def test_chunked_decoding_returns_the_same_shapes(model_tok):
     assert torch.equal(ro.tokens_PG_T, ref.tokens_PG_T) and torch.equal(ro.mask_PG_T, ref.mask_PG_T)
 
 
-def test_lora_updates_reach_the_sampler_without_a_copy():
+def lora_backend():
     model, tok = TINY.load(0)
-    backend = LocalBackend(model, LoraSpec(4, 8, 0.0, ["q_proj", "v_proj"]), 0, tok.pad_token_id, "cpu",
-                           (0.9, 0.95), 1e-8, 0.0, 0.0, 0)
-    engine = engine_for(backend.policy, tok)
-    before = engine.sample(PROMPTS, 1, SamplingParams(1.0, 1.0, 4), seed=0)
+    backend = LocalBackend(model, LoraSpec(4, 8, 0.0, ["q_proj", "v_proj", "down_proj"]), 0, tok.pad_token_id,
+                           "cpu", (0.9, 0.95), 1e-8, 0.0, 0.0, 0)
+    return backend, tok
+
+
+def nudge_adapter(backend, amount):
+    """Stands in for an optimizer step: moves every LoRA B matrix (zero at init)."""
     for name, p in backend.policy.named_parameters():
         if "lora_B" in name:
-            p.data.add_(0.5)  # stands in for an optimizer step
+            p.data.add_(amount)
+
+
+@pytest.mark.parametrize("merge_lora", [True, False])
+def test_lora_updates_reach_the_sampler_after_sync(merge_lora):
+    backend, tok = lora_backend()
+    engine = engine_for(backend.policy, tok, merge_lora=merge_lora)
+    before = engine.sample(PROMPTS, 1, SamplingParams(1.0, 1.0, 4), seed=0)
+    nudge_adapter(backend, 0.5)
     engine.sync(backend.policy)
     after = engine.sample(PROMPTS, 1, SamplingParams(1.0, 1.0, 4), seed=0)
     assert not torch.allclose(before.logprobs_PG_T, after.logprobs_PG_T)
+
+
+def test_merged_sampler_equals_sampling_through_peft():
+    # same draws, log-probabilities equal to float precision: W0·x + s·B(A·x) vs (W0 + s·B·A)·x
+    backend, tok = lora_backend()
+    nudge_adapter(backend, 0.3)
+    merged = engine_for(backend.policy, tok, merge_lora=True)
+    peft = engine_for(backend.policy, tok, merge_lora=False)
+    assert type(merged.module).__name__ == "LlamaForCausalLM"  # PEFT-free
+    a = merged.sample(PROMPTS, 8, SamplingParams(1.0, 1.0, 6), seed=5, with_entropy=True)
+    b = peft.sample(PROMPTS, 8, SamplingParams(1.0, 1.0, 6), seed=5, with_entropy=True)
+    assert torch.equal(a.tokens_PG_T, b.tokens_PG_T)
+    assert torch.allclose(a.logprobs_PG_T, b.logprobs_PG_T, atol=1e-5)
+    assert torch.allclose(a.entropy_PG_T, b.entropy_PG_T, atol=1e-5)
+
+
+def test_merged_copy_shares_every_weight_it_does_not_merge():
+    backend, tok = lora_backend()
+    plain = engine_for(backend.policy, tok).module
+    live = {id(p) for p in backend.policy.parameters()}
+    copied = [n for n, p in plain.named_parameters() if id(p) not in live]
+    assert copied and all(n.endswith(("q_proj.weight", "v_proj.weight", "down_proj.weight")) for n in copied)
+    w0 = backend.policy.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight.clone()
+    nudge_adapter(backend, 1.0)
+    engine_for(backend.policy, tok)  # a refresh must not touch the live W0
+    assert torch.equal(w0, backend.policy.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight)
