@@ -66,6 +66,13 @@ class Transform(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+class PlanningDetector(Protocol):
+    def mask(self, token_strings_PG: Sequence[Sequence[str]], length: int) -> Tensor:
+        """bool [P·G, length]: which completion tokens are planning tokens, from each completion's raw
+        token pieces (`tokenizer.convert_ids_to_tokens`)."""
+        ...
+
+
 class Engine(Protocol):
     """Generates rollouts from the current policy."""
 

@@ -47,9 +47,11 @@ def build_all(cfg: DictConfig) -> tuple[Components, Trainer]:
         reward=build(cfg, "reward"),
         algorithm=build(cfg, "algorithm"),
         transform=build(cfg, "transform"),
+        planning=build(cfg, "planning"),
         make_backend=build(cfg, "backend", _partial_=True),
         make_engine=build(cfg, "engine", _partial_=True),
         condition=condition_label(cfg),
+        uncertainty_kind=cfg.transform.get("uncertainty"),
         seeds=seeds,
     )
     check_components(cfg, components)

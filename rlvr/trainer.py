@@ -21,13 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from torch import Tensor
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from rlvr.algorithm.ties import tie_metrics, uniform_groups
 from rlvr.model.prompt_encoding import encode_prompts, eos_ids
 from rlvr.outputs import RunDir
-from rlvr.protocols import Algorithm, Backend, DataSource, Engine, Reward, Transform
+from rlvr.protocols import Algorithm, Backend, DataSource, Engine, PlanningDetector, Reward, Transform
 from rlvr.seeds import Seeds, sub_seed
 from rlvr.types import Example, Rollouts, SamplingParams, TokenSignals, TrainBatch
 from rlvr.warmup import Warmup
@@ -47,9 +48,13 @@ class Components:
     reward: Reward
     algorithm: Algorithm
     transform: Transform
+    planning: PlanningDetector
     make_backend: Callable[..., Backend]
     make_engine: Callable[..., Engine]
     condition: str
+    """`<algorithm>+<transform>`, from the modules their `_target_`s name."""
+    uncertainty_kind: str | None
+    """The token signal the transform reads (surprisal, …), logged with every row."""
     seeds: Seeds
 
 
@@ -64,6 +69,22 @@ class Live:
     out: RunDir
     warmup: dict | None
     totals: dict = field(default_factory=lambda: {"correct": 0, "completions": 0, "tokens": 0})
+
+
+@dataclass(frozen=True)
+class Credit:
+    """One step's credit assignment, kept together for training, logging and samples."""
+
+    adv_P_G: Tensor
+    batch: TrainBatch
+    signals: TokenSignals
+    pieces_PG: list[list[str]] | None
+    metrics: dict
+
+    @property
+    def skipped(self) -> bool:
+        """No token has a non-zero advantage: nothing to train on."""
+        return not bool((self.batch.adv_PG_T != 0).any())
 
 
 @dataclass
@@ -164,7 +185,7 @@ class Trainer:
     def step(self, live: Live, step: int) -> dict:
         """One RL step; returns its metrics row (the caller writes it)."""
         c, P, G = live.c, self.batch_size, self.group_size
-        t0 = time.perf_counter()
+        clock = [time.perf_counter()]
         examples = c.data.batch(step, P)
         prompt_ids_P = encode_prompts(live.tokenizer, [e.prompt for e in examples])
         live.engine.sync(live.backend.policy)
@@ -172,39 +193,54 @@ class Trainer:
             prompt_ids_P, G, self.sampling, seed=sub_seed(c.seeds.sampler, f"step/{step}"),
             with_entropy=c.transform.needs_entropy,
         )
-        t1 = time.perf_counter()
+        clock.append(time.perf_counter())
         completions = decode_completions(live.tokenizer, rollouts)
-        rewards_P_G = torch.tensor(
-            c.reward.score(completions, [e.reference for e in examples for _ in range(G)]), dtype=torch.float32
-        ).view(P, G)
-        t2 = time.perf_counter()
-        correct_PG = (rewards_P_G > CORRECT_THRESHOLD).flatten()
+        references = [e.reference for e in examples for _ in range(G)]
+        rewards_P_G = torch.tensor(c.reward.score(completions, references), dtype=torch.float32).view(P, G)
+        clock.append(time.perf_counter())
+        credit = self._credit(live, step, rollouts, rewards_P_G)
+        clock.append(time.perf_counter())
+        train = {} if credit.skipped else live.backend.train_step(credit.batch, c.algorithm.loss, self.lr)
+        clock.append(time.perf_counter())
+        live.out.write_samples(step, self._samples(examples, completions, rewards_P_G, credit))
+        return self._row(live, step, rollouts, rewards_P_G, credit, train, clock)
+
+    def _credit(self, live: Live, step: int, rollouts: Rollouts, rewards_P_G: Tensor) -> Credit:
+        """Rewards → episode advantages (uniform groups zeroed) → token advantages → batch pass → cap."""
+        c = live.c
         adv_P_G = c.algorithm.advantages(rewards_P_G).masked_fill(uniform_groups(rewards_P_G)[:, None], 0.0)
+        pieces_PG = token_pieces(live.tokenizer, rollouts) if c.transform.needs_planning else None
         signals = TokenSignals(
-            logprobs_PG_T=rollouts.logprobs_PG_T, mask_PG_T=rollouts.mask_PG_T, group_size=G, step=step,
-            correct_rate=float(correct_PG.float().mean()), entropy_PG_T=rollouts.entropy_PG_T,
+            logprobs_PG_T=rollouts.logprobs_PG_T, mask_PG_T=rollouts.mask_PG_T, group_size=self.group_size,
+            step=step, correct_rate=float((rewards_P_G > CORRECT_THRESHOLD).float().mean()),
+            entropy_PG_T=rollouts.entropy_PG_T,
+            planning_PG_T=None if pieces_PG is None else c.planning.mask(pieces_PG, rollouts.mask_PG_T.shape[1]),
         )
         adv_PG_T, transform_metrics = c.transform(adv_P_G.flatten(), signals)
         adv_PG_T, norm_metrics = c.algorithm.normalize(adv_PG_T, rollouts.mask_PG_T)
         adv_PG_T, cap_metrics = c.algorithm.loss.cap(adv_PG_T)
-        t3 = time.perf_counter()
-        skipped = not bool((adv_PG_T != 0).any())
-        train = {} if skipped else live.backend.train_step(TrainBatch(rollouts, adv_PG_T), c.algorithm.loss, self.lr)
-        t4 = time.perf_counter()
-        live.out.write_samples(step, self._samples(examples, completions, rewards_P_G, adv_P_G))
+        metrics = {**transform_metrics, **norm_metrics, **cap_metrics}
+        return Credit(adv_P_G, TrainBatch(rollouts, adv_PG_T), signals, pieces_PG, metrics)
+
+    def _row(self, live: Live, step: int, rollouts: Rollouts, rewards_P_G: Tensor, credit: Credit, train: dict,
+             clock: list[float]) -> dict:
+        c, (P, G) = live.c, rewards_P_G.shape
         lengths = rollouts.lengths_PG
-        tokens = sum(len(p) for p in prompt_ids_P) * G + int(lengths.sum())
-        live.totals["correct"] += int(correct_PG.sum())
+        tokens = sum(len(p) for p in rollouts.prompt_ids_P) * G + int(lengths.sum())
+        correct = int((rewards_P_G > CORRECT_THRESHOLD).sum())
+        live.totals["correct"] += correct
         live.totals["completions"] += P * G
         live.totals["tokens"] += tokens
-        step_time = t4 - t0
+        t0, t_sample, t_score, t_credit, t_train = clock
+        step_time = t_train - t0
         return {
             "step": step,
             "condition": c.condition,
-            "skipped": skipped,
+            "uncertainty_kind": c.uncertainty_kind,
+            "skipped": credit.skipped,
             "loss": train.get("loss", 0.0),
             "mean_reward": float(rewards_P_G.mean()),
-            "correct_rate": signals.correct_rate,
+            "correct_rate": correct / (P * G),
             "running_correct_rate": live.totals["correct"] / live.totals["completions"],
             **tie_metrics(rewards_P_G),
             "num_datums": P * G,
@@ -214,35 +250,43 @@ class Trainer:
             "max_token_hit_rate": float((~rollouts.finished_PG).float().mean()),
             "rl/completion_tokens": float(lengths.sum()),
             "rl/completion_surprisal_mean": float(-rollouts.logprobs_PG_T[rollouts.mask_PG_T].mean()),
-            "rl/nonzero_advantage_action_tokens": float(((adv_PG_T != 0) & rollouts.mask_PG_T).sum()),
-            **transform_metrics,
-            **norm_metrics,
-            **cap_metrics,
+            "rl/nonzero_advantage_action_tokens": float(((credit.batch.adv_PG_T != 0) & rollouts.mask_PG_T).sum()),
+            **credit.metrics,
             **train,
             "tokens_per_step": tokens,
             "step_time_s": step_time,
-            "sample_time_s": t1 - t0,
-            "score_time_s": t2 - t1,
-            "advantage_time_s": t3 - t2,
-            "train_time_s": t4 - t3,
+            "sample_time_s": t_sample - t0,
+            "score_time_s": t_score - t_sample,
+            "advantage_time_s": t_credit - t_score,
+            "train_time_s": t_train - t_credit,
             "tokens_per_second": tokens / step_time,
-            "sample_share": (t1 - t0) / step_time,
-            "train_share": (t4 - t3) / step_time,
+            "sample_share": (t_sample - t0) / step_time,
+            "train_share": (t_train - t_credit) / step_time,
             "process_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         }
 
-    def _samples(self, examples: list[Example], completions: list[str], rewards_P_G, adv_P_G) -> list[dict]:
-        G = self.group_size
-        return [
-            {
+    def _samples(self, examples: list[Example], completions: list[str], rewards_P_G: Tensor, credit: Credit):
+        """The first `samples_per_step` groups, each completion with its per-token advantages and, when
+        the transform used one, which of its tokens the planning detector marked."""
+        G, out = self.group_size, []
+        mask, adv_PG_T = credit.signals.mask_PG_T, credit.batch.adv_PG_T
+        for p in range(min(self.samples_per_step, len(examples))):
+            rows = range(p * G, (p + 1) * G)
+            lengths = [int(mask[r].sum()) for r in rows]
+            group = {
                 "prompt": examples[p].prompt,
                 "reference": examples[p].reference,
                 "completions": completions[p * G : (p + 1) * G],
                 "rewards": rewards_P_G[p].tolist(),
-                "advantages": adv_P_G[p].tolist(),
+                "advantages": credit.adv_P_G[p].tolist(),
+                "token_advantages": [adv_PG_T[r, :n].tolist() for r, n in zip(rows, lengths)],
             }
-            for p in range(min(self.samples_per_step, len(examples)))
-        ]
+            if credit.pieces_PG is not None:
+                planning = credit.signals.planning_PG_T
+                group["tokens"] = [credit.pieces_PG[r] for r in rows]
+                group["planning"] = [planning[r, :n].int().tolist() for r, n in zip(rows, lengths)]
+            out.append(group)
+        return out
 
     def evaluate(self, live: Live, steps_done: int) -> dict:
         """Greedy accuracy on the held-out set; appends and returns the evaluation row."""
@@ -274,6 +318,12 @@ class Trainer:
                 "seeds": live.c.seeds.as_dict(),
             }
             (path / "trainer_state.json").write_text(json.dumps(state, indent=2) + "\n")
+
+
+def token_pieces(tokenizer, rollouts: Rollouts) -> list[list[str]]:
+    """Each completion's tokens as the tokenizer's raw pieces (what the planning detector reads)."""
+    lengths = rollouts.lengths_PG.tolist()
+    return [tokenizer.convert_ids_to_tokens(row[:n]) for row, n in zip(rollouts.tokens_PG_T.tolist(), lengths)]
 
 
 def decode_completions(tokenizer, rollouts: Rollouts) -> list[str]:

@@ -20,16 +20,6 @@ STEP_KEYS = {
 }
 
 
-WARMUP_STEPS = 800  # the default recipe's warm-up (~50 s on 1 thread), trained once for this module
-
-
-@pytest.fixture(scope="module")
-def warm(tmp_path_factory):
-    """Overrides that start RL from the shortened warm-up, trained once per module and then cached."""
-    cache = tmp_path_factory.mktemp("warmup-cache")
-    return [f"trainer.warmup.steps={WARMUP_STEPS}", f"trainer.warmup.cache_dir={cache}", "threads=1"]
-
-
 def rows(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 

@@ -85,8 +85,12 @@ def test_piece_text():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(["Ġlet", "Ġme", "Ġcheck", "Ġthe", "Ġkey", "Ġis", "Ġx", "Ċ", "Ġwait", "ble", "."]),
-                max_size=12))
+@given(
+    st.lists(
+        st.sampled_from(["Ġlet", "Ġme", "Ġcheck", "Ġthe", "Ġkey", "Ġis", "Ġx", "Ċ", "Ġwait", "ble", "."]),
+        max_size=12,
+    )
+)
 def test_marks_are_exactly_the_tokens_overlapping_a_gram(pieces):
     # reference by brute force: a token is planning iff some gram occurrence's character span overlaps it
     import re

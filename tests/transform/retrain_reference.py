@@ -1,4 +1,4 @@
-"""A straightforward per-sequence, pure-Python reference of the token-level transforms and the SEPA controller.
+"""A straightforward per-sequence, pure-Python reference of the token-level transforms and SEPA controller.
 
 It transliterates spec §3.3–§3.8 (retrain's list-based functions) one completion at a time, so the
 vectorised rlvr.transform code can be checked against it (tests, and bench/transforms.py at 1e-9 in
@@ -108,7 +108,7 @@ def reference_step(
     rho: float = 0.0,
     entropies_PG: list[list[float]] | None = None,
 ) -> tuple[list[list[float]], dict[str, float]]:
-    """mode ∈ gtpo | hicra | pool | amp | amp_c | entropy_mask. Returns per-row token advantages and metrics."""
+    """mode ∈ gtpo | hicra | pool | amp | amp_c | entropy_mask → (per-row token advantages, metrics)."""
     uses_planning = mode in ("hicra", "pool", "amp", "amp_c")
     rows_out: list[list[float]] = []
     per_group: list[dict[str, float]] = []
@@ -137,7 +137,10 @@ def reference_step(
                 for advs, u in zip(group_rows, raw, strict=True)
             ]
             masked = sum(1 for e in flat if e < threshold)
-            extra = {"entropy_mask_threshold": threshold, "entropy_mask_fraction": masked / len(flat) if flat else 0.0}
+            extra = {
+                "entropy_mask_threshold": threshold,
+                "entropy_mask_fraction": masked / len(flat) if flat else 0.0,
+            }
         rows_out.extend(group_rows)
         if any(a != 0.0 for a in adv_PG[start : start + group_size]):
             per_group.append(extra)

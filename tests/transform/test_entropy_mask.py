@@ -17,7 +17,8 @@ def _signals(logprobs, group_size):
 
 
 def test_table_threshold_is_per_group():
-    # group 0: u = [5, 1 | 3, 4] → n = 4, ρ = 0.5 → k = max(1, ⌊4·0.5⌋) = 2 → sorted desc [5, 4, 3, 1] → threshold 4
+    # group 0: u = [5, 1 | 3, 4] → n = 4, ρ = 0.5 → k = max(1, ⌊4·0.5⌋) = 2
+    #          → sorted desc [5, 4, 3, 1] → threshold 4
     #          kept: 5 and 4; masked: 1 and 3 → fraction 2/4
     # group 1: u = [2 | 2, 9] → n = 3 → k = max(1, ⌊1.5⌋) = 1 → threshold 9 → masked 2, 2 → fraction 2/3
     signals = _signals([[-5.0, -1.0], [-3.0, -4.0], [-2.0], [-2.0, -9.0]], group_size=2)
@@ -56,7 +57,9 @@ def test_rho_one_keeps_everything():
 
 def test_group_without_tokens_has_threshold_zero():
     # both completions empty → n = 0 → threshold 0.0 (retrain's value)
-    assert group_thresholds(torch.zeros(2, 3).double(), torch.zeros(2, 3, dtype=torch.bool), 2, 0.5).tolist() == [0.0]
+    assert group_thresholds(
+        torch.zeros(2, 3).double(), torch.zeros(2, 3, dtype=torch.bool), 2, 0.5
+    ).tolist() == [0.0]
     assert entropy_mask_threshold([], 0.5) == 0.0
 
 
@@ -70,7 +73,13 @@ def test_rho_out_of_range_is_rejected():
 def test_matches_the_per_sequence_reference(case: StepCase):
     for rho in (0.2, 0.5, 1.0):
         ref, ref_metrics = reference_step(
-            "entropy_mask", case.adv_PG, case.logprobs_PG, case.planning_PG, case.group_size, beta=0.2, rho=rho
+            "entropy_mask",
+            case.adv_PG,
+            case.logprobs_PG,
+            case.planning_PG,
+            case.group_size,
+            beta=0.2,
+            rho=rho,
         )
         adv, metrics = EntropyMask(beta=0.2, rho=rho, uncertainty="surprisal")(case.adv(), case.signals())
         for got, want in zip(unpad(adv, case.logprobs_PG), ref, strict=True):

@@ -10,7 +10,9 @@ from tests.transform.transform_cases import StepCase, step_cases
 
 def _run(transform, adv: list[float], logprobs: list[list[float]], group_size: int = 1):
     length = max(1, max(len(r) for r in logprobs))
-    signals = TokenSignals(pad(logprobs, length, torch.float64), mask_of(logprobs, length), group_size, 0, 0.0)
+    signals = TokenSignals(
+        pad(logprobs, length, torch.float64), mask_of(logprobs, length), group_size, 0, 0.0
+    )
     return transform(torch.tensor(adv, dtype=torch.float64), signals)
 
 
@@ -42,6 +44,13 @@ def test_certain_completion_gets_uniform_weights():
     # all logprobs 0 → mean surprisal 0 < 1e-7 → w = 1 (no division by ~0)
     adv, _ = _run(GTPO(beta=0.1, uncertainty="surprisal"), [-1.0], [[0.0, 0.0]])
     assert adv[0].tolist() == [-1.0, -1.0]
+    # u = [1e-8, 3e-8] → mean 2e-8 < 1e-7 → w = 1; without the guard w ≈ 1 + 0.1·(u/(2e-8 + 1e-8) − 1)
+    adv, _ = _run(GTPO(beta=0.1, uncertainty="surprisal"), [2.0], [[-1e-8, -3e-8]])
+    assert adv[0].tolist() == [2.0, 2.0]
+    # just above the guard, u = [1e-7, 3e-7] → mean 2e-7
+    # → w = 1 + 0.1·([1, 3]e-7/(2e-7 + 1e-8) − 1) ≈ [0.948, 1.043]
+    adv, _ = _run(GTPO(beta=0.1, uncertainty="surprisal"), [1.0], [[-1e-7, -3e-7]])
+    assert adv[0].tolist() == pytest.approx([1 + 0.1 * (1 / 2.1 - 1), 1 + 0.1 * (3 / 2.1 - 1)], rel=1e-6)
 
 
 def test_degenerate_rows_empty_and_zero_advantage():
@@ -63,8 +72,14 @@ def test_constructor_rejects_bad_beta():
 def test_matches_the_per_sequence_reference(case: StepCase):
     for kind in ("surprisal", "predictive_variance", "shannon_entropy"):
         ref, ref_metrics = reference_step(
-            "gtpo", case.adv_PG, case.logprobs_PG, case.planning_PG, case.group_size,
-            beta=0.3, uncertainty_kind=kind, entropies_PG=case.entropies_PG,
+            "gtpo",
+            case.adv_PG,
+            case.logprobs_PG,
+            case.planning_PG,
+            case.group_size,
+            beta=0.3,
+            uncertainty_kind=kind,
+            entropies_PG=case.entropies_PG,
         )
         adv, metrics = GTPO(beta=0.3, uncertainty=kind)(case.adv(), case.signals())
         for got, want in zip(unpad(adv, case.logprobs_PG), ref, strict=True):

@@ -12,8 +12,14 @@ from tests.transform.transform_cases import StepCase, step_cases
 def _signals(logprobs, planning, group_size=1):
     length = max(len(r) for r in logprobs)
     plan = pad([[float(m) for m in r] for r in planning], length, torch.float64).bool()
-    return TokenSignals(pad(logprobs, length, torch.float64), mask_of(logprobs, length), group_size, 0, 0.0,
-                        planning_PG_T=plan)
+    return TokenSignals(
+        pad(logprobs, length, torch.float64),
+        mask_of(logprobs, length),
+        group_size,
+        0,
+        0.0,
+        planning_PG_T=plan,
+    )
 
 
 def test_table_planning_tokens_get_alpha_abs_a():
@@ -21,7 +27,9 @@ def test_table_planning_tokens_get_alpha_abs_a():
     # A = +2: [1.9, 2.1]; token 0 is planning → 1.9 + 0.2·1.9 = 2.28
     # A = −2: [−1.9, −2.1]; token 0 is planning → −1.9 + 0.2·1.9 = −1.52 (less blame, not more)
     signals = _signals([[-1.0, -3.0], [-1.0, -3.0]], [[1, 0], [1, 0]], group_size=2)
-    adv, metrics = HICRA(beta=0.1, alpha=0.2, uncertainty="surprisal")(torch.tensor([2.0, -2.0]).double(), signals)
+    adv, metrics = HICRA(beta=0.1, alpha=0.2, uncertainty="surprisal")(
+        torch.tensor([2.0, -2.0]).double(), signals
+    )
     assert adv.tolist() == [pytest.approx([2.28, 2.1], abs=1e-8), pytest.approx([-1.52, -2.1], abs=1e-8)]
     # 2 planning tokens of 4 completion tokens
     assert metrics["planning_token_fraction"] == 0.5

@@ -9,8 +9,15 @@ from tests.transform.retrain_reference import mask_of, pad, reference_step, unpa
 from tests.transform.transform_cases import StepCase, step_cases
 
 # λ = (step − delay)/steps once the gate is open: steps=100, delay=0, gate 0 → λ = step/100
-RAMP = dict(steps=100, schedule="linear", delay_steps=0, correct_rate_gate=0.0, ema_decay=0.99, var_threshold=0.2,
-            warmup_sequences=50)
+RAMP = dict(
+    steps=100,
+    schedule="linear",
+    delay_steps=0,
+    correct_rate_gate=0.0,
+    ema_decay=0.99,
+    var_threshold=0.2,
+    warmup_sequences=50,
+)
 
 
 def _sepa(cls=SEPA, **overrides):
@@ -20,8 +27,14 @@ def _sepa(cls=SEPA, **overrides):
 def _signals(logprobs, planning, *, step, correct_rate=0.0, group_size=1):
     length = max(1, max(len(r) for r in logprobs))
     plan = pad([[float(m) for m in r] for r in planning], length, torch.float64).bool()
-    return TokenSignals(pad(logprobs, length, torch.float64), mask_of(logprobs, length), group_size, step,
-                        correct_rate, planning_PG_T=plan)
+    return TokenSignals(
+        pad(logprobs, length, torch.float64),
+        mask_of(logprobs, length),
+        group_size,
+        step,
+        correct_rate,
+        planning_PG_T=plan,
+    )
 
 
 def test_table_pooling():
@@ -39,9 +52,12 @@ def test_table_pooling():
 
 
 def test_table_amplification():
-    # u = [1, 3, 5], planning [0, 0, 1], λ = 0.5: exec u' = 1.5·[1, 3] − 0.5·2 = [0.5, 3.5]; u' = [0.5, 3.5, 5]
+    # u = [1, 3, 5], planning [0, 0, 1], λ = 0.5: exec u' = 1.5·[1, 3] − 0.5·2 = [0.5, 3.5]
+    # u' = [0.5, 3.5, 5]
     # mean 3 → w = 1 + 0.1·([0.5, 3.5, 5]/3 − 1) = [0.91667, 1.01667, 1.06667]
-    adv, _ = _sepa(SEPAAmp)(torch.tensor([1.0]).double(), _signals([[-1.0, -3.0, -5.0]], [[0, 0, 1]], step=50))
+    adv, _ = _sepa(SEPAAmp)(
+        torch.tensor([1.0]).double(), _signals([[-1.0, -3.0, -5.0]], [[0, 0, 1]], step=50)
+    )
     assert adv[0].tolist() == pytest.approx([1 - 0.25 / 3, 1 + 0.05 / 3, 1 + 0.2 / 3], abs=1e-8)
 
 
@@ -69,8 +85,9 @@ def test_all_planning_and_empty_completions_are_left_to_gtpo():
 
 def test_zero_advantages_give_zeros_and_no_stats():
     # all-equal rewards → episode advantages 0 → token advantages 0; λ and gate still reported
-    adv, metrics = _sepa()(torch.zeros(2).double(), _signals([[-1.0, -2.0], [-3.0]], [[0, 1], [0]], step=50,
-                                                              group_size=2))
+    adv, metrics = _sepa()(
+        torch.zeros(2).double(), _signals([[-1.0, -2.0], [-3.0]], [[0, 1], [0]], step=50, group_size=2)
+    )
     assert adv.abs().sum().item() == 0.0
     assert "exec_surprisal_mean" not in metrics and metrics["sepa_lambda"] == 0.5
 
@@ -107,6 +124,18 @@ def test_planning_uncertainty_is_never_reshaped(case: StepCase):
     for variant in ("pool", "amp", "amp_c"):
         out = reshape_execution(u, exec_, 0.7, variant)
         assert torch.equal(out[~exec_], u[~exec_])
+
+
+@settings(max_examples=100, deadline=None)
+@given(step_cases())
+def test_pooling_and_amplification_keep_the_execution_sum(case: StepCase):
+    # pool: Σ_exec (λμ + (1 − λ)v) = λnμ + (1 − λ)Σv = Σv;  amp: Σ_exec ((1 + λ)v − λμ) = Σv
+    signals = case.signals()
+    u = (-signals.logprobs_PG_T).clamp(max=50) * signals.mask_PG_T
+    exec_ = signals.mask_PG_T & ~signals.planning_PG_T
+    for variant in ("pool", "amp"):
+        out = reshape_execution(u, exec_, 0.6, variant)
+        assert (out * exec_).sum(-1).tolist() == pytest.approx((u * exec_).sum(-1).tolist(), abs=1e-9)
 
 
 @settings(max_examples=150, deadline=None)

@@ -9,8 +9,15 @@ from hypothesis import strategies as st
 from rlvr.transform.sepa_controller import SEPAController
 from tests.transform.retrain_reference import SequentialAutoState, mask_of, pad
 
-DEFAULTS = dict(steps=500, schedule="linear", delay_steps=50, correct_rate_gate=0.1, ema_decay=0.99,
-                var_threshold=0.2, warmup_sequences=50)
+DEFAULTS = dict(
+    steps=500,
+    schedule="linear",
+    delay_steps=50,
+    correct_rate_gate=0.1,
+    ema_decay=0.99,
+    var_threshold=0.2,
+    warmup_sequences=50,
+)
 
 
 def _controller(**overrides) -> SEPAController:
@@ -62,9 +69,11 @@ def test_gate_zero_is_open_from_the_start():
 def test_auto_warmup_counts_sequences_not_steps():
     # d = 0.5, warm-up 3 sequences, threshold 0.5. One step of three completions, exec surprisals
     #   [1, 3] → var 1;  [2, 2] → var 0;  [0, 4] → var 4
-    # var_ema: 1 → 0.5·1 + 0.5·0 = 0.5 → 0.5·0.5 + 0.5·4 = 2.25; the 3rd sequence ends the warm-up: var_0 = 2.25
-    controller = _controller(schedule="auto", correct_rate_gate=0.0, ema_decay=0.5, warmup_sequences=3,
-                             var_threshold=0.5, steps=0)
+    # var_ema: 1 → 0.5·1 + 0.5·0 = 0.5 → 0.5·0.5 + 0.5·4 = 2.25
+    # the 3rd sequence ends the warm-up: var_0 = 2.25
+    controller = _controller(
+        schedule="auto", correct_rate_gate=0.0, ema_decay=0.5, warmup_sequences=3, var_threshold=0.5, steps=0
+    )
     controller.update_auto_state(*_logprobs([[1, 3], [2, 2], [0, 4]]))
     assert (controller.var_ema, controller.var_0, controller.warmup_seen) == (2.25, 2.25, 3)
     # λ = 1 − min((2.25/2.25)/0.5, 1) = 0
@@ -76,7 +85,8 @@ def test_auto_warmup_counts_sequences_not_steps():
 
 
 def test_auto_warmup_spans_steps_when_steps_are_small():
-    # warm-up 5 sequences, 3 per step: after step 1 var_0 unknown (λ = linear floor = 0), set at the 5th sequence
+    # warm-up 5 sequences, 3 per step: after step 1 var_0 is unknown (λ = linear floor = 0);
+    # it is set at the 5th sequence
     controller = _controller(schedule="auto", correct_rate_gate=0.0, ema_decay=0.5, warmup_sequences=5)
     controller.update_auto_state(*_logprobs([[1, 3]] * 3))
     assert (controller.var_0, controller.warmup_seen) == (None, 3)
@@ -109,8 +119,13 @@ def test_auto_uses_linear_as_floor():
 
 @settings(max_examples=100, deadline=None)
 @given(
-    st.lists(st.lists(st.lists(st.integers(0, 20_000).map(lambda k: k / 1000), max_size=6), min_size=1, max_size=5),
-             min_size=1, max_size=4),
+    st.lists(
+        st.lists(
+            st.lists(st.integers(0, 20_000).map(lambda k: k / 1000), max_size=6), min_size=1, max_size=5
+        ),
+        min_size=1,
+        max_size=4,
+    ),
     st.sampled_from([0.0, 0.5, 0.9, 0.99, 1.0]),
     st.integers(1, 8),
 )

@@ -31,7 +31,13 @@ def test_predecessor_names_are_exact_aliases(alias, original):
 def test_sepa_defaults_are_the_spec_defaults():
     # spec §16: [sepa] steps 500, schedule linear, delay_steps 50, correct_rate_gate 0.1; [gtpo] beta 0.1
     cfg = OmegaConf.load(CONF / "sepa.yaml")
-    assert (cfg.steps, cfg.schedule, cfg.delay_steps, cfg.correct_rate_gate, cfg.beta) == (500, "linear", 50, 0.1, 0.1)
+    assert (cfg.steps, cfg.schedule, cfg.delay_steps, cfg.correct_rate_gate, cfg.beta) == (
+        500,
+        "linear",
+        50,
+        0.1,
+        0.1,
+    )
     assert OmegaConf.load(CONF / "hicra.yaml").alpha == 0.2
 
 

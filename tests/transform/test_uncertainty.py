@@ -28,7 +28,8 @@ def test_surprisal_is_negative_logprob_clipped_at_50():
 
 
 def test_predictive_variance_is_p_one_minus_p():
-    # lp = log 0.5 → p = 0.5 → 0.25;  lp = log 0.9 → 0.9·0.1 = 0.09;  lp = −200 → max(lp, −50) → p = e^−50 ≈ 2e-22
+    # lp = log 0.5 → p = 0.5 → 0.25;  lp = log 0.9 → 0.9·0.1 = 0.09
+    # lp = −200 → max(lp, −50) → p = e^−50 ≈ 2e-22
     u = token_uncertainty("predictive_variance", _signals([[math.log(0.5), math.log(0.9), -200.0]]))
     expected = [0.25, 0.09, math.exp(-50) * (1 - math.exp(-50))]
     assert u[0].tolist() == pytest.approx(expected, rel=1e-12)

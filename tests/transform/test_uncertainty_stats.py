@@ -9,12 +9,15 @@ def _stats(u_rows, plan_rows, adv, group_size, post_rows=None):
     length = max(1, max(len(r) for r in u_rows))
     u = pad(u_rows, length, torch.float64)
     post = u if post_rows is None else pad(post_rows, length, torch.float64)
+    mask = mask_of(u_rows, length)
     plan = None if plan_rows is None else pad(plan_rows, length, torch.float64).bool()
-    return uncertainty_stats(u, post, mask_of(u_rows, length), plan, torch.tensor(adv).double(), group_size)
+    exec_ = mask if plan is None else mask & ~plan
+    return uncertainty_stats(u, post, exec_, plan, torch.tensor(adv).double(), group_size)
 
 
 def test_table_per_group_then_unweighted_mean_over_groups():
-    # group 0 (rows 0-1): exec u = [1, 3, 5] → mean 3, var (4 + 0 + 4)/3 = 8/3; planning u = [7] → mean 7, var 0
+    # group 0 (rows 0-1): exec u = [1, 3, 5] → mean 3, var (4 + 0 + 4)/3 = 8/3
+    #                     planning u = [7] → mean 7, var 0
     # group 1 (rows 2-3): exec u = [2] → mean 2, var 0; no planning tokens → left out of the plan average
     # step: exec mean (3 + 2)/2 = 2.5, exec var (8/3 + 0)/2 = 4/3; plan mean 7 (group 0 only), var 0
     stats = _stats([[1, 3, 7], [5], [2], []], [[0, 0, 1], [0], [0], []], [1.0, -1.0, 0.5, -0.5], 2)

@@ -1,0 +1,183 @@
+"""Throughput and exactness of the token-level half of the advantage pipeline: MaxRL → SEPA (pooling) → GTPO.
+
+    .venv/bin/python -m bench.transforms            # from the repository root (imports the test reference)
+
+For each shape P groups × G completions × T tokens it builds a synthetic step (completion lengths uniform
+in [T/4, T], surprisal ~ Exponential(mean 0.5), ≈ 5 % planning tokens in 3-token spans, Bernoulli(0.3)
+rewards so some groups tie), then times the whole pipeline in float32 — MaxRL episode advantages
+(r − μ)/(μ + 1e-6), 0 when μ ≤ 1e-6, and `SEPA` at λ = 0.5 with every metric — and prints
+tokens/s over the P·G·T padded positions (the tensor size the trainer hands over) and over real
+completion tokens. The median and best of repeated calls are reported, with 1 thread and with torch's
+default thread count.
+
+Exactness: the same step in float64 is compared with the straightforward per-sequence pure-Python
+reference (tests/transform/retrain_reference.py) — token advantages and stats to 1e-9 — on all groups
+of the small shape and on the first `--check-groups` groups of the large one (the reference needs
+seconds per million tokens; token advantages are per completion and stats per group, so a slice of
+whole groups is a complete check of those groups).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+from torch import Tensor
+
+from rlvr.transform.sepa import SEPA
+from rlvr.types import TokenSignals
+from tests.transform.retrain_reference import reference_step
+
+SHAPES = [(8, 16, 1024), (64, 16, 4096)]
+TARGET_TOKENS_PER_S = 30e6  # on the first shape
+SEPA_KNOBS = dict(
+    beta=0.1,
+    uncertainty="surprisal",
+    steps=500,
+    schedule="linear",
+    delay_steps=50,
+    correct_rate_gate=0.0,  # open from the start so that λ = (300 − 50)/500 = 0.5 at STEP
+    ema_decay=0.99,
+    var_threshold=0.2,
+    warmup_sequences=50,
+)
+STEP = 300
+LAMBDA = 0.5
+
+
+def maxrl_advantages(rewards_P_G: Tensor, eps: float = 1e-6) -> Tensor:
+    """Spec §2.2, inline so the bench does not depend on rlvr.algorithm."""
+    mean_P_1 = rewards_P_G.mean(-1, keepdim=True)
+    adv = (rewards_P_G - mean_P_1) / (mean_P_1 + eps)
+    return torch.where(mean_P_1 > eps, adv, torch.zeros_like(adv))
+
+
+def synthetic_step(
+    num_groups: int, group_size: int, length: int, seed: int = 0
+) -> tuple[Tensor, TokenSignals]:
+    """float64 rewards [P, G] and signals; cast with `as_dtype` for float32 runs."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = num_groups * group_size
+    lengths = torch.randint(length // 4, length + 1, (rows,), generator=gen)
+    mask = torch.arange(length)[None, :] < lengths[:, None]
+    surprisal = torch.empty(rows, length, dtype=torch.float64).exponential_(2.0, generator=gen)
+    logprobs = torch.where(mask, -surprisal, 0.0)
+    starts = torch.rand(rows, length, generator=gen) < 0.05 / 3
+    planning = (starts | starts.roll(1, -1) | starts.roll(2, -1)) & mask
+    rewards = (torch.rand(num_groups, group_size, generator=gen) < 0.3).to(torch.float64)
+    signals = TokenSignals(
+        logprobs, mask, group_size, STEP, float((rewards > 0.5).double().mean()), planning_PG_T=planning
+    )
+    return rewards, signals
+
+
+def as_dtype(signals: TokenSignals, dtype: torch.dtype) -> TokenSignals:
+    return TokenSignals(
+        signals.logprobs_PG_T.to(dtype),
+        signals.mask_PG_T,
+        signals.group_size,
+        signals.step,
+        signals.correct_rate,
+        planning_PG_T=signals.planning_PG_T,
+    )
+
+
+def pipeline(transform: SEPA, rewards_P_G: Tensor, signals: TokenSignals) -> tuple[Tensor, dict[str, float]]:
+    return transform(maxrl_advantages(rewards_P_G).reshape(-1), signals)
+
+
+def throughput(
+    num_groups: int, group_size: int, length: int, min_seconds: float = 2.0
+) -> tuple[float, float, int, int]:
+    """(median and best seconds per step, padded positions, completion tokens), float32."""
+    rewards, signals64 = synthetic_step(num_groups, group_size, length)
+    rewards, signals = rewards.float(), as_dtype(signals64, torch.float32)
+    transform = SEPA(**SEPA_KNOBS)
+    for _ in range(3):
+        pipeline(transform, rewards, signals)
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < 5 or time.perf_counter() - start < min_seconds:
+        t0 = time.perf_counter()
+        pipeline(transform, rewards, signals)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), min(times), signals.mask_PG_T.numel(), int(signals.mask_PG_T.sum())
+
+
+def max_error(num_groups: int, group_size: int, length: int, check_groups: int) -> tuple[float, float, int]:
+    """(max |Δ| of token advantages, max relative |Δ| of stats, tokens checked) against the reference."""
+    rewards, signals = synthetic_step(num_groups, group_size, length)
+    rows = check_groups * group_size
+    rewards, signals = (
+        rewards[:check_groups],
+        TokenSignals(
+            signals.logprobs_PG_T[:rows],
+            signals.mask_PG_T[:rows],
+            group_size,
+            STEP,
+            signals.correct_rate,
+            planning_PG_T=signals.planning_PG_T[:rows],
+        ),
+    )
+    adv_PG_T, metrics = pipeline(SEPA(**SEPA_KNOBS), rewards, signals)
+    assert metrics["sepa_lambda"] == LAMBDA
+    lengths = signals.mask_PG_T.sum(-1).tolist()
+    logprobs = [signals.logprobs_PG_T[r, :n].tolist() for r, n in enumerate(lengths)]
+    planning = [signals.planning_PG_T[r, :n].int().tolist() for r, n in enumerate(lengths)]
+    adv_PG = maxrl_advantages(rewards).reshape(-1).tolist()
+    ref_rows, ref_metrics = reference_step(
+        "pool", adv_PG, logprobs, planning, group_size, beta=0.1, lam=LAMBDA
+    )
+    token_error = max(
+        (abs(a - b) for r, ref in enumerate(ref_rows) for a, b in zip(adv_PG_T[r, : len(ref)].tolist(), ref)),
+        default=0.0,
+    )
+    padding = adv_PG_T[~signals.mask_PG_T]
+    assert padding.numel() == 0 or padding.abs().max().item() == 0.0, "padding leaked"
+    stat_error = max(abs(metrics[k] - v) / max(abs(v), 1e-300) for k, v in ref_metrics.items())
+    return token_error, stat_error, sum(lengths)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--check-groups", type=int, default=8, help="groups of the large shape checked exactly"
+    )
+    args = parser.parse_args()
+    default_threads = torch.get_num_threads()
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(
+        f"torch {torch.__version__}, load average {load} before the run; pipeline: MaxRL → SEPA(λ={LAMBDA}), "
+        f"float32. With other jobs on the cores, several OpenMP threads stall each other: compare 1 thread."
+    )
+    ok = True
+    for index, (num_groups, group_size, length) in enumerate(SHAPES):
+        for threads in sorted({1, default_threads}):
+            torch.set_num_threads(threads)
+            median, best, padded, tokens = throughput(num_groups, group_size, length)
+            print(
+                f"{num_groups:>3} × {group_size} × {length:>5}, {threads} thread(s): median "
+                f"{median * 1e3:7.2f} ms/step = {padded / median / 1e6:6.1f} M padded tokens/s "
+                f"({tokens / median / 1e6:5.1f} M completion tokens/s); "
+                f"best {best * 1e3:7.2f} ms = {padded / best / 1e6:6.1f} M/s"
+            )
+        torch.set_num_threads(default_threads)
+        check = num_groups if index == 0 else min(args.check_groups, num_groups)
+        token_error, stat_error, checked = max_error(num_groups, group_size, length, check)
+        exact = token_error <= 1e-9 and stat_error <= 1e-9
+        ok &= exact
+        print(
+            f"    float64 vs the per-sequence reference on {check} groups ({checked} tokens): "
+            f"max |Δ token advantage| {token_error:.1e}, max relative Δ stats {stat_error:.1e}  "
+            f"{'OK' if exact else 'FAIL'}"
+        )
+    print(f"target: ≥ {TARGET_TOKENS_PER_S / 1e6:.0f} M padded tokens/s on the first shape")
+    if not ok:
+        raise SystemExit("exactness check failed")
+
+
+if __name__ == "__main__":
+    main()

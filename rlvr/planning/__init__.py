@@ -1,0 +1,6 @@
+"""Planning-token detection: which completion tokens are "strategic" (spec §3.10).
+
+HICRA amplifies the credit of these tokens and SEPA leaves their uncertainty unreshaped; the trainer
+computes the mask when `transform.needs_planning` is True. `regex.RegexPlanningDetector` is the only
+detector so far (retrain's default); its module docstring says exactly what it takes and returns.
+"""
