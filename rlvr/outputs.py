@@ -4,12 +4,12 @@
                         (`step` = optimizer steps completed, plus `eval/accuracy`)
     warmup.jsonl        the SFT warm-up's rows (or one row naming the cache entry it came from)
     samples/step_N.jsonl  a few groups per step: prompt, reference, completions, rewards, advantages
-    checkpoints/step_N/   weights (safetensors) + optimizer.pt + trainer_state.json; N = steps completed
+    checkpoints/step_N/   weights (safetensors), optimizer.pt, rng.pt, trainer_state.json; N = steps
+                        completed; `checkpoints/latest` names the newest (rlvr/checkpoint.py)
     summary.json        final figures
     train.log, .hydra/  written by Hydra
 
-Every file is written whole or appended line by line; checkpoints are written under a temporary name
-and renamed, so a killed run leaves either a complete checkpoint or none.
+Every file is written whole or appended line by line.
 """
 
 from __future__ import annotations
@@ -17,9 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 NONDETERMINISTIC_KEYS = frozenset(
@@ -58,12 +55,24 @@ class RunDir:
         tmp.write_text(json.dumps(data, indent=2) + "\n")
         os.replace(tmp, self.path / name)
 
-    @contextmanager
-    def checkpoint(self, steps_done: int) -> Iterator[Path]:
-        final = self.path / "checkpoints" / f"step_{steps_done}"
-        tmp = final.with_name(f".{final.name}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        yield tmp
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+    def truncate(self, steps_done: int) -> None:
+        """Cut the folder back to a checkpoint taken after `steps_done` steps: training rows of later
+        steps, evaluation rows after it, a half-written last line and later samples go; so a resumed run
+        never logs a step twice."""
+        metrics = self.path / "metrics.jsonl"
+        kept = []
+        if metrics.exists():
+            for line in metrics.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue  # the line a kill cut short
+                is_eval = "eval/accuracy" in row
+                if (is_eval and row["step"] <= steps_done) or (not is_eval and row["step"] < steps_done):
+                    kept.append(line)
+            tmp = self.path / ".metrics.jsonl.tmp"
+            tmp.write_text("".join(line + "\n" for line in kept))
+            os.replace(tmp, metrics)
+        for sample in (self.path / "samples").glob("step_*.jsonl"):
+            if int(sample.stem.split("_")[1]) >= steps_done:
+                sample.unlink()

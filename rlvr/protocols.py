@@ -10,7 +10,23 @@ if TYPE_CHECKING:
     from torch import Tensor, nn
 
     from rlvr.algorithm.loss import PolicyLoss
+    from rlvr.model.lora import LoraSpec
     from rlvr.types import Demonstration, Example, Rollouts, SamplingParams, TokenSignals, TrainBatch
+
+
+class ModelPreset(Protocol):
+    """A `model=` option: where the policy comes from and how it is adapted."""
+
+    lora: LoraSpec | None
+    """None: full fine-tuning."""
+
+    def check_available(self) -> None:
+        """Raise FileNotFoundError, naming `model.<key>`, if `load` could not find the weights."""
+        ...
+
+    def load(self, seed: int) -> tuple[nn.Module, Any]:
+        """(module, tokenizer); `seed` initialises weights that are built rather than loaded."""
+        ...
 
 
 class DataSource(Protocol):
@@ -104,4 +120,8 @@ class Backend(Protocol):
 
     def save(self, path: Path) -> None:
         """Write weights (adapter or full) as safetensors plus optimizer state into `path`."""
+        ...
+
+    def load(self, path: Path) -> None:
+        """Restore exactly what `save` wrote."""
         ...

@@ -7,14 +7,22 @@ is reported at once, naming the keys involved.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
 import logging
+import shutil
+import types
+import typing
 from pathlib import Path
 
 import torch
 from hydra.utils import get_class, instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlvr.outputs import RunDir
+from rlvr.preemption import StopSignals
+from rlvr.resume import ResumeError, resume_point
 from rlvr.seeds import Seeds
 from rlvr.trainer import Components, Trainer
 
@@ -26,18 +34,43 @@ class ConfigError(ValueError):
 
 
 def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
-    components, trainer = build_all(cfg)
     if out_dir is None:
         from hydra.core.hydra_config import HydraConfig
 
         out_dir = HydraConfig.get().runtime.output_dir
-    log.info("run folder %s", out_dir)
-    return trainer.fit(components, RunDir(Path(out_dir)))
+    folder = Path(out_dir)
+    try:
+        components, trainer = build_all(cfg)
+        folder, resume_from = resume_point(cfg.resume, folder, components.config, list(cfg.resume_allow_changes))
+        check_writable(folder)
+    except (ConfigError, ResumeError, OSError, ValueError, TypeError):
+        remove_if_fresh(folder)  # a run that never started leaves no half-written folder behind
+        raise
+    log.info("run folder %s", folder)
+    with StopSignals() as stop:
+        return trainer.fit(components, RunDir(folder), resume_from, stop)
+
+
+def check_writable(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".write-probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(f"hydra.run.dir={str(folder)!r} is not writable: {err.strerror or err}") from err
+
+
+def remove_if_fresh(folder: Path) -> None:
+    """Delete `folder` if it holds nothing but what Hydra writes at start (.hydra/, the log)."""
+    if folder.is_dir() and all(p.name in (".hydra", "train.log") for p in folder.iterdir()):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def build_all(cfg: DictConfig) -> tuple[Components, Trainer]:
     """Check the config, then build every component; nothing heavy (no model) is loaded yet."""
     check(cfg)
+    config = OmegaConf.to_container(cfg, resolve=True)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
     seeds = Seeds.from_root(int(cfg.seed))
@@ -53,6 +86,8 @@ def build_all(cfg: DictConfig) -> tuple[Components, Trainer]:
         condition=condition_label(cfg),
         uncertainty_kind=cfg.transform.get("uncertainty"),
         seeds=seeds,
+        config=config,
+        config_sha256=hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
     )
     check_components(cfg, components)
     return components, build(cfg, "trainer")
@@ -69,7 +104,11 @@ def condition_label(cfg: DictConfig) -> str:
 
 
 def check(cfg: DictConfig) -> None:
-    """Cross-field checks on the config alone (no component is built)."""
+    """Checks on the config alone (no component is built): types against each `_target_`'s signature,
+    then value ranges and cross-field rules."""
+    type_errors = [e for group in GROUPS if group in cfg for e in check_types(cfg[group], group)]
+    if type_errors:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(type_errors))
     t, errors = cfg.trainer, []
     positive = {"batch_size": t.batch_size, "group_size": t.group_size, "lr": t.lr, "log_every": t.log_every,
                 "eval_max_tokens": t.eval_max_tokens, "sampling.max_tokens": t.sampling.max_tokens}
@@ -91,8 +130,72 @@ def check(cfg: DictConfig) -> None:
             f"backend.micro_batch_size={mb} does not divide trainer.batch_size × trainer.group_size "
             f"= {t.batch_size} × {t.group_size} = {rows}"
         )
+    if cfg.resume not in ("auto", "never", "must"):
+        errors.append(f"resume={cfg.resume!r}: expected auto, never or must")
     if errors:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+
+
+GROUPS = ("trainer", "algorithm", "transform", "engine", "backend", "reward", "model", "data", "planning")
+RUNTIME_ARGS = {"seed", "model", "lora", "lora_seed", "pad_id", "module", "eos_ids"}
+"""Constructor arguments the runner or the trainer supplies, not the YAML."""
+
+
+def check_types(node: DictConfig, key: str) -> list[str]:
+    """Each YAML value against the type annotation of the `_target_` parameter it feeds, recursively;
+    YAML keys the target does not take are errors too."""
+    try:
+        target = get_class(node._target_)
+    except Exception as err:  # noqa: BLE001 - any import failure is a config error here
+        return [f"{key}._target_={node._target_!r} cannot be imported: {err}"]
+    params = inspect.signature(target).parameters
+    try:
+        hints = typing.get_type_hints(target.__init__)
+    except NameError:  # an annotation only importable under TYPE_CHECKING: check what can be checked
+        hints = {}
+    errors = []
+    for name in node:
+        if name.startswith("_"):
+            continue
+        if name not in params:
+            expected = ", ".join(p for p in params if p not in RUNTIME_ARGS)
+            errors.append(f"{key}.{name}: <{node._target_}> takes no such argument (it takes: {expected})")
+            continue
+        value = node[name]
+        if isinstance(value, DictConfig) and "_target_" in value:
+            errors += check_types(value, f"{key}.{name}")
+        elif name in hints and not fits(value, hints[name]):
+            errors.append(f"{key}.{name}={_show(value)} must be {_describe(hints[name])}")
+    return errors
+
+
+def fits(value, hint) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin in (list, tuple) or hint in (list, tuple):
+        return isinstance(value, (list, tuple, ListConfig))
+    return True  # objects, protocols, Any: built and checked by their own constructors
+
+
+def _describe(hint) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(hint))
+    return "null" if hint is type(None) else getattr(hint, "__name__", str(hint))
+
+
+def _show(value) -> str:
+    return repr(OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value)
 
 
 def check_components(cfg: DictConfig, c: Components) -> None:
@@ -104,6 +207,10 @@ def check_components(cfg: DictConfig, c: Components) -> None:
             f"transform <{cfg.transform._target_}> needs full-distribution entropy, which "
             f"engine <{cfg.engine._target_}> cannot give: choose engine=pytorch or another uncertainty signal"
         )
+    try:
+        c.preset.check_available()
+    except (FileNotFoundError, OSError) as err:
+        errors.append(str(err))
     if cfg.trainer.warmup.steps > 0 and not c.data.demonstrations():
         errors.append(
             f"trainer.warmup.steps={cfg.trainer.warmup.steps} but data <{cfg.data._target_}> has no warm-up "

@@ -13,12 +13,12 @@ still writes its metrics row, with `skipped: true`, so the reward curve has no h
 
 from __future__ import annotations
 
-import json
 import logging
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -26,9 +26,20 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from rlvr.algorithm.ties import tie_metrics, uniform_groups
+from rlvr.checkpoint import Checkpoints, set_rng_state
 from rlvr.model.prompt_encoding import encode_prompts, eos_ids
 from rlvr.outputs import RunDir
-from rlvr.protocols import Algorithm, Backend, DataSource, Engine, PlanningDetector, Reward, Transform
+from rlvr.preemption import Preempted, StopSignals
+from rlvr.protocols import (
+    Algorithm,
+    Backend,
+    DataSource,
+    Engine,
+    ModelPreset,
+    PlanningDetector,
+    Reward,
+    Transform,
+)
 from rlvr.seeds import Seeds, sub_seed
 from rlvr.types import Example, Rollouts, SamplingParams, TokenSignals, TrainBatch
 from rlvr.warmup import Warmup
@@ -42,8 +53,7 @@ CORRECT_THRESHOLD = 0.5
 class Components:
     """What `rlvr.run` builds from the config and hands to the loop."""
 
-    preset: object
-    """The model preset (`model=`): `.load(seed) -> (module, tokenizer)` and `.lora`."""
+    preset: ModelPreset
     data: DataSource
     reward: Reward
     algorithm: Algorithm
@@ -56,6 +66,9 @@ class Components:
     uncertainty_kind: str | None
     """The token signal the transform reads (surprisal, …), logged with every row."""
     seeds: Seeds
+    config: dict
+    """The composed config, resolved (stored in checkpoints: a resume compares against it)."""
+    config_sha256: str
 
 
 @dataclass
@@ -68,7 +81,12 @@ class Live:
     engine: Engine
     out: RunDir
     warmup: dict | None
-    totals: dict = field(default_factory=lambda: {"correct": 0, "completions": 0, "tokens": 0})
+    checkpoints: Checkpoints
+    totals: dict = field(default_factory=lambda: {"correct": 0, "completions": 0, "tokens": 0, "nonfinite": 0})
+    """Running counters; saved in every checkpoint."""
+    evals: list[dict] = field(default_factory=list)
+    """Every evaluation row so far; saved in every checkpoint (summary.json's initial/best read it)."""
+    consecutive_nonfinite: int = 0
 
 
 @dataclass(frozen=True)
@@ -104,33 +122,45 @@ class Trainer:
     eval_max_tokens: int
     """Evaluation decodes greedily (T=0) up to this many tokens."""
     warmup: Warmup
+    keep_last: int
+    """Checkpoints kept besides the final one; 0 keeps all."""
+    max_nonfinite_skips: int
+    """Consecutive steps with a non-finite loss or gradient (each skipped) after which the run stops."""
 
-    def fit(self, c: Components, out: RunDir) -> dict:
+    def fit(self, c: Components, out: RunDir, resume_from: Path | None = None, stop: StopSignals | None = None):
+        """The whole run (or its remainder, from the checkpoint `resume_from`); returns summary.json's data.
+        Raises `Preempted` after checkpointing when `stop` was signalled."""
         t_start = time.perf_counter()
         live = self.start(c, out)
-        evals = [self.evaluate(live, 0)]
+        first = self._restore(live, resume_from) if resume_from else 0
+        if not resume_from:
+            self.evaluate(live, 0)
         t_rl = time.perf_counter()
-        bar = tqdm(range(self.max_steps), desc="rl", unit="step", leave=False, disable=None)  # None: no bar off a TTY
+        bar = tqdm(range(first, self.max_steps), desc="rl", unit="step", leave=False, disable=None)  # no bar off a TTY
         with logging_redirect_tqdm(), bar:
             for step in bar:
                 row = self.step(live, step)
                 out.append("metrics.jsonl", row)
                 done = step + 1
                 if self.eval_every and done % self.eval_every == 0 and done < self.max_steps:
-                    evals.append(self.evaluate(live, done))
+                    self.evaluate(live, done)
                 if done % self.log_every == 0 or done == self.max_steps:
-                    log.info(_console_line(row, evals[-1] if evals[-1]["step"] == done else None))
+                    log.info(_console_line(row, live.evals[-1] if live.evals[-1]["step"] == done else None))
+                if stop is not None and stop.requested and done < self.max_steps:
+                    self._checkpoint(live, done)
+                    raise Preempted(f"stopped by signal {stop.requested} after step {done}; checkpoint saved")
                 if self.save_every and done % self.save_every == 0 and done < self.max_steps:
                     self._checkpoint(live, done)
         rl_seconds = time.perf_counter() - t_rl
-        if self.max_steps and evals[-1]["step"] != self.max_steps:
-            evals.append(self.evaluate(live, self.max_steps))
-            log.info("eval after step %d: accuracy %.3f", self.max_steps, evals[-1]["eval/accuracy"])
-        self._checkpoint(live, self.max_steps)
-        accuracy = [e["eval/accuracy"] for e in evals]
+        if live.evals[-1]["step"] != self.max_steps:
+            self.evaluate(live, self.max_steps)
+            log.info("eval after step %d: accuracy %.3f", self.max_steps, live.evals[-1]["eval/accuracy"])
+        self._checkpoint(live, self.max_steps, final=True)
+        accuracy = [e["eval/accuracy"] for e in live.evals]
         summary = {
             "condition": c.condition,
             "steps": self.max_steps,
+            "resumed_from_step": first if resume_from else None,
             "eval_accuracy_initial": accuracy[0],
             "eval_accuracy_final": accuracy[-1],
             "eval_accuracy_best": max(accuracy),
@@ -149,6 +179,7 @@ class Trainer:
         """Load the policy, run (or load) the warm-up, build backend and engine around it."""
         for name, value in c.seeds.as_dict().items():
             log.info("seed %-8s %d", name, value)
+        log.info("loading policy <%s>", type(c.preset).__name__)
         module, tokenizer = c.preset.load(c.seeds.init)
         warmup = self._warm_up(c, module, tokenizer, out)
         backend = c.make_backend(
@@ -160,7 +191,21 @@ class Trainer:
             pad_id=tokenizer.pad_token_id,
         )
         log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
-        return Live(c, tokenizer, backend, engine, out, warmup)
+        return Live(c, tokenizer, backend, engine, out, warmup, Checkpoints(out.path / "checkpoints", self.keep_last))
+
+    def _restore(self, live: Live, path: Path) -> int:
+        """Continue from checkpoint `path`: weights, optimizer, counters, controller, RNG; the run folder
+        is cut back to what that checkpoint had seen, so no step is logged twice. Returns the next step."""
+        state = Checkpoints.read_state(path)
+        live.backend.load(path)
+        live.c.transform.load_state_dict(state["transform"])
+        live.totals.update(state["totals"])
+        live.evals[:] = state["evals"]
+        set_rng_state(torch.load(path / "rng.pt", weights_only=False))
+        done = state["step"]
+        live.out.truncate(done)
+        log.info("resumed from %s: %d steps done, continuing to %d", path, done, self.max_steps)
+        return done
 
     def _warm_up(self, c: Components, module, tokenizer, out: RunDir) -> dict | None:
         if self.warmup.steps <= 0:
@@ -196,14 +241,31 @@ class Trainer:
         clock.append(time.perf_counter())
         completions = decode_completions(live.tokenizer, rollouts)
         references = [e.reference for e in examples for _ in range(G)]
-        rewards_P_G = torch.tensor(c.reward.score(completions, references), dtype=torch.float32).view(P, G)
+        scores, reward_errors = guarded_score(c.reward, completions, references)
+        rewards_P_G = torch.tensor(scores, dtype=torch.float32).view(P, G)
         clock.append(time.perf_counter())
         credit = self._credit(live, step, rollouts, rewards_P_G)
         clock.append(time.perf_counter())
         train = {} if credit.skipped else live.backend.train_step(credit.batch, c.algorithm.loss, self.lr)
         clock.append(time.perf_counter())
+        self._guard_nonfinite(live, step, train)
         live.out.write_samples(step, self._samples(examples, completions, rewards_P_G, credit))
-        return self._row(live, step, rollouts, rewards_P_G, credit, train, clock)
+        row = self._row(live, step, rollouts, rewards_P_G, credit, train, clock)
+        return {**row, "reward/errors": float(reward_errors), "train/nonfinite_skips": float(live.totals["nonfinite"])}
+
+    def _guard_nonfinite(self, live: Live, step: int, train: dict) -> None:
+        if not train.get("train/nonfinite_skip"):
+            live.consecutive_nonfinite = 0
+            return
+        live.totals["nonfinite"] += 1
+        live.consecutive_nonfinite += 1
+        log.warning("step %d: loss %s, grad norm %s: optimizer step skipped", step, train["loss"], train["grad_norm"])
+        if live.consecutive_nonfinite >= self.max_nonfinite_skips:
+            raise FloatingPointError(
+                f"{live.consecutive_nonfinite} consecutive steps (up to step {step}) had a non-finite loss or "
+                f"gradient (trainer.max_nonfinite_skips={self.max_nonfinite_skips}); the weights are those of the "
+                "last good step. Lower trainer.lr, set backend.grad_clip_norm, or check the model's dtype."
+            )
 
     def _credit(self, live: Live, step: int, rollouts: Rollouts, rewards_P_G: Tensor) -> Credit:
         """Rewards → episode advantages (uniform groups zeroed) → token advantages → batch pass → cap."""
@@ -306,18 +368,39 @@ class Trainer:
             "eval_time_s": time.perf_counter() - t0,
         }
         live.out.append("metrics.jsonl", row)
+        live.evals.append(row)
         return row
 
-    def _checkpoint(self, live: Live, steps_done: int) -> None:
-        with live.out.checkpoint(steps_done) as path:
-            live.backend.save(path)
-            state = {
-                "step": steps_done,
-                "totals": live.totals,
-                "transform": live.c.transform.state_dict(),
-                "seeds": live.c.seeds.as_dict(),
-            }
-            (path / "trainer_state.json").write_text(json.dumps(state, indent=2) + "\n")
+    def _checkpoint(self, live: Live, steps_done: int, final: bool = False) -> None:
+        state = {
+            "step": steps_done,
+            "max_steps": self.max_steps,
+            "totals": live.totals,
+            "evals": live.evals,
+            "transform": live.c.transform.state_dict(),
+            "seeds": live.c.seeds.as_dict(),
+            "config_sha256": live.c.config_sha256,
+            "config": live.c.config,
+        }
+        live.checkpoints.save(steps_done, live.backend.save, state, final=final)
+
+
+def guarded_score(reward: Reward, completions: Sequence[str], references: Sequence[str]) -> tuple[list[float], int]:
+    """Scores, and how many completions could not be scored. A verifier that raises on the batch is
+    retried one completion at a time; a completion it still fails on scores 0.0, so one bad sample
+    never stops a run."""
+    try:
+        return reward.score(completions, references), 0
+    except Exception as err:  # noqa: BLE001 - any verifier failure is contained here and counted
+        log.warning("reward %s failed on the batch (%r): scoring one completion at a time", type(reward).__name__, err)
+    scores, errors = [], 0
+    for completion, reference in zip(completions, references):
+        try:
+            scores.append(float(reward.score([completion], [reference])[0]))
+        except Exception:  # noqa: BLE001
+            scores.append(0.0)
+            errors += 1
+    return scores, errors
 
 
 def token_pieces(tokenizer, rollouts: Rollouts) -> list[list[str]]:

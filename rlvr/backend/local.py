@@ -13,6 +13,9 @@ eps and weight decay of `conf/backend/local.yaml`; the learning rate is set by t
 optimizer update per step; micro-batches accumulate gradients with the token-share scaling of
 spec §4.5, so `micro_batch_size` changes memory, not the objective.
 
+A step whose loss or gradient norm is not finite leaves the weights and the optimizer untouched and
+reports `train/nonfinite_skip: 1` (the trainer stops the run after too many in a row).
+
 Rows whose every advantage is 0 (groups whose rewards tied, MaxRL groups with no success) contribute
 nothing to the loss or its token count, so they are dropped before the forward pass, and the padded
 length is cut to the longest remaining completion: the gradient is bit-identical, the work shrinks as
@@ -21,11 +24,13 @@ more groups tie (on the tiny task, a third of the groups at the start and most o
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
 import torch
-from peft import get_peft_model
+from peft import PeftModel, get_peft_model, set_peft_model_state_dict
+from safetensors.torch import load_file, load_model, save_model
 from torch import Tensor, nn
 
 from rlvr.algorithm.loss import PolicyLoss
@@ -105,11 +110,14 @@ class LocalBackend:
                     sums["ratio_max"] = max(sums["ratio_max"], float(delta.max().exp()))
         max_norm = self.grad_clip_norm if self.grad_clip_norm > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.optimizer.step()
+        finite = math.isfinite(sums["loss"]) and math.isfinite(grad_norm)
+        if finite:
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {
+            "train/nonfinite_skip": 0.0 if finite else 1.0,
             "loss": sums["loss"],
             "clip_fraction": sums["clipped"] / total,
             "policy/abs_kl": sums["abs_kl"] / total,
@@ -144,8 +152,23 @@ class LocalBackend:
         return logp.gather(-1, tokens_PG_T.to(self.device)[..., None]).squeeze(-1)
 
     def save(self, path: Path) -> None:
-        """`save_pretrained` of the adapter (adapter_model.safetensors) or of the full model
-        (model.safetensors), plus the optimizer state."""
+        """The adapter (`save_pretrained`: adapter_model.safetensors + adapter_config.json) or the full
+        weights (model.safetensors + config.json, loadable by `from_pretrained`), plus `optimizer.pt`."""
         path.mkdir(parents=True, exist_ok=True)
-        self._policy.save_pretrained(path)
+        if isinstance(self._policy, PeftModel):
+            self._policy.save_pretrained(path)
+        else:
+            save_model(self._policy, str(path / "model.safetensors"))  # tied weights are stored once
+            self._policy.config.save_pretrained(path)
         torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
+
+    def load(self, path: Path) -> None:
+        """Restore what `save` wrote: weights and optimizer moments, exactly."""
+        if isinstance(self._policy, PeftModel):
+            state = load_file(path / "adapter_model.safetensors", device=str(self.device))
+            result = set_peft_model_state_dict(self._policy, state)
+            if result.unexpected_keys:
+                raise ValueError(f"{path}: adapter does not fit this model ({result.unexpected_keys[:3]} …)")
+        else:
+            load_model(self._policy, str(path / "model.safetensors"), device=str(self.device))
+        self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
@@ -20,6 +22,26 @@ class Pretrained:
     """sdpa | eager | flash_attention_2; null lets transformers choose."""
     lora: LoraSpec | None
     trust_remote_code: bool = False
+
+    def check_available(self) -> None:
+        """Fail now, before anything loads, if the weights cannot be found: a local folder that does not
+        exist, or (offline) a hub id that is not in the local cache."""
+        local = Path(os.path.expanduser(self.name_or_path))
+        if self.name_or_path.startswith(("/", ".", "~")) or local.exists():
+            if not (local / "config.json").is_file():
+                raise FileNotFoundError(
+                    f"model.name_or_path={self.name_or_path!r}: no model folder there (expected a folder with "
+                    "config.json written by save_pretrained, or a hub id such as Qwen/Qwen3-0.6B)"
+                )
+            return
+        if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+            from huggingface_hub import try_to_load_from_cache
+
+            if not isinstance(try_to_load_from_cache(self.name_or_path, "config.json", revision=self.revision), str):
+                raise FileNotFoundError(
+                    f"model.name_or_path={self.name_or_path!r} is not in the local hub cache and HF_HUB_OFFLINE "
+                    "is set: download it first, or point model.name_or_path at a local folder"
+                )
 
     def load(self, seed: int) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         del seed  # pretrained weights are fixed; the LoRA init has its own sub-seed

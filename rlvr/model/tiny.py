@@ -44,6 +44,9 @@ class TinyLlama:
     dtype: str
     lora: LoraSpec | None
 
+    def check_available(self) -> None:
+        """Built from config: always available."""
+
     def load(self, seed: int) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
         tokenizer = build_char_tokenizer(self.alphabet)
         config = LlamaConfig(

@@ -1,0 +1,158 @@
+"""Checkpoints that survive being killed at any instant.
+
+A checkpoint is a folder `checkpoints/step_N/` (N = optimizer steps done) holding the weights (adapter or
+full, safetensors), `optimizer.pt`, `rng.pt` (python, numpy, torch and CUDA generator states) and
+`trainer_state.json` (counters, evaluation history, controller state, the composed config and its hash),
+written last. Writing goes:
+
+    checkpoints/.step_N.tmp/  ← every file, each fsynced
+    rename → checkpoints/step_N/, fsync checkpoints/
+    checkpoints/latest        ← "step_N" (temporary file, fsync, rename): updated last
+    prune: keep the `keep_last` newest step_N plus the final one
+
+so a kill at any point leaves `latest` naming a complete checkpoint (or none yet). Reading trusts
+`latest` when it names a folder holding `trainer_state.json`, and otherwise takes the newest such folder.
+A failed write (full disk, lost mount) removes the temporary folder and raises `CheckpointError`; the
+previous checkpoint is untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+STATE_FILE = "trainer_state.json"
+STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written; the message says where and what is still intact."""
+
+
+def _fsync_tree(path: Path) -> None:
+    for p in sorted(path.rglob("*")) + [path]:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _fault(name: str) -> None:
+    """Test hook: `RLVR_FAULT=<name>:<n>` kills this process with SIGKILL the n-th time `name` is reached
+    (used by the resume tests to die half-way through a checkpoint)."""
+    spec = os.environ.get("RLVR_FAULT", "")
+    if not spec.startswith(name + ":"):
+        return
+    count = int(os.environ.get("_RLVR_FAULT_SEEN", "0")) + 1
+    os.environ["_RLVR_FAULT_SEEN"] = str(count)
+    if count == int(spec.split(":")[1]):
+        os.kill(os.getpid(), 9)
+
+
+def rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Checkpoints:
+    def __init__(self, root: Path, keep_last: int) -> None:
+        self.root = Path(root)
+        self.keep_last = keep_last
+        """0 keeps every checkpoint."""
+
+    def save(self, steps_done: int, write_weights: Callable[[Path], None], state: dict, final: bool) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        name = f"step_{steps_done}"
+        tmp, final_dir = self.root / f".{name}.tmp", self.root / name
+        previous = self.latest()
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            write_weights(tmp)
+            torch.save(rng_state(), tmp / "rng.pt")
+            _fault("checkpoint")
+            (tmp / STATE_FILE).write_text(json.dumps({**state, "final": final}, indent=2) + "\n")
+            _fsync_tree(tmp)
+            shutil.rmtree(final_dir, ignore_errors=True)
+            tmp.rename(final_dir)
+            self._fsync_dir(self.root)
+            self._point_latest_to(name)
+        except OSError as err:
+            shutil.rmtree(tmp, ignore_errors=True)
+            kept = f"the previous checkpoint {previous} is intact" if previous else "no earlier checkpoint exists"
+            raise CheckpointError(f"could not write checkpoint {final_dir}: {err.strerror or err}; {kept}") from err
+        self._prune(keep={name})
+        return final_dir
+
+    def latest(self) -> Path | None:
+        pointer = self.root / "latest"
+        if pointer.is_file():
+            named = self.root / pointer.read_text().strip()
+            if (named / STATE_FILE).is_file():
+                return named
+        complete = [p for p in self._steps() if (p / STATE_FILE).is_file()]
+        return complete[-1] if complete else None
+
+    @staticmethod
+    def read_state(path: Path) -> dict:
+        return json.loads((path / STATE_FILE).read_text())
+
+    def _steps(self) -> list[Path]:
+        if not self.root.is_dir():
+            return []
+        found = [(int(m.group(1)), p) for p in self.root.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir()]
+        return [p for _, p in sorted(found)]
+
+    def _point_latest_to(self, name: str) -> None:
+        tmp = self.root / ".latest.tmp"
+        with open(tmp, "w") as f:
+            f.write(name + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.root / "latest")
+        self._fsync_dir(self.root)
+
+    @staticmethod
+    def _fsync_dir(path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _prune(self, keep: set[str]) -> None:
+        for stale in self.root.glob(".step_*.tmp"):  # left by a run killed mid-write
+            shutil.rmtree(stale, ignore_errors=True)
+        if self.keep_last <= 0:
+            return
+        steps = self._steps()
+        finals = {p.name for p in steps if self._is_final(p)}
+        for p in steps[: -self.keep_last]:
+            if p.name not in keep | finals:
+                shutil.rmtree(p, ignore_errors=True)
+
+    @staticmethod
+    def _is_final(path: Path) -> bool:
+        try:
+            return bool(json.loads((path / STATE_FILE).read_text()).get("final"))
+        except (OSError, ValueError):
+            return False
