@@ -1,8 +1,11 @@
 """rlvr entry point: compose the config with Hydra, then hand it to rlvr.run inside the job.
 
 Nothing heavy (torch, transformers) is imported here, so `--cfg`, `--help` and submitting a sweep stay
-fast; the job imports it when it starts.
+fast; the job imports it when it starts. A job stopped by SIGTERM/SIGUSR1 checkpoints and exits with
+status 75 ("requeue me"); started again in the same folder, it continues.
 """
+
+import sys
 
 import hydra
 from omegaconf import DictConfig
@@ -10,9 +13,14 @@ from omegaconf import DictConfig
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float:
+    from rlvr.preemption import REQUEUE_EXIT_CODE, Preempted
     from rlvr.run import run
 
-    return run(cfg)["eval_accuracy_final"]  # the value a Hydra sweeper would optimise
+    try:
+        return run(cfg)["eval_accuracy_final"]  # the value a Hydra sweeper would optimise
+    except Preempted as stopped:
+        print(f"rlvr: {stopped}; exiting with {REQUEUE_EXIT_CODE} (requeue)", file=sys.stderr)
+        sys.exit(REQUEUE_EXIT_CODE)
 
 
 if __name__ == "__main__":

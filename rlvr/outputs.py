@@ -55,10 +55,10 @@ class RunDir:
         tmp.write_text(json.dumps(data, indent=2) + "\n")
         os.replace(tmp, self.path / name)
 
-    def truncate(self, steps_done: int) -> None:
+    def truncate(self, steps_done: int, keep_initial_eval: bool = True) -> None:
         """Cut the folder back to a checkpoint taken after `steps_done` steps: training rows of later
         steps, evaluation rows after it, a half-written last line and later samples go; so a resumed run
-        never logs a step twice."""
+        never logs a step twice. `truncate(0, keep_initial_eval=False)` empties it for a fresh start."""
         metrics = self.path / "metrics.jsonl"
         kept = []
         if metrics.exists():
@@ -68,7 +68,8 @@ class RunDir:
                 except ValueError:
                     continue  # the line a kill cut short
                 is_eval = "eval/accuracy" in row
-                if (is_eval and row["step"] <= steps_done) or (not is_eval and row["step"] < steps_done):
+                last_eval = steps_done if keep_initial_eval else steps_done - 1
+                if (is_eval and row["step"] <= last_eval) or (not is_eval and row["step"] < steps_done):
                     kept.append(line)
             tmp = self.path / ".metrics.jsonl.tmp"
             tmp.write_text("".join(line + "\n" for line in kept))

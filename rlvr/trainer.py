@@ -131,6 +131,8 @@ class Trainer:
         """The whole run (or its remainder, from the checkpoint `resume_from`); returns summary.json's data.
         Raises `Preempted` after checkpointing when `stop` was signalled."""
         t_start = time.perf_counter()
+        if resume_from is None:
+            out.truncate(0, keep_initial_eval=False)  # rows an earlier attempt wrote before its first checkpoint
         live = self.start(c, out)
         first = self._restore(live, resume_from) if resume_from else 0
         if not resume_from:

@@ -1,0 +1,144 @@
+"""A run killed at any moment and started again in its folder ends with exactly the metrics of a run
+that was never interrupted (timing fields aside), and never logs a step twice."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlvr.checkpoint import Checkpoints
+from rlvr.outputs import NONDETERMINISTIC_KEYS
+from rlvr.preemption import REQUEUE_EXIT_CODE
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = 12
+BASE = [
+    f"trainer.max_steps={STEPS}", "trainer.save_every=2", "trainer.eval_every=4", "trainer.log_every=1",
+    "data.eval_size=64", "threads=1",
+]
+VARIANTS = {
+    "lora": [],
+    "full": ["model.lora=null", "trainer.lr=1e-4"],
+    # auto λ and a gate that opens mid-run: the controller's state matters after a resume
+    "sepa": ["condition=maxrl_gtpo_sepa", "transform.schedule=auto", "transform.warmup_sequences=16",
+             "transform.delay_steps=0", "transform.correct_rate_gate=0.5"],
+}
+
+
+def command(run_dir, overrides):
+    return [sys.executable, "train.py", *BASE, *overrides, f"hydra.run.dir={run_dir}"]
+
+
+def train(run_dir, overrides, env=None):
+    proc = subprocess.run(command(run_dir, overrides), cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **(env or {})})
+    proc.output = proc.stdout + proc.stderr  # Hydra logs to stdout, errors go to stderr
+    return proc
+
+
+def rows(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def comparable(run_dir):
+    return [{k: v for k, v in r.items() if k not in NONDETERMINISTIC_KEYS} for r in rows(run_dir)]
+
+
+def kill_after(run_dir, overrides, steps_done):
+    """Start a run and SIGKILL it once `steps_done` training rows are on disk."""
+    proc = subprocess.Popen(command(run_dir, overrides), cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and sum('"loss"' in line for line in metrics.read_text().splitlines()) >= steps_done:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+
+
+@pytest.fixture(scope="module")
+def reference(warm, tmp_path_factory):
+    """One uninterrupted run per variant."""
+    out = {}
+    for name, overrides in VARIANTS.items():
+        run_dir = tmp_path_factory.mktemp(f"reference-{name}")
+        proc = train(run_dir, warm + overrides)
+        assert proc.returncode == 0, proc.output[-3000:]
+        out[name] = comparable(run_dir)
+    return out
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_killed_at_a_random_step_then_resumed_is_exact(variant, warm, reference, tmp_path):
+    at = random.Random().randint(1, STEPS - 2)
+    kill_after(tmp_path, warm + VARIANTS[variant], at)
+    proc = train(tmp_path, warm + VARIANTS[variant])
+    assert proc.returncode == 0, proc.output[-3000:]
+    assert "resumed from" in proc.output or at < 2, f"killed after {at} steps: expected a resume"
+    assert comparable(tmp_path) == reference[variant], f"killed after {at} steps"
+    steps = [r["step"] for r in rows(tmp_path) if "loss" in r]
+    assert steps == list(range(STEPS)), "a step is missing or logged twice"
+
+
+def test_killed_while_writing_a_checkpoint_then_resumed_is_exact(warm, reference, tmp_path):
+    # RLVR_FAULT kills the process inside its 3rd checkpoint write, after the weights, before the state
+    died = train(tmp_path, warm, env={"RLVR_FAULT": "checkpoint:3"})
+    assert died.returncode == -signal.SIGKILL
+    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step_4"
+    assert list((tmp_path / "checkpoints").glob(".step_6.tmp"))  # the half-written one
+    proc = train(tmp_path, warm)
+    assert proc.returncode == 0, proc.output[-3000:]
+    assert comparable(tmp_path) == reference["lora"]
+    assert not list((tmp_path / "checkpoints").glob(".*.tmp"))
+
+
+def test_stop_signal_checkpoints_and_asks_for_a_requeue(warm, reference, tmp_path):
+    proc = subprocess.Popen(command(tmp_path, warm), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    metrics = tmp_path / "metrics.jsonl"
+    while proc.poll() is None and not (metrics.exists() and '"step": 2,' in metrics.read_text()):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == REQUEUE_EXIT_CODE, err[-3000:]
+    state = Checkpoints.read_state(Checkpoints(tmp_path / "checkpoints", 0).latest())
+    assert state["step"] == max(r["step"] + 1 for r in rows(tmp_path) if "loss" in r)  # the step it was in
+    again = train(tmp_path, warm)
+    assert again.returncode == 0, again.output[-3000:]
+    assert comparable(tmp_path) == reference["lora"]
+
+
+def test_resume_must_without_a_checkpoint_fails(tmp_path):
+    proc = train(tmp_path / "empty", ["resume=must", "trainer.warmup.steps=0"])
+    assert proc.returncode == 1 and "resume=must" in proc.output and "no complete checkpoint" in proc.output
+    assert not (tmp_path / "empty").exists()  # nothing half-written left behind
+
+
+def test_resume_with_a_changed_config_lists_the_keys(warm, tmp_path):
+    fast = ["trainer.max_steps=2", "trainer.eval_every=0"]
+    assert train(tmp_path, warm + fast).returncode == 0
+    proc = train(tmp_path, warm + fast + ["trainer.lr=0.5", "trainer.group_size=4"])
+    assert proc.returncode == 1
+    assert "trainer.group_size, trainer.lr" in proc.output and "resume_allow_changes" in proc.output
+    more = train(tmp_path, warm + ["trainer.max_steps=4", "trainer.eval_every=0"])  # more steps is fine
+    assert more.returncode == 0, more.output[-3000:]
+    assert [r["step"] for r in rows(tmp_path) if "loss" in r] == [0, 1, 2, 3]
+
+
+def test_resume_never_starts_fresh_in_a_new_folder(warm, tmp_path):
+    fast = ["trainer.max_steps=1", "trainer.eval_every=0"]
+    run_dir = tmp_path / "run"
+    assert train(run_dir, warm + fast).returncode == 0
+    before = (run_dir / "metrics.jsonl").read_text()
+    assert train(run_dir, warm + fast + ["resume=never"]).returncode == 0
+    assert (run_dir / "metrics.jsonl").read_text() == before  # untouched
+    assert (tmp_path / "run.1" / "summary.json").is_file() and (tmp_path / "run.1" / ".hydra").is_dir()
