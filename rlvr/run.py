@@ -22,7 +22,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlvr.outputs import RunDir
 from rlvr.preemption import StopSignals
-from rlvr.resume import ResumeError, resume_point
+from rlvr.resume import resume_point
 from rlvr.seeds import Seeds
 from rlvr.trainer import Components, Trainer
 
@@ -43,7 +43,7 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
         components, trainer = build_all(cfg)
         folder, resume_from = resume_point(cfg.resume, folder, components.config, list(cfg.resume_allow_changes))
         check_writable(folder)
-    except (ConfigError, ResumeError, OSError, ValueError, TypeError):
+    except Exception:
         remove_if_fresh(folder)  # a run that never started leaves no half-written folder behind
         raise
     log.info("run folder %s", folder)
@@ -130,6 +130,8 @@ def check(cfg: DictConfig) -> None:
             f"backend.micro_batch_size={mb} does not divide trainer.batch_size × trainer.group_size "
             f"= {t.batch_size} × {t.group_size} = {rows}"
         )
+    if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**63:
+        errors.append(f"seed={cfg.seed!r} must be an integer in [0, 2**63)")
     if cfg.resume not in ("auto", "never", "must"):
         errors.append(f"resume={cfg.resume!r}: expected auto, never or must")
     if errors:

@@ -360,13 +360,15 @@ class Trainer:
         live.engine.sync(live.backend.policy)
         greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=self.eval_max_tokens)
         rollouts = live.engine.sample(prompt_ids, 1, greedy, seed=0)
-        rewards = live.c.reward.score(decode_completions(live.tokenizer, rollouts), [e.reference for e in examples])
+        completions = decode_completions(live.tokenizer, rollouts)
+        rewards, errors = guarded_score(live.c.reward, completions, [e.reference for e in examples])
         row = {
             "step": steps_done,
             "eval/accuracy": sum(r > CORRECT_THRESHOLD for r in rewards) / len(rewards),
             "eval/mean_reward": sum(rewards) / len(rewards),
             "eval/mean_completion_length": float(rollouts.lengths_PG.float().mean()),
             "eval/examples": len(examples),
+            "eval/reward_errors": float(errors),
             "eval_time_s": time.perf_counter() - t0,
         }
         live.out.append("metrics.jsonl", row)

@@ -1,10 +1,18 @@
-"""LoRA settings of a model preset (`model.lora`); null in YAML means full fine-tuning."""
+"""LoRA settings of a model preset (`model.lora`; null in YAML means full fine-tuning) and the weight
+dtypes a preset may ask for."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from peft import LoraConfig
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def check_dtype(dtype: str) -> None:
+    if dtype not in DTYPES:
+        raise ValueError(f"model.dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
 
 
 @dataclass(frozen=True)

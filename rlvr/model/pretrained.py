@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.model.lora import LoraSpec
+from rlvr.model.lora import LoraSpec, check_dtype
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,9 @@ class Pretrained:
     """sdpa | eager | flash_attention_2; null lets transformers choose."""
     lora: LoraSpec | None
     trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        check_dtype(self.dtype)
 
     def check_available(self) -> None:
         """Fail now, before anything loads, if the weights cannot be found: a local folder that does not

@@ -15,7 +15,7 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from rlvr.model.lora import LoraSpec
+from rlvr.model.lora import LoraSpec, check_dtype
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 
@@ -43,6 +43,9 @@ class TinyLlama:
     max_positions: int
     dtype: str
     lora: LoraSpec | None
+
+    def __post_init__(self) -> None:
+        check_dtype(self.dtype)
 
     def check_available(self) -> None:
         """Built from config: always available."""
