@@ -7,6 +7,7 @@ is reported at once, naming the keys involved.
 
 from __future__ import annotations
 
+import collections.abc
 import hashlib
 import inspect
 import json
@@ -185,8 +186,8 @@ def fits(value, hint) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is str:
         return isinstance(value, str)
-    if origin in (list, tuple) or hint in (list, tuple):
-        return isinstance(value, (list, tuple, ListConfig))
+    if origin in (list, tuple, collections.abc.Sequence) or hint in (list, tuple):
+        return isinstance(value, (list, tuple, ListConfig))  # a str is a Sequence too, but never meant here
     return True  # objects, protocols, Any: built and checked by their own constructors
 
 
