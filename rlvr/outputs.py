@@ -7,6 +7,7 @@
     checkpoints/step_N/   weights (safetensors), optimizer.pt, rng.pt, trainer_state.json; N = steps
                         completed; `checkpoints/latest` names the newest (rlvr/checkpoint.py)
     summary.json        final figures
+    status.json         running | finished | failed | preempted, with the reason, host, pid, SLURM ids
     train.log, .hydra/  written by Hydra
 
 Every file is written whole or appended line by line.
@@ -17,6 +18,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
+from datetime import UTC, datetime
 from pathlib import Path
 
 NONDETERMINISTIC_KEYS = frozenset(
@@ -49,6 +52,19 @@ class RunDir:
         with open(self.path / "samples" / f"step_{step:06d}.jsonl", "w") as f:
             for r in records:
                 f.write(json.dumps(r) + "\n")
+
+    def write_status(self, state: str, max_steps: int, reason: str | None = None) -> None:
+        """What readers (`rlvr status`) show for this run; rewritten at start, end, failure, preemption."""
+        self.write_json("status.json", {
+            "state": state,
+            "max_steps": max_steps,
+            "reason": reason,
+            "updated": datetime.now(UTC).isoformat(timespec="seconds"),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
+        })
 
     def write_json(self, name: str, data: dict) -> None:
         tmp = self.path / f".{name}.tmp"

@@ -22,7 +22,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlvr.outputs import RunDir
-from rlvr.preemption import StopSignals
+from rlvr.preemption import Preempted, StopSignals
 from rlvr.resume import resume_point
 from rlvr.seeds import Seeds
 from rlvr.trainer import Components, Trainer
@@ -48,8 +48,19 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
         remove_if_fresh(folder)  # a run that never started leaves no half-written folder behind
         raise
     log.info("run folder %s", folder)
-    with StopSignals() as stop:
-        return trainer.fit(components, RunDir(folder), resume_from, stop)
+    out = RunDir(folder)
+    out.write_status("running", max_steps=trainer.max_steps)
+    try:
+        with StopSignals() as stop:
+            summary = trainer.fit(components, out, resume_from, stop)
+    except Preempted as stopped:
+        out.write_status("preempted", max_steps=trainer.max_steps, reason=str(stopped))
+        raise
+    except BaseException as err:
+        out.write_status("failed", max_steps=trainer.max_steps, reason=f"{type(err).__name__}: {err}")
+        raise
+    out.write_status("finished", max_steps=trainer.max_steps)
+    return summary
 
 
 def check_writable(folder: Path) -> None:

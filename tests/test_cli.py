@@ -42,6 +42,7 @@ def test_a_run_leaves_a_readable_folder(tmp_path):
     assert (run_dir / "checkpoints" / "step_2" / "adapter_model.safetensors").is_file()
     assert "seed sampler" in (run_dir / "train.log").read_text()
     assert yaml.safe_load((run_dir / ".hydra/config.yaml").read_text())["trainer"]["max_steps"] == 2
+    assert yaml.safe_load((run_dir / "status.json").read_text())["state"] == "finished"
 
 
 def test_a_bad_config_fails_before_loading_and_names_the_key(tmp_path):

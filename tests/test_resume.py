@@ -112,6 +112,7 @@ def test_stop_signal_checkpoints_and_asks_for_a_requeue(warm, reference, tmp_pat
     assert proc.returncode == REQUEUE_EXIT_CODE, err[-3000:]
     state = Checkpoints.read_state(Checkpoints(tmp_path / "checkpoints", 0).latest())
     assert state["step"] == max(r["step"] + 1 for r in rows(tmp_path) if "loss" in r)  # the step it was in
+    assert json.loads((tmp_path / "status.json").read_text())["state"] == "preempted"
     again = train(tmp_path, warm)
     assert again.returncode == 0, again.output[-3000:]
     assert comparable(tmp_path) == reference["lora"]
