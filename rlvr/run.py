@@ -21,6 +21,8 @@ import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from rlvr.campaign import record
+from rlvr.checkpoint import Checkpoints
 from rlvr.outputs import RunDir
 from rlvr.preemption import Preempted, StopSignals
 from rlvr.resume import resume_point
@@ -35,10 +37,14 @@ class ConfigError(ValueError):
 
 
 def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
+    campaign_root = None
     if out_dir is None:
         from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
 
-        out_dir = HydraConfig.get().runtime.output_dir
+        hydra_cfg = HydraConfig.get()
+        out_dir = hydra_cfg.runtime.output_dir
+        campaign_root = Path(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
     folder = Path(out_dir)
     try:
         components, trainer = build_all(cfg)
@@ -47,20 +53,34 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
     except Exception:
         remove_if_fresh(folder)  # a run that never started leaves no half-written folder behind
         raise
-    log.info("run folder %s", folder)
     out = RunDir(folder)
-    out.write_status("running", max_steps=trainer.max_steps)
+    if resume_from is not None and finished(resume_from, trainer.max_steps) and (folder / "summary.json").exists():
+        log.info("run folder %s already finished %d steps: nothing to do", folder, trainer.max_steps)
+        return json.loads((folder / "summary.json").read_text())
+    log.info("run folder %s", folder)
+
+    def status(state: str, reason: str | None = None) -> None:
+        out.write_status(state, max_steps=trainer.max_steps, reason=reason)
+        if campaign_root is not None:
+            record(campaign_root, folder, state, reason)
+
+    status("running")
     try:
         with StopSignals() as stop:
             summary = trainer.fit(components, out, resume_from, stop)
     except Preempted as stopped:
-        out.write_status("preempted", max_steps=trainer.max_steps, reason=str(stopped))
+        status("preempted", str(stopped))
         raise
     except BaseException as err:
-        out.write_status("failed", max_steps=trainer.max_steps, reason=f"{type(err).__name__}: {err}")
+        status("failed", f"{type(err).__name__}: {err}")
         raise
-    out.write_status("finished", max_steps=trainer.max_steps)
+    status("finished")
     return summary
+
+
+def finished(checkpoint: Path, max_steps: int) -> bool:
+    state = Checkpoints.read_state(checkpoint)
+    return bool(state.get("final")) and state["step"] >= max_steps
 
 
 def check_writable(folder: Path) -> None:

@@ -1,0 +1,193 @@
+"""Campaigns: a condition × seed grid as a Hydra multirun, with stable run folders and a manifest.
+
+A campaign file (`conf/campaign/*.yaml`) sets `hydra.mode: MULTIRUN`, the grid in
+`hydra.sweeper.params`, the root `outputs/<campaign>` and the run folder `<condition>/seed=<seed>`
+(derived from the choices, not the clock), and registers `ManifestCallback`. Before anything is
+launched, the callback expands the grid exactly as Hydra's basic sweeper does, refuses grids in which two
+runs would share a folder, prints the plan (runs, steps, estimated wall time, spec §12) and writes
+`manifest.json`; each job then records its own state there (`record`). Launching the same campaign
+again reuses the folders: unfinished runs resume from their checkpoints, finished ones return at once.
+
+This module stays light (no torch): it runs in the process that submits the grid.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+log = logging.getLogger("rlvr")
+
+MANIFEST = "manifest.json"
+
+
+def expand_grid(sweeper_params: dict[str, str], cli_overrides: list[str]) -> list[list[str]]:
+    """Every job's overrides, in launch order: the basic sweeper's cartesian product of the swept keys
+    (config params first, command line after, a later value for the same key winning)."""
+    swept = [*(f"{k}={v}" for k, v in sweeper_params.items()), *cli_overrides]
+    parsed = OverridesParser.create().parse_overrides(swept)
+    choices: dict[str, list[str]] = {}
+    for override in parsed:
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            choices[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            choices[key] = [f"{key}={override.get_value_element_as_str()}"]
+    jobs: list[list[str]] = [[]]
+    for options in choices.values():
+        jobs = [job + [option] for job in jobs for option in options]
+    return jobs
+
+
+def value_of(overrides: list[str], key: str, default: str | None = None) -> str | None:
+    for item in overrides:
+        name, _, value = item.lstrip("+~").partition("=")
+        if name == key:
+            return value
+    return default
+
+
+@dataclass(frozen=True)
+class Plan:
+    jobs: list[list[str]]
+    max_steps: int
+    step_time_s: float | None
+    """Median step time of a pilot run (spec §12); None when nothing has been measured."""
+    parallel: int
+    """How many runs execute at once."""
+
+    @property
+    def total_steps(self) -> int:
+        return len(self.jobs) * self.max_steps
+
+    def describe(self) -> str:
+        conditions = sorted({value_of(job, "condition", "-") for job in self.jobs})
+        seeds = sorted({value_of(job, "seed", "-") for job in self.jobs}, key=lambda s: (len(s), s))
+        lines = [
+            f"campaign: {len(conditions)} conditions × {len(seeds)} seeds = {len(self.jobs)} runs × "
+            f"{self.max_steps} steps = {self.total_steps} steps",
+            f"  conditions: {', '.join(conditions)}",
+            f"  seeds: {', '.join(seeds)}",
+        ]
+        if self.step_time_s:
+            seconds = self.total_steps * self.step_time_s / max(self.parallel, 1)
+            lines.append(
+                f"  estimated wall time: {self.total_steps} × {self.step_time_s:.3g} s / {self.parallel} at once "
+                f"= {_duration(seconds)} of training steps (median step time of a pilot; start-up, warm-up "
+                "and evaluation come on top)"
+            )
+        else:
+            lines.append("  estimated wall time: unknown (set campaign step_time_s from a 20–50 step pilot)")
+        return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    hours, rest = divmod(int(round(seconds)), 3600)
+    return f"{hours} h {rest // 60:02d} min" if hours else f"{rest // 60} min {rest % 60:02d} s"
+
+
+def measured_step_time(root: Path) -> float | None:
+    """Median `step_time_s` over the training rows already in the campaign's run folders, if any."""
+    times = []
+    for metrics in root.glob("*/seed=*/metrics.jsonl"):
+        for line in metrics.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if "step_time_s" in row:
+                times.append(row["step_time_s"])
+    return median(times) if times else None
+
+
+class ManifestCallback(Callback):
+    """Hydra callback of campaign files: plan, folder check and manifest before launch."""
+
+    def __init__(self, step_time_s: float | None = None, parallel: int | None = None) -> None:
+        self.step_time_s = step_time_s
+        self.parallel = parallel
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        HydraConfig.instance().set_config(config)  # Hydra sets it only after this callback; sweep.dir needs it
+        root = Path(config.hydra.sweep.dir)
+        jobs = expand_grid(dict(config.hydra.sweeper.params or {}), list(config.hydra.overrides.task))
+        folders = [run_folder(root, job, config) for job in jobs]
+        shared = sorted({str(f) for f in folders if folders.count(f) > 1})
+        if shared:
+            # Hydra turns a callback's exception into a warning and launches anyway: stop here instead
+            print(
+                f"rlvr: these runs would share a folder: {', '.join(shared)}. A campaign's folders are "
+                "<condition>/seed=<seed>: sweep only condition and seed (make other variations conditions)",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
+        parallel = self.parallel or int(config.hydra.launcher.get("array_parallelism", 0) or 1)
+        plan = Plan(jobs, int(config.trainer.max_steps), self.step_time_s or measured_step_time(root), parallel)
+        print(plan.describe(), flush=True)
+        root.mkdir(parents=True, exist_ok=True)
+        with locked(root / MANIFEST) as manifest:
+            known = {r["folder"]: r for r in manifest.get("runs", [])}
+            manifest.update(
+                campaign=root.name,
+                launched=datetime.now(UTC).isoformat(timespec="seconds"),
+                num_runs=len(jobs),
+                max_steps=plan.max_steps,
+                runs=[
+                    {
+                        **known.get(str(folder), {"state": "pending"}),
+                        "condition": value_of(job, "condition"),
+                        "seed": value_of(job, "seed"),
+                        "overrides": job,
+                        "folder": str(folder),
+                    }
+                    for job, folder in zip(jobs, folders, strict=True)
+                ],
+            )
+
+
+def run_folder(root: Path, job: list[str], config: DictConfig) -> Path:
+    condition = value_of(job, "condition") or config.hydra.runtime.choices.get("condition") or "none"
+    return root / condition / f"seed={value_of(job, 'seed', str(config.seed))}"
+
+
+@contextmanager
+def locked(path: Path):
+    """Read-modify-write `path` (a JSON object) under an exclusive lock: jobs of one array may finish at
+    the same moment."""
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = json.loads(path.read_text()) if path.exists() and path.stat().st_size else {}
+        yield data
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, path)
+
+
+def record(root: Path, folder: Path, state: str, reason: str | None = None) -> None:
+    """A job's own line in the campaign manifest (no-op outside a campaign)."""
+    if not (root / MANIFEST).exists():
+        return
+    with locked(root / MANIFEST) as manifest:
+        for run in manifest.get("runs", []):
+            if Path(run["folder"]).resolve() == folder.resolve():
+                run.update(
+                    state=state,
+                    reason=reason,
+                    slurm_job_id=os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID"),
+                    slurm_array_task_id=os.environ.get("SLURM_ARRAY_TASK_ID"),
+                    updated=datetime.now(UTC).isoformat(timespec="seconds"),
+                )

@@ -1,0 +1,35 @@
+"""`rlvr plan [OVERRIDES…]`: what a campaign would launch, before anything is submitted.
+
+Composes `conf/train.yaml` with the overrides exactly as `python train.py` would (Hydra's compose API,
+no model, no torch), expands the grid the way the multirun sweeper does, and prints runs, steps and an
+estimated wall time (spec §12: total steps × median step time / runs at once). The step time is
+`--step-time`, or the median `step_time_s` of runs already in the campaign's folders (a pilot, or an
+earlier launch of the same campaign).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlvr.cli.runs import CliError
+
+
+def run(overrides: list[str], conf: Path, step_time: float | None, parallel: int | None) -> str:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    from rlvr.campaign import Plan, expand_grid, measured_step_time
+
+    if not (conf / "train.yaml").is_file():
+        raise CliError(f"{conf}: no train.yaml there (run from the repository root or pass --conf)")
+    with initialize_config_dir(config_dir=str(conf.resolve()), version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    params = dict(cfg.hydra.sweeper.params or {})
+    if not params and not any("," in o for o in overrides):
+        raise CliError("no grid: choose a campaign (campaign=smoke) or sweep keys (seed=0,1,2)")
+    jobs = expand_grid(params, overrides)
+    root = Path(cfg.hydra.sweep.dir)
+    parallel = parallel or int(cfg.hydra.launcher.get("array_parallelism", 0) or 1)
+    plan = Plan(jobs, int(cfg.trainer.max_steps), step_time or measured_step_time(root), parallel)
+    return f"{plan.describe()}\n  runs land in: {root}/<condition>/seed=<seed>"

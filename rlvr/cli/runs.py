@@ -1,0 +1,231 @@
+"""Finding run folders under a path and reading them into `Run` records.
+
+A run folder is any folder holding `metrics.jsonl` or `.hydra/config.yaml` (DESIGN.md, "Outputs"); the walk
+does not descend into one, so `checkpoints/` and `samples/` are never mistaken for runs. Nothing here needs
+a campaign's `manifest.json`.
+
+State rule (`Run.state`), applied to what `status.json` says:
+    finished | failed | preempted   as written.
+    running                         `dead` when the pid is not alive on this very host (same hostname);
+                                    else `stale` when no file of the run changed for `stale_after_s`
+                                    (default 1800 s: longer than a slow step plus an evaluation);
+                                    else `running`.
+    no status.json                  `finished` with a summary.json; otherwise `running`/`stale` by age, or
+                                    `pending` when there are no metrics at all.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+STALE_AFTER_S = 1800.0
+_WATCHED_FILES = ("metrics.jsonl", "status.json", "summary.json", "train.log")
+
+
+class CliError(Exception):
+    """A user-facing failure: printed without a traceback, exit status `code`."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Run:
+    path: Path
+    condition: str
+    seed: int | None
+    max_steps: int | None
+    train_rows: list[dict] = field(default_factory=list)
+    eval_rows: list[dict] = field(default_factory=list)
+    status: dict = field(default_factory=dict)
+    summary: dict | None = None
+    mtime: float = 0.0
+    """Newest modification time of the run's files: the last sign of life."""
+    bad_lines: int = 0
+    """Lines of metrics.jsonl that did not parse (a run killed mid-write leaves one)."""
+
+    @property
+    def steps_done(self) -> int:
+        return max((int(r["step"]) + 1 for r in self.train_rows), default=0)
+
+    def state(self, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> str:
+        age = (time.time() if now is None else now) - self.mtime
+        written = self.status.get("state")
+        if written is None:
+            if self.summary is not None:
+                return "finished"
+            if not self.train_rows and not self.eval_rows:
+                return "pending"
+            return "stale" if age > stale_after_s else "running"
+        if written != "running":
+            return str(written)
+        if self.status.get("host") == socket.gethostname() and not _pid_alive(self.status.get("pid")):
+            return "dead"
+        return "stale" if age > stale_after_s else "running"
+
+    def series(self, metric: str) -> list[tuple[int, float]]:
+        """(step, value) of every row holding `metric` as a finite number, one per step (the last row of a
+        step wins), in step order. Evaluation metrics (`eval/…`) come from evaluation rows only."""
+        rows = self.eval_rows if metric.startswith("eval/") else self.train_rows
+        by_step: dict[int, float] = {}
+        for row in rows:
+            value = as_number(row.get(metric))
+            if value is not None and "step" in row:
+                by_step[int(row["step"])] = value
+        return sorted(by_step.items())
+
+
+def as_number(value) -> float | None:
+    """A finite float, or None: booleans, strings and the writer's "nan"/"inf" strings are not numbers."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _pid_alive(pid) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return True  # nothing to check: do not call a run dead on missing evidence
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def find_run_dirs(root: Path) -> list[Path]:
+    """Every run folder at or under `root`, sorted; raises CliError (exit 2) when there is none."""
+    root = Path(root)
+    if not root.exists():
+        raise CliError(f"{root}: no such file or directory")
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        if "metrics.jsonl" in filenames or (here / ".hydra" / "config.yaml").is_file():
+            found.append(here)
+            dirnames.clear()
+        else:
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    if not found:
+        raise CliError(f"no run folders under {root} (a run folder holds metrics.jsonl or .hydra/config.yaml)")
+    return sorted(found)
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (OSError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_metrics(path: Path) -> tuple[list[dict], list[dict], int]:
+    """(training rows, evaluation rows, unparsable lines). A row with `eval/accuracy` is an evaluation row,
+    as in `RunDir.truncate`."""
+    train, evals, bad = [], [], 0
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return train, evals, bad
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(row, dict) and "step" in row:
+            (evals if "eval/accuracy" in row else train).append(row)
+    return train, evals, bad
+
+
+def _condition(choices: dict, train_rows: list[dict]) -> str:
+    if choices.get("condition"):
+        return str(choices["condition"])
+    for row in train_rows:
+        if row.get("condition"):
+            return str(row["condition"])
+    if choices.get("algorithm"):
+        return f"{choices['algorithm']}+{choices.get('transform') or 'none'}"
+    return "?"
+
+
+def _seed(config: dict, path: Path) -> int | None:
+    if isinstance(config.get("seed"), int):
+        return config["seed"]
+    if path.name.startswith("seed="):  # the campaign layout names it even before .hydra/ is written
+        try:
+            return int(path.name.removeprefix("seed="))
+        except ValueError:
+            return None
+    return None
+
+
+def load_run(path: Path) -> Run:
+    config = _read_yaml(path / ".hydra" / "config.yaml")
+    hydra = _read_yaml(path / ".hydra" / "hydra.yaml").get("hydra") or {}
+    choices = (hydra.get("runtime") or {}).get("choices") or {}
+    train, evals, bad = read_metrics(path / "metrics.jsonl")
+    status = _read_json(path / "status.json") or {}
+    max_steps = status.get("max_steps") or (config.get("trainer") or {}).get("max_steps")
+    mtimes = [(path / name).stat().st_mtime for name in _WATCHED_FILES if (path / name).exists()]
+    return Run(
+        path=path,
+        condition=_condition(choices, train),
+        seed=_seed(config, path),
+        max_steps=max_steps if isinstance(max_steps, int) else None,
+        train_rows=train,
+        eval_rows=evals,
+        status=status,
+        summary=_read_json(path / "summary.json"),
+        mtime=max(mtimes, default=path.stat().st_mtime),
+        bad_lines=bad,
+    )
+
+
+def load_runs(root: Path) -> list[Run]:
+    """Every run under `root`, sorted by condition, then seed, then folder."""
+    runs = [load_run(p) for p in find_run_dirs(Path(root))]
+    return sorted(runs, key=lambda r: (r.condition, r.seed is None, r.seed or 0, str(r.path)))
+
+
+def known_metrics(runs: list[Run]) -> list[str]:
+    names = set()
+    for run in runs:
+        for row in run.train_rows + run.eval_rows:
+            names.update(k for k, v in row.items() if k != "step" and as_number(v) is not None)
+    return sorted(names)
+
+
+def require_metric(runs: list[Run], metric: str) -> None:
+    names = known_metrics(runs)
+    if metric not in names:
+        raise CliError(f"unknown metric {metric!r}; the runs have: {', '.join(names) or '(none)'}")
+
+
+def label(run: Run, root: Path) -> str:
+    try:
+        rel = run.path.relative_to(root)
+    except ValueError:
+        rel = run.path
+    return str(rel) if str(rel) != "." else run.path.name

@@ -1,0 +1,77 @@
+"""`rlvr status PATH`: one row per run (condition, seed, progress, latest reward and held-out accuracy,
+state, time since its files last changed) and a count per state. State rule: `rlvr/cli/runs.py`."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+from rlvr.cli.runs import STALE_AFTER_S, Run, as_number, label, load_runs
+
+STATE_ORDER = ("running", "stale", "dead", "failed", "preempted", "pending", "finished")
+
+
+def age_text(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def run_row(run: Run, root: Path, now: float, stale_after_s: float) -> dict:
+    last = run.train_rows[-1] if run.train_rows else {}
+    reward_key = "mean_reward" if as_number(last.get("mean_reward")) is not None else "correct_rate"
+    evals = run.series("eval/accuracy")
+    return {
+        "condition": run.condition,
+        "seed": run.seed,
+        "step": run.steps_done,
+        "max_steps": run.max_steps,
+        "reward_metric": reward_key,
+        "reward": as_number(last.get(reward_key)),
+        "eval_accuracy": evals[-1][1] if evals else None,
+        "eval_step": evals[-1][0] if evals else None,
+        "state": run.state(now, stale_after_s),
+        "written_state": run.status.get("state"),
+        "reason": run.status.get("reason"),
+        "age_s": round(now - run.mtime, 1),
+        "slurm_job_id": run.status.get("slurm_job_id"),
+        "bad_lines": run.bad_lines,
+        "folder": label(run, root),
+    }
+
+
+def _fmt(value: float | None, spec: str = ".3f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def render(rows: list[dict]) -> str:
+    header = ("condition", "seed", "step", "reward", "eval acc", "state", "updated", "folder")
+    table = [header]
+    for r in rows:
+        step = f"{r['step']}/{r['max_steps'] if r['max_steps'] is not None else '?'}"
+        acc = "—" if r["eval_accuracy"] is None else f"{r['eval_accuracy']:.3f} @{r['eval_step']}"
+        state = r["state"] + (f" ({r['reason']})" if r["reason"] and r["state"] != "finished" else "")
+        table.append((
+            r["condition"], "—" if r["seed"] is None else str(r["seed"]), step, _fmt(r["reward"]), acc,
+            state, f"{age_text(r['age_s'])} ago", r["folder"],
+        ))
+    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1]
+             for row in table]
+    counts = Counter(r["state"] for r in rows)
+    order = [s for s in STATE_ORDER if s in counts] + sorted(set(counts) - set(STATE_ORDER))
+    lines.append(f"{len(rows)} runs: " + ", ".join(f"{counts[s]} {s}" for s in order))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def run(path: Path, as_json: bool = False, stale_after_s: float = STALE_AFTER_S) -> str:
+    now = time.time()
+    rows = [run_row(r, path, now, stale_after_s) for r in load_runs(path)]
+    if as_json:
+        counts = Counter(r["state"] for r in rows)
+        return json.dumps({"root": str(path), "runs": rows, "counts": dict(sorted(counts.items()))}, indent=2)
+    return render(rows)

@@ -1,0 +1,74 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from rlvr.campaign import Plan, expand_grid
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_grid_expansion_is_the_basic_sweepers():
+    params = {"condition": "grpo,maxrl_gtpo_sepa", "seed": "0,1,2"}
+    cli = ["campaign=smoke", "seed=0,1", "trainer.lr=1e-3"]
+    ours = expand_grid(params, cli)
+    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()] + cli)
+    assert ours == BasicSweeper.split_arguments(parsed, None)[0]
+    assert len(ours) == 4  # the command line's seed=0,1 replaces the file's 0,1,2
+
+
+def test_plan_arithmetic():
+    # 2 runs × 100 steps = 200 steps; × 30 s / 2 at once = 3,000 s = 50 min
+    plan = Plan([["condition=a", "seed=0"], ["condition=a", "seed=1"]], 100, 30.0, 2)
+    assert plan.total_steps == 200 and "= 0 h 50 min" not in plan.describe() and "50 min 00 s" in plan.describe()
+
+
+def rlvr(*args):
+    return subprocess.run([sys.executable, "-m", "rlvr.cli.main", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_rlvr_plan_previews_the_predecessors_ablation():
+    proc = rlvr("plan", "campaign=sepa_ablation", "trainer=gpu", "--step-time", "25", "--parallel", "5")
+    assert proc.returncode == 0, proc.stderr
+    # 5 conditions × 3 seeds = 15 runs × 500 steps = 7,500 steps; × 25 s / 5 = 37,500 s = 10 h 25 min
+    assert "5 conditions × 3 seeds = 15 runs × 500 steps = 7500 steps" in proc.stdout
+    assert "10 h 25 min" in proc.stdout
+
+
+def train(*overrides):
+    return subprocess.run([sys.executable, "train.py", *overrides], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_smoke_campaign_runs_in_stable_folders_and_a_relaunch_skips_finished_runs(tmp_path):
+    fast = ["campaign=smoke", f"hydra.sweep.dir={tmp_path}", "trainer.max_steps=2", "trainer.warmup.steps=0",
+            "trainer.eval_every=0", "data.eval_size=32", "threads=1"]
+    first = train(*fast)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "2 conditions × 2 seeds = 4 runs" in first.stdout
+    folders = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("*/seed=*"))
+    assert folders == ["grpo/seed=0", "grpo/seed=1", "maxrl_gtpo_sepa/seed=0", "maxrl_gtpo_sepa/seed=1"]
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["num_runs"] == 4 and {r["state"] for r in manifest["runs"]} == {"finished"}
+    assert {(r["condition"], r["seed"]) for r in manifest["runs"]} == {
+        ("grpo", "0"), ("grpo", "1"), ("maxrl_gtpo_sepa", "0"), ("maxrl_gtpo_sepa", "1")}
+    again = train(*fast)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("nothing to do") + again.stderr.count("nothing to do") == 4
+    for folder in folders:
+        rows = [json.loads(x) for x in (tmp_path / folder / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows if "loss" in r] == [0, 1]  # nothing ran twice
+    status = rlvr("status", str(tmp_path))
+    assert status.returncode == 0 and "4 runs: 4 finished" in status.stdout
+
+
+@pytest.mark.parametrize("extra", [["trainer.lr=1e-3,2e-3"]])
+def test_a_grid_whose_runs_would_share_a_folder_is_refused(tmp_path, extra):
+    proc = train("campaign=smoke", f"hydra.sweep.dir={tmp_path}", *extra)
+    assert proc.returncode == 2 and "would share a folder" in proc.stderr
+    assert not list(tmp_path.glob("*/seed=*"))  # refused before anything was launched

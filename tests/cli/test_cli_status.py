@@ -1,0 +1,70 @@
+"""`rlvr status`: one row per run, states told apart by the rule in rlvr/cli/runs.py."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from rlvr.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def status_json(path, capsys, *extra) -> dict:
+    assert main(["status", str(path), "--json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_rows_are_sorted_by_condition_then_seed_with_their_states(campaign, capsys):
+    out = status_json(campaign, capsys)
+    got = [(r["condition"], r["seed"], r["state"]) for r in out["runs"]]
+    assert got == [
+        ("grpo+none", 0, "finished"), ("grpo+none", 1, "finished"),
+        ("grpo+none", 2, "dead"),  # status.json says running; its pid is gone on this host
+        ("gtpo+hicra", 0, "running"),  # pid alive (this process)
+        ("gtpo+hicra", 1, "stale"),  # another host, silent for 2 h > 1800 s
+        ("maxrl_gtpo_sepa", 0, "finished"), ("maxrl_gtpo_sepa", 1, "preempted"),
+        ("maxrl_gtpo_sepa", 2, "finished"),
+    ]
+    assert out["counts"] == {"dead": 1, "finished": 4, "preempted": 1, "running": 1, "stale": 1}
+
+
+def test_progress_reward_and_accuracy_come_from_the_last_rows(campaign, capsys):
+    rows = {(r["condition"], r["seed"]): r for r in status_json(campaign, capsys)["runs"]}
+    killed = rows[("grpo+none", 2)]
+    # last complete training row is step 6 → 7/10; the half-written step-7 line is skipped and counted
+    assert (killed["step"], killed["max_steps"], killed["bad_lines"]) == (7, 10, 1)
+    assert abs(killed["reward"] - (0.1 * 2 + 0.01 * 6)) < 1e-12
+    assert (killed["eval_accuracy"], killed["eval_step"]) == (0.30, 5)
+    preempted = rows[("maxrl_gtpo_sepa", 1)]
+    assert (preempted["step"], preempted["reason"], preempted["eval_accuracy"]) == (6, "SIGTERM", 0.60)
+
+
+def test_a_long_stale_threshold_keeps_a_quiet_run_running(campaign, capsys):
+    rows = status_json(campaign, capsys, "--stale-after", "100000")["runs"]
+    assert [r["state"] for r in rows if r["condition"] == "gtpo+hicra"] == ["running", "running"]
+
+
+def test_text_table_has_a_row_per_run_and_a_footer(campaign, capsys):
+    assert main(["status", str(campaign)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["condition", "seed", "step"]
+    assert len(lines) == 1 + 8 + 1
+    assert "7/10" in lines[3] and "0.300 @5" in lines[3] and "dead" in lines[3]
+    assert "preempted (SIGTERM)" in lines[7]
+    assert lines[-1] == "8 runs: 1 running, 1 stale, 1 dead, 1 preempted, 4 finished"
+
+
+def test_a_single_run_folder_is_a_path_too(campaign, capsys):
+    rows = status_json(campaign / "grpo" / "seed=1", capsys)["runs"]
+    assert [(r["condition"], r["seed"], r["step"]) for r in rows] == [("grpo+none", 1, 10)]
+
+
+def test_status_as_a_command_does_not_import_torch(campaign):
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "rlvr.cli.main", "status", str(campaign)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "8 runs:" in proc.stdout
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines() if "|" in line}
+    assert "rlvr" in imported
+    assert not imported & {"torch", "transformers", "hydra", "numpy", "matplotlib"}
