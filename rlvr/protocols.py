@@ -125,3 +125,15 @@ class Backend(Protocol):
     def load(self, path: Path) -> None:
         """Restore exactly what `save` wrote."""
         ...
+
+
+class Logger(Protocol):
+    """Where metrics rows go besides metrics.jsonl (W&B, …)."""
+
+    def start(self, name: str, group: str, tags: list[str], folder: Path, config: dict) -> None: ...
+
+    def log(self, row: dict) -> None:
+        """One metrics row (training or evaluation); its `step` field is the x-axis."""
+        ...
+
+    def finish(self) -> None: ...

@@ -113,9 +113,11 @@ def build_all(cfg: DictConfig) -> tuple[Components, Trainer]:
         algorithm=build(cfg, "algorithm"),
         transform=build(cfg, "transform"),
         planning=build(cfg, "planning"),
+        logger=build(cfg, "logger"),
         make_backend=build(cfg, "backend", _partial_=True),
         make_engine=build(cfg, "engine", _partial_=True),
         condition=condition_label(cfg),
+        condition_name=hydra_choice("condition") or condition_label(cfg),
         uncertainty_kind=cfg.transform.get("uncertainty"),
         seeds=seeds,
         config=config,
@@ -128,6 +130,13 @@ def build_all(cfg: DictConfig) -> tuple[Components, Trainer]:
 def build(cfg: DictConfig, group: str, **kwargs):
     log.info("building %-9s <%s>", group, cfg[group]._target_)
     return instantiate(cfg[group], _convert_="all", **kwargs)
+
+
+def hydra_choice(group: str) -> str | None:
+    """The option chosen for `group` in this Hydra job, or None (not chosen, or not run by Hydra)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.get().runtime.choices.get(group) if HydraConfig.initialized() else None
 
 
 def condition_label(cfg: DictConfig) -> str:
@@ -170,7 +179,7 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
 
 
-GROUPS = ("trainer", "algorithm", "transform", "engine", "backend", "reward", "model", "data", "planning")
+GROUPS = ("trainer", "algorithm", "transform", "engine", "backend", "reward", "model", "data", "planning", "logger")
 RUNTIME_ARGS = {"seed", "model", "lora", "lora_seed", "pad_id", "module", "eos_ids"}
 """Constructor arguments the runner or the trainer supplies, not the YAML."""
 

@@ -35,6 +35,7 @@ from rlvr.protocols import (
     Backend,
     DataSource,
     Engine,
+    Logger,
     ModelPreset,
     PlanningDetector,
     Reward,
@@ -59,10 +60,13 @@ class Components:
     algorithm: Algorithm
     transform: Transform
     planning: PlanningDetector
+    logger: Logger
     make_backend: Callable[..., Backend]
     make_engine: Callable[..., Engine]
     condition: str
     """`<algorithm>+<transform>`, from the modules their `_target_`s name."""
+    condition_name: str
+    """The `condition=` choice when one was made (maxrl_gtpo_sepa), else `condition`; names logger runs."""
     uncertainty_kind: str | None
     """The token signal the transform reads (surprisal, …), logged with every row."""
     seeds: Seeds
@@ -135,6 +139,16 @@ class Trainer:
             out.truncate(0, keep_initial_eval=False)  # rows an earlier attempt wrote before its first checkpoint
         live = self.start(c, out)
         first = self._restore(live, resume_from) if resume_from else 0
+        seed = c.seeds.root
+        c.logger.start(f"{c.condition_name}_s{seed}", c.condition_name, [c.condition_name, f"seed{seed}"], out.path,
+                       c.config)
+        try:
+            return self._loop(live, first, resume_from, stop, t_start)
+        finally:
+            c.logger.finish()
+
+    def _loop(self, live: Live, first: int, resume_from: Path | None, stop: StopSignals | None, t_start: float):
+        c, out = live.c, live.out
         if not resume_from:
             self.evaluate(live, 0)
         t_rl = time.perf_counter()
@@ -142,7 +156,7 @@ class Trainer:
         with logging_redirect_tqdm(), bar:
             for step in bar:
                 row = self.step(live, step)
-                out.append("metrics.jsonl", row)
+                self._emit(live, row)
                 done = step + 1
                 if self.eval_every and done % self.eval_every == 0 and done < self.max_steps:
                     self.evaluate(live, done)
@@ -371,9 +385,14 @@ class Trainer:
             "eval/reward_errors": float(errors),
             "eval_time_s": time.perf_counter() - t0,
         }
-        live.out.append("metrics.jsonl", row)
+        self._emit(live, row)
         live.evals.append(row)
         return row
+
+    @staticmethod
+    def _emit(live: Live, row: dict) -> None:
+        live.out.append("metrics.jsonl", row)
+        live.c.logger.log(row)
 
     def _checkpoint(self, live: Live, steps_done: int, final: bool = False) -> None:
         state = {

@@ -1,0 +1,48 @@
+"""`logger=wandb`: every metrics row also goes to Weights & Biases.
+
+Naming follows the predecessor's campaigns: run name `<condition>_s<seed>`, group `<condition>`, tags
+`<condition>` and `seed<seed>`. The run id is derived from the run folder (sha256 of its absolute path),
+and `resume="allow"`, so a job that is requeued or relaunched in its folder continues the same wandb run
+(offline runs with the same id merge when synced). Rows are logged against their own `step` field
+(`define_metric(step_metric="step")`), not wandb's internal counter, so a resume that goes back to
+its last checkpoint never trips wandb's "steps must increase" rule. `reinit="finish_previous"` gives
+one wandb run per job even when several jobs share a process. `mode: offline` needs no network or key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+
+class WandbLogger:
+    def __init__(self, project: str, entity: str | None, mode: str, dir: str | None) -> None:
+        if mode not in ("online", "offline", "disabled"):
+            raise ValueError(f"logger.mode={mode!r}: expected online, offline or disabled")
+        self.project, self.entity, self.mode, self.dir = project, entity, mode, dir
+        self.run = None
+
+    def start(self, name: str, group: str, tags: list[str], folder: Path, config: dict) -> None:
+        import wandb  # only in the job, and only when this logger is chosen
+
+        run_id = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]
+        self.run = wandb.init(
+            project=self.project, entity=self.entity, mode=self.mode, dir=self.dir or str(folder), id=run_id,
+            name=name, group=group, tags=tags, config=config, resume="allow", reinit="finish_previous",
+        )
+        self.run.define_metric("step")
+        self.run.define_metric("*", step_metric="step")
+
+    def log(self, row: dict) -> None:
+        if self.run is not None:
+            self.run.log({k: v for k, v in row.items() if isinstance(v, (int, float)) and not _bad(v)})
+
+    def finish(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+            self.run = None
+
+
+def _bad(value) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
