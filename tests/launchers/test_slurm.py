@@ -1,0 +1,224 @@
+"""The SLURM launcher (conf/hydra/launcher/slurm.yaml) against a real cluster: a grid is one job array whose
+tasks all complete, and a task stopped mid-run (requeued by SLURM, or signalled before its time limit)
+checkpoints, is started again in the same folder, resumes and logs every step exactly once.
+
+Skipped unless a cluster answers: `bash launchers/ci-slurm.sh` starts one under $SLURM_TEST_ROOT
+(default /tmp/rlvr-slurm). The tests take 7-65 s each (~2.3 min in all), mostly job start-up and requeue delays.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER = REPO / "launchers" / "slurm-cluster.sh"
+TINY_RUN = ["trainer.warmup.steps=0", "data.eval_size=32", "trainer.eval_every=0", "threads=1"]
+TINY_JOB = [  # what one run needs on the single-node test cluster
+    "hydra.launcher.mem_gb=1",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.timeout_min=10",
+    "hydra.launcher.gpus_per_task=null",
+    "hydra.launcher.signal_delay_s=30",
+]
+
+
+@pytest.fixture(scope="module")
+def slurm_env() -> dict[str, str]:
+    """The environment of a client of the dev cluster (SLURM_CONF set), or skip saying why there is none."""
+    env = {**os.environ, "SLURM_TEST_ROOT": os.environ.get("SLURM_TEST_ROOT", "/tmp/rlvr-slurm")}
+    try:
+        exports = subprocess.run(["bash", str(CLUSTER), "env"], env=env, capture_output=True, text=True, timeout=10)
+        env["SLURM_CONF"] = exports.stdout.strip().removeprefix("export SLURM_CONF=")
+        if not Path(env["SLURM_CONF"]).is_file():
+            pytest.skip(f"no SLURM cluster: {env['SLURM_CONF']} does not exist (start one: bash launchers/ci-slurm.sh)")
+        sinfo = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True, timeout=10)
+    except (FileNotFoundError, subprocess.TimeoutExpired) as error:
+        pytest.skip(f"no SLURM cluster answers: {error}")
+    if sinfo.returncode != 0 or not sinfo.stdout.strip():
+        pytest.skip(
+            f"no SLURM cluster answers (sinfo: {sinfo.stderr.strip()[-200:]}); start: bash launchers/ci-slurm.sh"
+        )
+    return env
+
+
+def submit(env: dict[str, str], sweep_dir: Path, name: str, *overrides: str) -> subprocess.Popen:
+    """`train.py --multirun ... hydra/launcher=slurm` in the background; it returns when every task is done."""
+    command = [
+        sys.executable,
+        "train.py",
+        "--multirun",
+        "hydra/launcher=slurm",
+        *TINY_RUN,
+        *TINY_JOB,
+        f"hydra.launcher.name={name}",
+        f"hydra.sweep.dir={sweep_dir}",
+        *overrides,
+    ]
+    with open(sweep_dir.parent / f"{name}.log", "w") as log:
+        return subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def launcher_output(sweep_dir: Path, name: str) -> str:
+    return (sweep_dir.parent / f"{name}.log").read_text()
+
+
+def cancel(env: dict[str, str], name: str, process: subprocess.Popen) -> None:
+    """Leave nothing behind: cancel the jobs called `name`, stop the launcher."""
+    subprocess.run(["scancel", "--name", name], env=env, capture_output=True, timeout=30)
+    if process.poll() is None:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def training_steps(run_dir: Path) -> list[int]:
+    """The `step` of every training row of metrics.jsonl, in order (evaluation rows carry eval/accuracy)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [row["step"] for row in rows if "eval/accuracy" not in row]
+
+
+def sacct_states(env: dict[str, str], job_id: str) -> list[str]:
+    """`JobID|State` of every allocation of the job (array), including earlier attempts of requeued ones."""
+    out = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "-D", "-j", job_id, "-o", "JobID,State"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return out.stdout.split()
+
+
+def wait_until(condition, deadline: float, what: str, poll_s: float = 0.5):
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def running_task_id(env: dict[str, str], name: str, task: int) -> str:
+    """SLURM_JOB_ID of array task `task` of the job called `name`, once it runs ('' until then); every array
+    task has its own, which scontrol/scancel/sacct accept."""
+    out = subprocess.run(
+        ["squeue", "-h", "-n", name, "-t", "R", "-o", "%A %K"], env=env, capture_output=True, text=True, timeout=30
+    )
+    return next((job for job, array_task in map(str.split, out.stdout.splitlines()) if array_task == str(task)), "")
+
+
+def test_grid_is_one_job_array_and_every_run_completes(slurm_env, tmp_path):
+    name = f"rlvr-grid-{uuid.uuid4().hex[:8]}"
+    sweep = tmp_path / "sweep"
+    deadline = time.monotonic() + 120
+    process = submit(slurm_env, sweep, name, "seed=0,1", "trainer.max_steps=3")
+    try:
+        process.wait(timeout=deadline - time.monotonic())
+        output = launcher_output(sweep, name)
+        assert process.returncode == 0, output[-3000:]
+        # one array: one submission script, with --array=0-1, and the two tasks <array id>_0, <array id>_1
+        scripts = list((sweep / ".submitit").glob("*/*_submission.sh"))
+        assert len(scripts) == 1, scripts
+        assert "#SBATCH --array=0-1%" in scripts[0].read_text()
+        array_id = scripts[0].parent.name
+        assert sorted(p.name for p in (sweep / ".submitit").glob(f"{array_id}_*")) == [f"{array_id}_0", f"{array_id}_1"]
+        for run in ("0", "1"):
+            assert training_steps(sweep / run) == [0, 1, 2]
+            assert json.loads((sweep / run / "summary.json").read_text())["steps"] == 3
+        # accounting lags the job by a moment
+        states = wait_until(
+            lambda: (
+                (s := sacct_states(slurm_env, array_id))
+                and all(x.endswith("|COMPLETED") for x in s)
+                and len(s) == 2
+                and s
+            ),
+            deadline,
+            f"sacct to show {array_id} done",
+        )
+        assert sorted(states) == [f"{array_id}_0|COMPLETED", f"{array_id}_1|COMPLETED"]
+    finally:
+        cancel(slurm_env, name, process)
+
+
+@pytest.mark.parametrize("stop", ["scontrol-requeue", "time-limit-signal"])
+def test_a_stopped_task_is_requeued_and_resumes_without_repeating_a_step(slurm_env, tmp_path, stop):
+    """scontrol-requeue: SLURM sends SIGTERM and requeues the task itself (as on preemption).
+    time-limit-signal: SIGUSR1 to the job step, which SLURM sends `signal_delay_s` before the time limit; the
+    run checkpoints and exits 75, and the batch script's trap (slurm.yaml `setup`) requeues it."""
+    name = f"rlvr-requeue-{uuid.uuid4().hex[:8]}"
+    sweep, steps = tmp_path / "sweep", 150  # ~0.08 s a step with a checkpoint every 2: ~12 s of training
+    deadline = time.monotonic() + 150
+    process = submit(slurm_env, sweep, name, "seed=0,1", f"trainer.max_steps={steps}", "trainer.save_every=2")
+    try:
+        run = sweep / "0"
+        wait_until(
+            lambda: len(training_steps(run)) >= 10 and (run / "checkpoints" / "latest").exists(),
+            deadline,
+            "the run to pass step 10 with a checkpoint",
+        )
+        job_id = wait_until(lambda: running_task_id(slurm_env, name, 0), deadline, "squeue to show task 0")
+        signal = ["scontrol", "requeue", job_id] if stop == "scontrol-requeue" else ["scancel", "--signal=USR1", job_id]
+        subprocess.run(signal, env=slurm_env, check=True, timeout=30)
+        stopped_at = len(training_steps(run))
+        process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        output = launcher_output(sweep, name)
+        assert process.returncode == 0, output[-3000:]
+        assert stopped_at < steps, "the run ended before it was stopped; make it longer"
+        assert training_steps(run) == list(range(steps))  # every step once, in order
+        assert training_steps(sweep / "1") == list(range(steps))  # the other task ran undisturbed
+        assert json.loads((run / "summary.json").read_text())["steps"] == steps
+        assert "resumed from" in (run / "train.log").read_text()
+        states = wait_until(
+            lambda: (s := sacct_states(slurm_env, job_id)) and s[-1].endswith("|COMPLETED") and s,
+            deadline,
+            f"sacct to show {job_id} completed",
+        )
+        assert any(s.endswith("|REQUEUED") for s in states[:-1]), states
+    finally:
+        cancel(slurm_env, name, process)
+
+
+def test_a_task_at_its_time_limit_checkpoints_requeues_itself_and_finishes(slurm_env, tmp_path):
+    """A real time limit: 1 min per attempt, SIGUSR1 45 s before it (slurmctld checks limits every ~30 s, so
+    it arrives 15-45 s in); 600 steps need more than one attempt, so the task requeues itself via the trap."""
+    name = f"rlvr-timelimit-{uuid.uuid4().hex[:8]}"
+    sweep, steps = tmp_path / "sweep", 600  # ~0.08 s a step: ~50 s of training, more than one attempt
+    deadline = time.monotonic() + 170
+    process = submit(
+        slurm_env,
+        sweep,
+        name,
+        "seed=0",
+        f"trainer.max_steps={steps}",
+        "trainer.save_every=10",
+        "hydra.launcher.timeout_min=1",
+        "hydra.launcher.signal_delay_s=45",
+    )
+    try:
+        process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        output = launcher_output(sweep, name)
+        assert process.returncode == 0, output[-3000:]
+        run = sweep / "0"
+        assert training_steps(run) == list(range(steps))
+        assert "SIGUSR1 received" in (run / "train.log").read_text()
+        assert "resumed from" in (run / "train.log").read_text()
+        job_id = next((sweep / ".submitit").glob("*/*_submission.sh")).parent.name
+        states = wait_until(
+            lambda: (s := sacct_states(slurm_env, job_id)) and s[-1].endswith("|COMPLETED") and s,
+            deadline,
+            f"sacct to show {job_id} completed",
+        )
+        assert any(s.endswith("|REQUEUED") for s in states[:-1]), states
+    finally:
+        cancel(slurm_env, name, process)
