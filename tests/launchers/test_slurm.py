@@ -222,3 +222,26 @@ def test_a_task_at_its_time_limit_checkpoints_requeues_itself_and_finishes(slurm
         assert any(s.endswith("|REQUEUED") for s in states[:-1]), states
     finally:
         cancel(slurm_env, name, process)
+
+
+def test_smoke_campaign_is_one_array_with_stable_folders_and_slurm_ids_in_the_manifest(slurm_env, tmp_path):
+    name = f"rlvr-campaign-{uuid.uuid4().hex[:6]}"
+    sweep = tmp_path / "smoke"
+    process = subprocess.Popen(
+        [sys.executable, "train.py", "campaign=smoke", "hydra/launcher=slurm", *TINY_RUN, *TINY_JOB,
+         "trainer.max_steps=2", f"hydra.launcher.name={name}", f"hydra.sweep.dir={sweep}"],
+        cwd=REPO, env=slurm_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert process.wait(timeout=180) == 0
+        manifest = json.loads((sweep / "manifest.json").read_text())
+        runs = manifest["runs"]
+        assert sorted((r["condition"], r["seed"]) for r in runs) == [
+            ("grpo", "0"), ("grpo", "1"), ("maxrl_gtpo_sepa", "0"), ("maxrl_gtpo_sepa", "1")]
+        assert {r["state"] for r in runs} == {"finished"}
+        assert len({r["slurm_job_id"] for r in runs}) == 1  # one job array
+        assert sorted(r["slurm_array_task_id"] for r in runs) == ["0", "1", "2", "3"]
+        for r in runs:
+            assert (sweep / r["condition"] / f"seed={r['seed']}" / "summary.json").is_file()
+    finally:
+        cancel(slurm_env, name, process)
