@@ -7,7 +7,7 @@
 
 A resume compares the composed config with the one stored in the checkpoint and fails, listing the
 changed keys, when anything that affects training differs. Keys that only change bookkeeping
-(`SAFE_TO_CHANGE`: more steps, eval/save/log cadence, threads, memory knobs) may always differ;
+(`SAFE_TO_CHANGE`: more steps, eval/save/log cadence, threads, memory knobs, the logger) may always differ;
 `resume_allow_changes` names more (["*"] allows any change).
 """
 
@@ -21,7 +21,7 @@ from rlvr.checkpoint import Checkpoints
 SAFE_TO_CHANGE = (
     "trainer.max_steps", "trainer.save_every", "trainer.eval_every", "trainer.log_every", "trainer.keep_last",
     "trainer.samples_per_step", "trainer.max_nonfinite_skips", "trainer.warmup.cache_dir", "threads", "resume",
-    "resume_allow_changes", "backend.micro_batch_size", "backend.device", "engine.max_batch_rows",
+    "resume_allow_changes", "backend.micro_batch_size", "backend.device", "engine.max_batch_rows", "logger",
 )
 
 
