@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from rlvr.cli.runs import STALE_AFTER_S, Run, as_number, label, load_runs
+from rlvr.cli.runs import STALE_AFTER_S, CliError, Run, as_number, label, load_runs
 
 STATE_ORDER = ("running", "stale", "dead", "failed", "preempted", "pending", "finished")
 
@@ -68,9 +68,36 @@ def render(rows: list[dict]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def manifest_rows(path: Path, rows: list[dict]) -> list[dict]:
+    """Runs a campaign's manifest.json lists whose folder does not exist yet (not started)."""
+    manifest = path / "manifest.json"
+    if not manifest.is_file():
+        return []
+    data = json.loads(manifest.read_text())
+    seen = {r["folder"] for r in rows}
+    return [
+        {
+            "condition": entry["condition"], "seed": entry["seed"], "step": 0, "max_steps": data.get("max_steps"),
+            "reward_metric": None, "reward": None, "eval_accuracy": None, "eval_step": None,
+            "state": entry.get("state") or "pending", "written_state": entry.get("state"), "reason": None,
+            "age_s": round(time.time() - manifest.stat().st_mtime, 1), "slurm_job_id": entry.get("slurm_job_id"),
+            "bad_lines": 0, "folder": f"{entry['condition']}/seed={entry['seed']}",
+        }
+        for entry in data.get("runs", [])
+        if f"{entry['condition']}/seed={entry['seed']}" not in seen
+    ]
+
+
 def run(path: Path, as_json: bool = False, stale_after_s: float = STALE_AFTER_S) -> str:
     now = time.time()
-    rows = [run_row(r, path, now, stale_after_s) for r in load_runs(path)]
+    try:
+        runs = load_runs(path)
+    except CliError:
+        if not (path / "manifest.json").is_file():
+            raise
+        runs = []  # a campaign whose runs have not started yet
+    rows = [run_row(r, path, now, stale_after_s) for r in runs]
+    rows += manifest_rows(path, rows)
     if as_json:
         counts = Counter(r["state"] for r in rows)
         return json.dumps({"root": str(path), "runs": rows, "counts": dict(sorted(counts.items()))}, indent=2)

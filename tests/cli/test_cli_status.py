@@ -68,3 +68,18 @@ def test_status_as_a_command_does_not_import_torch(campaign):
     imported = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines() if "|" in line}
     assert "rlvr" in imported
     assert not imported & {"torch", "transformers", "hydra", "numpy", "matplotlib"}
+
+
+def test_runs_listed_in_a_campaign_manifest_but_not_started_are_pending(tmp_path):
+    import json as _json
+
+    from rlvr.cli import status as status_cmd
+
+    manifest = {"campaign": "c", "num_runs": 2, "max_steps": 50, "runs": [
+        {"condition": "grpo", "seed": "0", "folder": str(tmp_path / "grpo/seed=0"), "state": "pending"},
+        {"condition": "maxrl", "seed": "0", "folder": str(tmp_path / "maxrl/seed=0"), "state": "pending"},
+    ]}
+    (tmp_path / "manifest.json").write_text(_json.dumps(manifest))
+    out = _json.loads(status_cmd.run(tmp_path, as_json=True))
+    assert [(r["condition"], r["state"], r["max_steps"]) for r in out["runs"]] == [
+        ("grpo", "pending", 50), ("maxrl", "pending", 50)]
