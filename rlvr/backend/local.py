@@ -37,6 +37,9 @@ from rlvr.algorithm.loss import PolicyLoss
 from rlvr.model.lora import LoraSpec
 from rlvr.types import TrainBatch
 
+LOGIT_CHUNK = 2**28
+"""fp32 logit elements materialised at once when computing training log-probabilities (1 GiB)."""
+
 
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
@@ -148,8 +151,15 @@ class LocalBackend:
         position = (attn.cumsum(-1) - 1).clamp(min=0)
         # logits at positions Lp−1 … Lp+T−2 predict completion tokens 0 … T−1
         logits = self._policy(input_ids=ids, attention_mask=attn, position_ids=position, logits_to_keep=T + 1).logits
-        logp = torch.log_softmax(logits[:, :-1].float() / max(temperature, 1e-7), dim=-1)
-        return logp.gather(-1, tokens_PG_T.to(self.device)[..., None]).squeeze(-1)
+        tokens = tokens_PG_T.to(self.device)
+        # log p(t) = z_t − logsumexp(z), z = logits/T in fp32, a slice of positions at a time: a 150k-token
+        # vocabulary never has its whole [rows, T, V] fp32 copy in memory at once (≤ LOGIT_CHUNK elements)
+        step = max(1, LOGIT_CHUNK // max(1, logits.shape[0] * logits.shape[-1]))
+        out = []
+        for t in range(0, T, step):
+            z = logits[:, t : min(t + step, T)].float() / max(temperature, 1e-7)
+            out.append(z.gather(-1, tokens[:, t : t + step, None]).squeeze(-1) - torch.logsumexp(z, dim=-1))
+        return torch.cat(out, dim=1) if out else logits.new_zeros((logits.shape[0], 0), dtype=torch.float32)
 
     def save(self, path: Path) -> None:
         """The adapter (`save_pretrained`: adapter_model.safetensors + adapter_config.json) or the full

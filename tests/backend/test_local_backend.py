@@ -134,3 +134,17 @@ def test_rows_without_signal_are_dropped_with_a_bit_identical_gradient():
     b.train_step(TrainBatch(sub, adv[:4]), PG, lr=1e-3)
     for n, p in params(a, True).items():
         assert torch.equal(p, params(b, True)[n]), n
+
+
+def test_logprobs_computed_a_slice_at_a_time_are_the_same(monkeypatch):
+    import rlvr.backend.local as local
+
+    backend, engine = make()
+    ro = rollouts(engine)
+    prompts = [p for p in ro.prompt_ids_P for _ in range(ro.group_size)]
+    ids, attn, Lp = backend._rows(prompts, ro.tokens_PG_T, ro.mask_PG_T)
+    with torch.no_grad():
+        whole = backend.completion_logprobs(ids, attn, Lp, ro.tokens_PG_T, ro.temperature)
+        monkeypatch.setattr(local, "LOGIT_CHUNK", ids.shape[0] * 16)  # one position per slice (vocab 16)
+        sliced = backend.completion_logprobs(ids, attn, Lp, ro.tokens_PG_T, ro.temperature)
+    assert torch.allclose(whole, sliced, atol=1e-6)
