@@ -14,10 +14,10 @@ PROMPTS = [[4, 5, 13, 6, 7, 14], [3, 14], [12, 12, 12, 13, 4]]
 PG = PolicyLoss(0.0, 0.0, 0.0)
 
 
-def make(lora=LORA, micro_batch_size=0, grad_clip_norm=0.0):
+def make(lora=LORA, micro_batch_size=0, grad_clip_norm=0.0, gradient_checkpointing=False):
     model, tok = TINY.load(0)
     backend = LocalBackend(model, lora, 0, tok.pad_token_id, "cpu", (0.9, 0.95), 1e-8, 0.0, grad_clip_norm,
-                           micro_batch_size)
+                           micro_batch_size, gradient_checkpointing)
     engine = PyTorchEngine(backend.policy, [tok.eos_token_id], tok.pad_token_id, 256, merge_lora=False)
     return backend, engine
 
@@ -148,3 +148,16 @@ def test_logprobs_computed_a_slice_at_a_time_are_the_same(monkeypatch):
         monkeypatch.setattr(local, "LOGIT_CHUNK", ids.shape[0] * 16)  # one position per slice (vocab 16)
         sliced = backend.completion_logprobs(ids, attn, Lp, ro.tokens_PG_T, ro.temperature)
     assert torch.allclose(whole, sliced, atol=1e-6)
+
+
+@pytest.mark.parametrize("lora", [LORA, None], ids=["lora", "full"])
+def test_gradient_checkpointing_changes_memory_not_the_update(lora):
+    plain, engine = make(lora=lora)
+    checkpointed, _ = make(lora=lora, gradient_checkpointing=True)
+    ro = rollouts(engine)
+    adv = torch.randn(ro.tokens_PG_T.shape[0], 1) * ro.mask_PG_T
+    a = plain.train_step(TrainBatch(ro, adv), PG, lr=1e-3)
+    b = checkpointed.train_step(TrainBatch(ro, adv), PG, lr=1e-3)
+    assert a["loss"] == pytest.approx(b["loss"], abs=1e-6) and a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
+    for n, p in params(plain, True).items():
+        assert torch.allclose(p, params(checkpointed, True)[n], atol=1e-6), n

@@ -95,7 +95,7 @@ def test_chunked_decoding_returns_the_same_shapes(model_tok):
 def lora_backend():
     model, tok = TINY.load(0)
     backend = LocalBackend(model, LoraSpec(4, 8, 0.0, ["q_proj", "v_proj", "down_proj"]), 0, tok.pad_token_id,
-                           "cpu", (0.9, 0.95), 1e-8, 0.0, 0.0, 0)
+                           "cpu", (0.9, 0.95), 1e-8, 0.0, 0.0, 0, False)
     return backend, tok
 
 
