@@ -11,7 +11,7 @@ from rlvr.run import ConfigError, check, check_components, condition_label
 
 GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra")
 OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((CONF_DIR / g).glob("*.yaml"))]
-NEEDS_FILES = {("data", "math"), ("data", "jsonl")}  # read their files at construction: tested in tests/data
+NEEDS_FILES = {("data", "math"), ("data", "jsonl"), ("data", "gsm8k")}  # read files at construction: see tests/data
 RUNTIME_ARGS = {"backend", "engine"}  # built by the trainer around the loaded model: tested in tests/{backend,engine}
 
 

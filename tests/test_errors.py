@@ -46,6 +46,7 @@ CASES = [
     (["data=math", "data.path=/no/such/train.jsonl", *GPU], "data.path='/no/such/train.jsonl'"),
     (["data=jsonl", *GPU], "data.path"),
     (["data=math", *GPU], "set data.path to a local .jsonl/.parquet file"),  # offline, no local file
+    (["data=gsm8k", *GPU], "openai/gsm8k"),
     (["data=math", "data.path=tests/fixtures/math.jsonl", "data.eval_path=tests/fixtures/math.jsonl"],
      "has no warm-up demonstrations: set trainer.warmup.steps=0"),
     (["data.eval_size=0"], "data.eval_size=0"),

@@ -89,11 +89,12 @@ class JSONL:
         reference_key: str,
         eval_size: int,
         prompt_template: str,
+        shuffle: bool,
     ) -> None:
         check_template(prompt_template, "prompt")
         if eval_size < 0:
             raise ValueError(f"data.eval_size={eval_size} must be >= 0 (0 = the whole eval file)")
-        self.seed = seed
+        self.seed, self.shuffle = seed, shuffle
         self.prompt_template = prompt_template
         self.prompt_key = prompt_key
         self.reference_key = reference_key
@@ -133,7 +134,7 @@ class JSONL:
         return examples
 
     def batch(self, step: int, size: int) -> list[Example]:
-        return [self._train[i] for i in batch_indices(step, size, len(self._train), self.seed)]
+        return [self._train[i] for i in batch_indices(step, size, len(self._train), self.seed, self.shuffle)]
 
     def eval_examples(self) -> list[Example]:
         return list(self._eval)

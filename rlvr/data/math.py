@@ -23,11 +23,11 @@ with a message naming the config key.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
-from rlvr.data.jsonl import check_template, held_out, read_jsonl
+from rlvr.data.jsonl import check_template, held_out
 from rlvr.data.order import batch_indices
+from rlvr.data.tables import read_hub, read_local
 from rlvr.reward.boxed import extract_boxed
 from rlvr.types import Demonstration, Example
 
@@ -35,60 +35,6 @@ log = logging.getLogger(__name__)
 
 HUB_DATASET = "EleutherAI/hendrycks_math"
 COLUMNS = ("problem", "solution")
-
-
-def read_local(path: str, config_key: str) -> list[dict[str, Any]]:
-    """`problem`/`solution` rows of a .jsonl or .parquet file, checked to be strings."""
-    file = Path(path)
-    if file.suffix == ".jsonl":
-        numbered = read_jsonl(file, COLUMNS, config_key)
-    elif file.suffix == ".parquet":
-        if not file.is_file():
-            raise FileNotFoundError(f"{config_key}={path!r}: no such file (expected a .parquet file)")
-        import pyarrow.parquet as pq
-
-        names = pq.read_schema(file).names
-        missing = [c for c in COLUMNS if c not in names]
-        if missing:
-            raise ValueError(
-                f"{config_key}={path!r}: missing column(s) {missing}; expected {list(COLUMNS)}, found {names}"
-            )
-        numbered = list(enumerate(pq.read_table(file, columns=list(COLUMNS)).to_pylist(), start=1))
-    else:
-        raise ValueError(
-            f"{config_key}={path!r}: expected a .jsonl or .parquet file with columns {list(COLUMNS)}"
-        )
-    for n, row in numbered:
-        if not all(isinstance(row[c], str) for c in COLUMNS):
-            unit = "line" if file.suffix == ".jsonl" else "row"
-            raise ValueError(
-                f"{config_key}={path!r} {unit} {n}: expected strings in {list(COLUMNS)}, got {row!r:.200}"
-            )
-    return [row for _, row in numbered]
-
-
-def read_hub(subjects: list[str], split: str, config_key: str) -> list[dict[str, Any]]:
-    """Rows of `HUB_DATASET` for each subject, in order; `config_key` is the null key that sent us here."""
-    advice = f"or set {config_key} to a local .jsonl/.parquet file with columns {list(COLUMNS)}"
-    try:
-        import datasets
-    except ImportError as e:
-        raise RuntimeError(
-            f"{config_key} is null, so MATH is read from the hub ({HUB_DATASET}), but the "
-            f"`datasets` package is missing: install rlvr[hub] {advice}"
-        ) from e
-    rows = []
-    for subject in subjects:
-        try:
-            table = datasets.load_dataset(HUB_DATASET, subject, split=split)
-            rows.extend({c: r[c] for c in COLUMNS} for r in table)
-        except Exception as e:  # offline, unknown subject/split, network: all end the same way
-            raise RuntimeError(
-                f"{config_key} is null, but loading {HUB_DATASET} subject={subject!r} "
-                f"split={split!r} from the hub failed ({type(e).__name__}: {e}); fix the "
-                f"subject/split, go online {advice}"
-            ) from e
-    return rows
 
 
 class MATH:
@@ -103,6 +49,7 @@ class MATH:
         eval_split: str,
         eval_size: int,
         prompt_template: str,
+        shuffle: bool,
     ) -> None:
         check_template(prompt_template, "problem")
         if max_examples < 0 or eval_size < 0:
@@ -111,22 +58,23 @@ class MATH:
             )
         if (path is None or eval_path is None) and not subjects:
             raise ValueError("data.subjects is empty, but a null data.path or data.eval_path reads it")
-        self.seed = seed
+        self.seed, self.shuffle = seed, shuffle
         self.prompt_template = prompt_template
         if path is not None:
-            train_rows, train_source = read_local(path, "data.path"), f"data.path={path!r}"
+            train_rows, train_source = read_local(path, COLUMNS, "data.path"), f"data.path={path!r}"
         else:
             train_rows, train_source = (
-                read_hub(subjects, split, "data.path"),
+                read_hub(HUB_DATASET, subjects, split, COLUMNS, "data.path"),
                 f"{HUB_DATASET} split={split!r}",
             )
         self._train = self._examples(train_rows, train_source)
         if max_examples:
             self._train = self._train[:max_examples]
         if eval_path is not None:
-            eval_rows, eval_source = read_local(eval_path, "data.eval_path"), f"data.eval_path={eval_path!r}"
+            eval_rows = read_local(eval_path, COLUMNS, "data.eval_path")
+            eval_source = f"data.eval_path={eval_path!r}"
         else:
-            eval_rows = read_hub(subjects, eval_split, "data.eval_path")
+            eval_rows = read_hub(HUB_DATASET, subjects, eval_split, COLUMNS, "data.eval_path")
             eval_source = f"{HUB_DATASET} split={eval_split!r}"
         self._eval = held_out(self._examples(eval_rows, eval_source), eval_size)
         for examples, source in ((self._train, train_source), (self._eval, eval_source)):
@@ -149,7 +97,7 @@ class MATH:
         return kept
 
     def batch(self, step: int, size: int) -> list[Example]:
-        return [self._train[i] for i in batch_indices(step, size, len(self._train), self.seed)]
+        return [self._train[i] for i in batch_indices(step, size, len(self._train), self.seed, self.shuffle)]
 
     def eval_examples(self) -> list[Example]:
         return list(self._eval)

@@ -23,6 +23,7 @@ def make(tmp_path: Path, rows: list[object], eval_rows: list[object] | None = No
         reference_key="reference",
         eval_size=500,
         prompt_template="{prompt}",
+        shuffle=True,
     )
     return JSONL(**(args | kw))  # type: ignore[arg-type]
 
@@ -72,13 +73,13 @@ def test_empty_references_are_dropped_with_one_warning(
 def test_blank_lines_are_skipped(tmp_path: Path) -> None:
     path = tmp_path / "train.jsonl"
     path.write_text('\n{"prompt": "a", "reference": "1"}\n\n', encoding="utf-8")
-    source = JSONL(0, str(path), None, "prompt", "reference", 0, "{prompt}")
+    source = JSONL(0, str(path), None, "prompt", "reference", 0, "{prompt}", True)
     assert source.batch(0, 1) == [Example("a", "1")]
 
 
 def test_missing_file_names_the_key(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"data\.path='.*nope\.jsonl': no such file"):
-        JSONL(0, str(tmp_path / "nope.jsonl"), None, "prompt", "reference", 0, "{prompt}")
+        JSONL(0, str(tmp_path / "nope.jsonl"), None, "prompt", "reference", 0, "{prompt}", True)
     with pytest.raises(FileNotFoundError, match=r"data\.eval_path="):
         make(tmp_path, ROWS, eval_path=str(tmp_path / "nope.jsonl"))
 
@@ -98,7 +99,7 @@ def test_bad_rows_name_key_file_and_line(tmp_path: Path, lines: list[str], messa
     path = tmp_path / "train.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(ValueError, match=re.escape(f"data.path='{path}' ") + message):
-        JSONL(0, str(path), None, "prompt", "reference", 0, "{prompt}")
+        JSONL(0, str(path), None, "prompt", "reference", 0, "{prompt}", True)
 
 
 def test_empty_after_filtering_is_an_error(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ def make(tmp_path: Path, rows: list[dict] = ROWS, suffix: str = ".jsonl", **kw: 
         eval_split="test",
         eval_size=10,
         prompt_template="{problem}",
+        shuffle=True,
     )
     return MATH(**(args | kw))  # type: ignore[arg-type]
 
@@ -172,3 +173,12 @@ def test_spec_yaml_lists_the_spec_subjects_in_order() -> None:
     conf = OmegaConf.load(Path(__file__).parents[2] / "conf" / "data" / "math.yaml")
     assert list(conf.subjects) == SPEC_SUBJECTS
     assert conf.path is None and conf.eval_size == 500
+
+
+def test_shuffle_false_keeps_the_sources_order_round_robin(tmp_path: Path) -> None:
+    # the predecessor's order: rows in file order, wrapping around; the seed plays no part
+    source = make(tmp_path, shuffle=False)
+    n = len(source._train)
+    order = [e.prompt for step in range(3) for e in source.batch(step, 2)]
+    assert order == [source._train[k % n].prompt for k in range(6)]
+    assert make(tmp_path, shuffle=False, seed=5).batch(1, 2) == source.batch(1, 2)
