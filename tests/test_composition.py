@@ -12,6 +12,7 @@ from rlvr.run import ConfigError, check, check_components, condition_label
 GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra")
 OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((CONF_DIR / g).glob("*.yaml"))]
 NEEDS_FILES = {("data", "math"), ("data", "jsonl"), ("data", "gsm8k")}  # read files at construction: see tests/data
+NEEDS_USER_CODE = {("reward", "function")}  # names the user's function: see tests/reward
 RUNTIME_ARGS = {"backend", "engine"}  # built by the trainer around the loaded model: tested in tests/{backend,engine}
 
 
@@ -32,13 +33,14 @@ def test_groups_are_the_documented_ones():
 
 @pytest.mark.parametrize("group,option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
 def test_every_option_composes_and_builds(group, option):
-    cfg = compose_config([f"{group}={option}"] + (["data.path=unused.jsonl"] if option == "jsonl" else []))
+    mandatory = {"jsonl": ["data.path=unused.jsonl"], "function": ["reward.function=examples_rewards.contains_answer"]}
+    cfg = compose_config([f"{group}={option}"] + mandatory.get(option, []))
     for target in targets(cfg):
         try:
             get_class(target)
         except Exception:
             get_method(target)
-    if group in cfg and (group, option) not in NEEDS_FILES:
+    if group in cfg and (group, option) not in NEEDS_FILES | NEEDS_USER_CODE:
         built = instantiate(cfg[group], _convert_="all", _partial_=True)
         if group not in RUNTIME_ARGS:
             built(**({"seed": 0} if group == "data" else {}))
