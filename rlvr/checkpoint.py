@@ -37,13 +37,17 @@ class CheckpointError(RuntimeError):
     """A checkpoint could not be written; the message says where and what is still intact."""
 
 
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)  # files and folders alike
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _fsync_tree(path: Path) -> None:
     for p in sorted(path.rglob("*")) + [path]:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync(p)
 
 
 def _fault(name: str) -> None:
@@ -94,7 +98,7 @@ class Checkpoints:
             _fsync_tree(tmp)
             shutil.rmtree(final_dir, ignore_errors=True)
             tmp.rename(final_dir)
-            self._fsync_dir(self.root)
+            _fsync(self.root)
             self._point_latest_to(name)
         except OSError as err:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -129,15 +133,7 @@ class Checkpoints:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.root / "latest")
-        self._fsync_dir(self.root)
-
-    @staticmethod
-    def _fsync_dir(path: Path) -> None:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync(self.root)
 
     def _prune(self, keep: set[str]) -> None:
         for stale in self.root.glob(".step_*.tmp"):  # left by a run killed mid-write

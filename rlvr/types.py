@@ -70,10 +70,6 @@ class Rollouts:
     asked for; 0 on padding."""
 
     @property
-    def num_prompts(self) -> int:
-        return len(self.prompt_ids_P)
-
-    @property
     def lengths_PG(self) -> Tensor:
         return self.mask_PG_T.sum(-1)
 
