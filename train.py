@@ -13,11 +13,13 @@ from omegaconf import DictConfig
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float:
-    from rlvr.preemption import REQUEUE_EXIT_CODE, Preempted
-    from rlvr.run import run
+    from rlvr.preemption import REQUEUE_EXIT_CODE, Preempted, StopSignals
 
     try:
-        return run(cfg)["eval_accuracy_final"]  # the value a Hydra sweeper would optimise
+        with StopSignals():  # from the job's first moment a stop signal is remembered, not fatal
+            from rlvr.run import run
+
+            return run(cfg)["eval_accuracy_final"]  # the value a Hydra sweeper would optimise
     except Preempted as stopped:
         print(f"rlvr: {stopped}; exiting with {REQUEUE_EXIT_CODE} (requeue)", file=sys.stderr)
         sys.exit(REQUEUE_EXIT_CODE)

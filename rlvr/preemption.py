@@ -22,7 +22,12 @@ class Preempted(Exception):
 
 
 class StopSignals:
-    """Context manager: while active, the first SIGTERM/SIGUSR1 sets `requested`; a second exits now."""
+    """Context manager: while active, the first SIGTERM/SIGUSR1 sets `requested`; a second exits now.
+
+    Nested, the inner one takes over a request the outer one already holds: `train.py` listens from the
+    moment the job starts, so a signal that comes while it is still importing or loading the model is
+    remembered (not fatal) and the trainer acts on it at its first step boundary.
+    """
 
     def __init__(self) -> None:
         self.requested: int | None = None
@@ -38,6 +43,9 @@ class StopSignals:
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():  # handlers can only be set there
+            outer = getattr(signal.getsignal(SIGNALS[0]), "__self__", None)
+            if isinstance(outer, StopSignals):
+                self.requested = outer.requested
             self._previous = {s: signal.signal(s, self._handle) for s in SIGNALS}
         return self
 

@@ -119,6 +119,22 @@ def test_stop_signal_checkpoints_and_asks_for_a_requeue(warm, reference, tmp_pat
     assert comparable(tmp_path) == reference["lora"]
 
 
+def test_a_stop_signal_while_the_job_is_still_starting_is_not_fatal(warm, tmp_path):
+    """SLURM may signal a requeued task while it is still importing torch: the request is remembered and
+    acted on after the first step (checkpoint, exit 75), not the default action of SIGUSR1 (death)."""
+    proc = subprocess.Popen(command(tmp_path, warm), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    while proc.poll() is None and not (tmp_path / "train.log").exists():  # Hydra made the job's log: main is next
+        time.sleep(0.01)
+    time.sleep(0.3)  # inside main, still importing torch (no training row yet)
+    assert not (tmp_path / "metrics.jsonl").exists()
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == REQUEUE_EXIT_CODE, err[-3000:]
+    assert Checkpoints.read_state(Checkpoints(tmp_path / "checkpoints", 0).latest())["step"] == 1
+    assert "SIGUSR1 received" in (tmp_path / "train.log").read_text()
+
+
 def test_resume_must_without_a_checkpoint_fails(tmp_path):
     proc = train(tmp_path / "empty", ["resume=must", "trainer.warmup.steps=0"])
     assert proc.returncode == 1 and "resume=must" in proc.output and "no complete checkpoint" in proc.output

@@ -3,7 +3,7 @@ tasks all complete, and a task stopped mid-run (requeued by SLURM, or signalled 
 checkpoints, is started again in the same folder, resumes and logs every step exactly once.
 
 Skipped unless a cluster answers: `bash launchers/ci-slurm.sh` starts one under $SLURM_TEST_ROOT
-(default /tmp/rlvr-slurm). The tests take 7-65 s each (~2.3 min in all), mostly job start-up and requeue delays.
+(default /tmp/rlvr-slurm). The tests take 7-150 s each (~3-5 min in all), mostly job start-up and requeue delays.
 """
 
 from __future__ import annotations
@@ -191,17 +191,21 @@ def test_a_stopped_task_is_requeued_and_resumes_without_repeating_a_step(slurm_e
 
 def test_a_task_at_its_time_limit_checkpoints_requeues_itself_and_finishes(slurm_env, tmp_path):
     """A real time limit: 1 min per attempt, SIGUSR1 45 s before it (slurmctld checks limits every ~30 s, so
-    it arrives 15-45 s in); 600 steps need more than one attempt, so the task requeues itself via the trap."""
+    it arrives 15-45 s in); the run needs more than 45 s of training, so the task requeues itself via the trap.
+    A verifier that waits 0.1 s a step (slow_reward.py) keeps that true on a fast idle machine."""
     name = f"rlvr-timelimit-{uuid.uuid4().hex[:8]}"
-    sweep, steps = tmp_path / "sweep", 600  # ~0.08 s a step: ~50 s of training, more than one attempt
-    deadline = time.monotonic() + 170
+    sweep, steps = tmp_path / "sweep", 380  # 0.14-0.18 s a step: 53-68 s of training, more than one attempt
+    deadline = time.monotonic() + 330
+    env = {**slurm_env, "PYTHONPATH": str(Path(__file__).parent)}
     process = submit(
-        slurm_env,
+        env,
         sweep,
         name,
         "seed=0",
         f"trainer.max_steps={steps}",
         "trainer.save_every=10",
+        "reward=function",
+        "reward.function=slow_reward.exact_after_a_pause",
         "hydra.launcher.timeout_min=1",
         "hydra.launcher.signal_delay_s=45",
     )

@@ -17,8 +17,10 @@ def offline(monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
 
 
-def offline_runs(folder: Path) -> list[Path]:
-    return sorted((folder / "wandb").glob("offline-run-*"))
+def run_ids(folder: Path) -> set[str]:
+    """The W&B run ids logged under `folder` (from the `run-<id>.wandb` files: the folder name is not enough,
+    wandb adds a suffix when a run is continued within the same second)."""
+    return {f.stem.removeprefix("run-") for f in (folder / "wandb").glob("offline-run-*/run-*.wandb")}
 
 
 def test_naming_and_a_stable_id_per_folder(tmp_path):
@@ -43,10 +45,9 @@ def test_each_job_in_one_process_gets_its_own_run_and_a_resume_continues_it(tmp_
     overrides = FAST + ["logger=wandb", "logger.mode=offline", "trainer.max_steps=2"]
     run(compose_config(overrides), tmp_path / "a")
     run(compose_config(overrides + ["seed=1"]), tmp_path / "b")
-    ids = [offline_runs(tmp_path / f)[0].name.rsplit("-", 1)[1] for f in "ab"]
-    assert ids[0] != ids[1]
+    (id_a,), (id_b,) = run_ids(tmp_path / "a"), run_ids(tmp_path / "b")
+    assert id_a != id_b
     for folder in "ab":
-        run_dir = offline_runs(tmp_path / folder)[0]
-        assert (run_dir / f"run-{run_dir.name.rsplit('-', 1)[1]}.wandb").stat().st_size > 0
+        assert all(f.stat().st_size > 0 for f in (tmp_path / folder / "wandb").glob("offline-run-*/run-*.wandb"))
     run(compose_config(FAST + ["logger=wandb", "logger.mode=offline", "trainer.max_steps=3"]), tmp_path / "a")
-    assert {r.name.rsplit("-", 1)[1] for r in offline_runs(tmp_path / "a")} == {ids[0]}  # the same run, continued
+    assert run_ids(tmp_path / "a") == {id_a}  # the same run, continued
