@@ -5,6 +5,7 @@ fast; the job imports it when it starts. A job stopped by SIGTERM/SIGUSR1 checkp
 status 75 ("requeue me"); started again in the same folder, it continues.
 """
 
+import signal
 import sys
 
 import hydra
@@ -19,7 +20,9 @@ def main(cfg: DictConfig) -> float:
         with StopSignals():  # from the job's first moment a stop signal is remembered, not fatal
             from rlvr.run import run
 
-            return run(cfg)["eval_accuracy_final"]  # the value a Hydra sweeper would optimise
+            accuracy = run(cfg)["eval_accuracy_final"]  # the value a Hydra sweeper would optimise
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # finished: a time-limit warning now must not kill the exit
+        return accuracy
     except Preempted as stopped:
         print(f"rlvr: {stopped}; exiting with {REQUEUE_EXIT_CODE} (requeue)", file=sys.stderr)
         sys.exit(REQUEUE_EXIT_CODE)
