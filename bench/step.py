@@ -246,7 +246,7 @@ def side_trl(args: argparse.Namespace) -> dict:
         def exact_match(completion_ids: list[list[int]], answer: list[str], **_) -> list[float]:
             # the ids end at (and include) the first EOS; decoding drops specials, as decode_completions does
             texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-            return c.reward.score(texts, answer)
+            return c.reward.score(texts, answer).values
 
         class StepTimer(TrainerCallback):
             def __init__(self) -> None:

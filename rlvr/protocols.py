@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
     from rlvr.algorithm.loss import PolicyLoss
     from rlvr.model.lora import LoraSpec
-    from rlvr.types import Demonstration, Example, Rollouts, SamplingParams, TokenSignals, TrainBatch
+    from rlvr.types import Demonstration, Example, Rollouts, SamplingParams, Scores, TokenSignals, TrainBatch
 
 
 class ModelPreset(Protocol):
@@ -45,8 +45,9 @@ class DataSource(Protocol):
 
 
 class Reward(Protocol):
-    def score(self, completions: Sequence[str], references: Sequence[str]) -> list[float]:
-        """One float per completion; a completion is 'correct' when its reward is > 0.5."""
+    def score(self, completions: Sequence[str], references: Sequence[str]) -> Scores:
+        """One float per completion (a completion is 'correct' when its reward is > 0.5), with the
+        completions it timed out on, failed on or could not parse counted (they score 0.0)."""
         ...
 
 

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlvr.campaign import record
 from rlvr.checkpoint import Checkpoints
+from rlvr.errors import ConfigError
 from rlvr.outputs import RunDir
 from rlvr.preemption import Preempted, StopSignals
 from rlvr.resume import resume_point
@@ -30,10 +31,6 @@ from rlvr.seeds import Seeds
 from rlvr.trainer import Components, Trainer
 
 log = logging.getLogger("rlvr")
-
-
-class ConfigError(ValueError):
-    """The composed config cannot run; the message names every offending key."""
 
 
 def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
@@ -162,6 +159,8 @@ def check(cfg: DictConfig) -> None:
         errors.append("trainer.group_size=1: every group's rewards tie, so no step would train (need >= 2)")
     if not 0 < t.sampling.top_p <= 1:
         errors.append(f"trainer.sampling.top_p={t.sampling.top_p} must be in (0, 1]")
+    if not 0 <= t.reward_warn_frac <= 1:
+        errors.append(f"trainer.reward_warn_frac={t.reward_warn_frac} must be in [0, 1]")
     if t.warmup.steps > 0 and t.warmup.batch_size <= 0:
         errors.append(f"trainer.warmup.batch_size={t.warmup.batch_size} must be > 0 when trainer.warmup.steps > 0")
     rows = t.batch_size * t.group_size
@@ -253,6 +252,10 @@ def check_components(cfg: DictConfig, c: Components) -> None:
     try:
         c.preset.check_available()
     except (FileNotFoundError, OSError) as err:
+        errors.append(str(err))
+    try:
+        getattr(c.reward, "check_available", lambda: None)()  # e.g. the judge's API key
+    except ConfigError as err:
         errors.append(str(err))
     if cfg.trainer.warmup.steps > 0 and not c.data.demonstrations():
         errors.append(

@@ -14,6 +14,7 @@ still writes its metrics row, with `skipped: true`, so the reward curve has no h
 from __future__ import annotations
 
 import logging
+import math
 import resource
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +28,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from rlvr.algorithm.ties import tie_metrics, uniform_groups
 from rlvr.checkpoint import Checkpoints, set_rng_state
+from rlvr.errors import ConfigError
 from rlvr.model.prompt_encoding import encode_prompts, eos_ids
 from rlvr.outputs import RunDir
 from rlvr.preemption import Preempted, StopSignals
@@ -42,7 +44,7 @@ from rlvr.protocols import (
     Transform,
 )
 from rlvr.seeds import Seeds, sub_seed
-from rlvr.types import Example, Rollouts, SamplingParams, TokenSignals, TrainBatch
+from rlvr.types import Example, Rollouts, SamplingParams, Scores, TokenSignals, TrainBatch
 from rlvr.warmup import Warmup
 
 log = logging.getLogger("rlvr")
@@ -130,6 +132,8 @@ class Trainer:
     """Checkpoints kept besides the final one; 0 keeps all."""
     max_nonfinite_skips: int
     """Consecutive steps with a non-finite loss or gradient (each skipped) after which the run stops."""
+    reward_warn_frac: float
+    """A step whose reward/timeout_frac, error_frac or parse_fail_frac exceeds this logs a warning."""
 
     def fit(self, c: Components, out: RunDir, resume_from: Path | None = None, stop: StopSignals | None = None):
         """The whole run (or its remainder, from the checkpoint `resume_from`); returns summary.json's data.
@@ -257,8 +261,9 @@ class Trainer:
         clock.append(time.perf_counter())
         completions = decode_completions(live.tokenizer, rollouts)
         references = [e.reference for e in examples for _ in range(G)]
-        scores, reward_errors = guarded_score(c.reward, completions, references)
-        rewards_P_G = torch.tensor(scores, dtype=torch.float32).view(P, G)
+        scores = guarded_score(c.reward, completions, references)
+        self._warn_on_failures(step, scores)
+        rewards_P_G = torch.tensor(scores.values, dtype=torch.float32).view(P, G)
         clock.append(time.perf_counter())
         credit = self._credit(live, step, rollouts, rewards_P_G)
         clock.append(time.perf_counter())
@@ -267,7 +272,16 @@ class Trainer:
         self._guard_nonfinite(live, step, train)
         live.out.write_samples(step, self._samples(examples, completions, rewards_P_G, credit))
         row = self._row(live, step, rollouts, rewards_P_G, credit, train, clock)
-        return {**row, "reward/errors": float(reward_errors), "train/nonfinite_skips": float(live.totals["nonfinite"])}
+        return {**row, **scores.fractions("reward/"), "train/nonfinite_skips": float(live.totals["nonfinite"])}
+
+    def _warn_on_failures(self, step: int, scores: Scores) -> None:
+        over = {k: v for k, v in scores.fractions("reward/").items() if v > self.reward_warn_frac}
+        if over:
+            log.warning(
+                "step %d: %s above trainer.reward_warn_frac=%g: those completions scored 0.0, so the rewards "
+                "(and the advantages) are wrong; check the verifier, its timeouts and the answer format",
+                step, ", ".join(f"{k}={v:.2f}" for k, v in over.items()), self.reward_warn_frac,
+            )
 
     def _guard_nonfinite(self, live: Live, step: int, train: dict) -> None:
         if not train.get("train/nonfinite_skip"):
@@ -375,14 +389,15 @@ class Trainer:
         greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=self.eval_max_tokens)
         rollouts = live.engine.sample(prompt_ids, 1, greedy, seed=0)
         completions = decode_completions(live.tokenizer, rollouts)
-        rewards, errors = guarded_score(live.c.reward, completions, [e.reference for e in examples])
+        scores = guarded_score(live.c.reward, completions, [e.reference for e in examples])
+        rewards = scores.values
         row = {
             "step": steps_done,
             "eval/accuracy": sum(r > CORRECT_THRESHOLD for r in rewards) / len(rewards),
             "eval/mean_reward": sum(rewards) / len(rewards),
             "eval/mean_completion_length": float(rollouts.lengths_PG.float().mean()),
             "eval/examples": len(examples),
-            "eval/reward_errors": float(errors),
+            **scores.fractions("eval/reward_"),
             "eval_time_s": time.perf_counter() - t0,
         }
         self._emit(live, row)
@@ -408,22 +423,34 @@ class Trainer:
         live.checkpoints.save(steps_done, live.backend.save, state, final=final)
 
 
-def guarded_score(reward: Reward, completions: Sequence[str], references: Sequence[str]) -> tuple[list[float], int]:
-    """Scores, and how many completions could not be scored. A verifier that raises on the batch is
-    retried one completion at a time; a completion it still fails on scores 0.0, so one bad sample
-    never stops a run."""
+def guarded_score(reward: Reward, completions: Sequence[str], references: Sequence[str]) -> Scores:
+    """The verifier's `Scores`, with one bad completion never stopping the run: a verifier that raises on
+    the batch, or returns the wrong number of rewards or a non-finite one, is asked again one completion
+    at a time; a completion it still fails on scores 0.0 and counts as an error. A ConfigError stops the run."""
     try:
-        return reward.score(completions, references), 0
+        scores = reward.score(completions, references)
+        if len(scores.values) == len(completions) and all(math.isfinite(v) for v in scores.values):
+            return scores
+        raise ValueError(f"{len(scores.values)} rewards for {len(completions)} completions, or one not finite")
+    except ConfigError:  # not a bad completion: the verifier cannot work at all (no API key)
+        raise
     except Exception as err:  # noqa: BLE001 - any verifier failure is contained here and counted
         log.warning("reward %s failed on the batch (%r): scoring one completion at a time", type(reward).__name__, err)
-    scores, errors = [], 0
+    parts = []
     for completion, reference in zip(completions, references):
         try:
-            scores.append(float(reward.score([completion], [reference])[0]))
+            part = reward.score([completion], [reference])
+            if len(part.values) != 1 or not math.isfinite(part.values[0]):
+                raise ValueError(part.values)
+            parts.append(part)
         except Exception:  # noqa: BLE001
-            scores.append(0.0)
-            errors += 1
-    return scores, errors
+            parts.append(Scores([0.0], errors=1))
+    return Scores(
+        [p.values[0] for p in parts],
+        timeouts=sum(p.timeouts for p in parts),
+        errors=sum(p.errors for p in parts),
+        parse_failures=sum(p.parse_failures for p in parts),
+    )
 
 
 def token_pieces(tokenizer, rollouts: Rollouts) -> list[list[str]]:

@@ -34,6 +34,31 @@ class Demonstration:
 
 
 @dataclass(frozen=True)
+class Scores:
+    """A verifier's verdict on a batch: one reward per completion, and how many of them it could not really
+    judge. A completion whose grading timed out or raised, or with no answer to parse, scores 0.0 and is
+    counted here, so a verifier failing silently shows up in `reward/*_frac` instead of as a flat zero."""
+
+    values: list[float]
+    timeouts: int = 0
+    """Grading ran past its time bound (and was stopped)."""
+    errors: int = 0
+    """Grading raised, or returned something that is not a finite number."""
+    parse_failures: int = 0
+    """No answer could be read from the completion (no `\\boxed{}`, an answer the parser rejects, a judge
+    verdict that is neither yes nor no)."""
+
+    def fractions(self, prefix: str) -> dict[str, float]:
+        """`{prefix}timeout_frac`, `{prefix}error_frac`, `{prefix}parse_fail_frac` (0.0 for an empty batch)."""
+        n = max(1, len(self.values))
+        return {
+            f"{prefix}timeout_frac": self.timeouts / n,
+            f"{prefix}error_frac": self.errors / n,
+            f"{prefix}parse_fail_frac": self.parse_failures / n,
+        }
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     temperature: float
     """Logits are divided by max(temperature, 1e-7) before the softmax. 0 means greedy."""

@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from rlvr.algorithm.loss import PolicyLoss
+from rlvr.types import Scores
 
 
 class NaNOnCalls:
@@ -30,7 +31,7 @@ class FlakyReward:
     def __init__(self, poison: str) -> None:
         self.poison = poison
 
-    def score(self, completions: Sequence[str], references: Sequence[str]) -> list[float]:
+    def score(self, completions: Sequence[str], references: Sequence[str]) -> Scores:
         if any(c.startswith(self.poison) for c in completions):
             raise ValueError(f"cannot grade a completion starting with {self.poison!r}")
-        return [float(c.strip() == r.strip()) for c, r in zip(completions, references)]
+        return Scores([float(c.strip() == r.strip()) for c, r in zip(completions, references)])

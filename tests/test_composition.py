@@ -114,7 +114,7 @@ def test_entropy_transform_with_an_engine_that_cannot_give_it_fails_early():
     cfg = compose_config([])
     cfg.engine._target_ = f"{__name__}.NoEntropyEngine"
     c = SimpleNamespace(transform=EntropyHungry(), data=SimpleNamespace(demonstrations=lambda: [1]),
-                        preset=instantiate(cfg.model))
+                        preset=instantiate(cfg.model), reward=instantiate(cfg.reward))
     with pytest.raises(ConfigError, match="needs full-distribution entropy"):
         check_components(cfg, c)
 
@@ -124,6 +124,6 @@ def test_warmup_without_demonstrations_fails_early():
 
     cfg = compose_config(["data=math"])  # trainer=cpu warms up; MATH has no demonstrations
     c = SimpleNamespace(transform=instantiate(cfg.transform), data=SimpleNamespace(demonstrations=lambda: []),
-                        preset=instantiate(cfg.model))
+                        preset=instantiate(cfg.model), reward=instantiate(cfg.reward))
     with pytest.raises(ConfigError, match="trainer.warmup.steps=800"):
         check_components(cfg, c)

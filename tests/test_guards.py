@@ -37,11 +37,11 @@ def test_consecutive_nonfinite_steps_stop_the_run_with_a_clear_message(warm, tmp
 
 def test_a_verifier_that_raises_on_one_sample_does_not_stop_the_run(warm, tmp_path):
     # "1…" answers make the verifier raise on the whole batch; they are then graded one by one and the
-    # poisoned ones score 0, counted in reward/errors
+    # poisoned ones score 0, counted in reward/error_frac
     reward = ["reward._target_=faulty.FlakyReward", '+reward.poison="1"']
     summary = run(compose_config(FAST + warm + reward + ["trainer.max_steps=3"]), tmp_path)
     assert summary["steps"] == 3
-    assert sum(r["reward/errors"] for r in rows(tmp_path) if "loss" in r) > 0
+    assert sum(r["reward/error_frac"] for r in rows(tmp_path) if "loss" in r) > 0
 
 
 def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(warm, tmp_path, monkeypatch):

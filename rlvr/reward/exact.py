@@ -5,7 +5,8 @@ Rule: reward 1.0 iff `completion.strip() == reference.strip()`, else 0.0. No nor
 stripping surrounding whitespace: "42.0" does not match "42", and "42." does not either.
 
 Edge case (deliberate): an empty (or all-whitespace) reference never scores 1.0, so an empty completion
-cannot be rewarded for matching a missing answer (the same choice as `match`).
+cannot be rewarded for matching a missing answer (the same choice as `match`). An empty completion counts
+as a parse failure.
 """
 
 from __future__ import annotations
@@ -13,15 +14,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rlvr.types import Scores
+
 
 @dataclass(frozen=True)
 class ExactMatch:
-    def score(self, completions: Sequence[str], references: Sequence[str]) -> list[float]:
-        if len(completions) != len(references):
-            raise ValueError(
-                f"{len(completions)} completions but {len(references)} references; they must pair up"
-            )
-        return [
-            1.0 if ref.strip() and comp.strip() == ref.strip() else 0.0
-            for comp, ref in zip(completions, references, strict=True)
-        ]
+    def score(self, completions: Sequence[str], references: Sequence[str]) -> Scores:
+        check_pairs(completions, references)
+        return Scores(
+            [1.0 if ref.strip() and comp.strip() == ref.strip() else 0.0 for comp, ref in zip(completions, references)],
+            parse_failures=sum(not comp.strip() for comp in completions),
+        )
+
+
+def check_pairs(completions: Sequence[str], references: Sequence[str]) -> None:
+    if len(completions) != len(references):
+        raise ValueError(f"{len(completions)} completions but {len(references)} references; they must pair up")

@@ -7,6 +7,7 @@ normalisation: `\frac{1}{2}` does not match `0.5`, `\dfrac12` does not match `\f
 Deviation from the predecessor (spec §7 [verify]): there, an empty reference (a MATH solution without
 `\boxed{`) gave 1.0 to every completion without a boxed answer, rewarding the policy for not answering.
 Here an empty (or all-whitespace) reference never scores 1.0. The data sources drop such rows anyway.
+A completion with no (or an empty) boxed answer counts as a parse failure.
 """
 
 from __future__ import annotations
@@ -15,16 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlvr.reward.boxed import extract_boxed
+from rlvr.reward.exact import check_pairs
+from rlvr.types import Scores
 
 
 @dataclass(frozen=True)
 class BoxedMatch:
-    def score(self, completions: Sequence[str], references: Sequence[str]) -> list[float]:
-        if len(completions) != len(references):
-            raise ValueError(
-                f"{len(completions)} completions but {len(references)} references; they must pair up"
-            )
-        return [
-            1.0 if ref.strip() and extract_boxed(comp) == ref.strip() else 0.0
-            for comp, ref in zip(completions, references, strict=True)
-        ]
+    def score(self, completions: Sequence[str], references: Sequence[str]) -> Scores:
+        check_pairs(completions, references)
+        answers = [extract_boxed(comp) for comp in completions]
+        return Scores(
+            [1.0 if ref.strip() and answer == ref.strip() else 0.0 for answer, ref in zip(answers, references)],
+            parse_failures=sum(not answer for answer in answers),
+        )

@@ -22,15 +22,16 @@ from rlvr.reward.match import BoxedMatch
     ],
 )
 def test_boxed_match(completion: str, reference: str, reward: float) -> None:
-    assert BoxedMatch().score([completion], [reference]) == [reward]
+    assert BoxedMatch().score([completion], [reference]).values == [reward]
 
 
 def test_empty_reference_never_scores() -> None:
     # The predecessor gave 1.0 to the first two (spec §7 [verify]); we give 0.0 to all.
-    assert BoxedMatch().score(["no box", r"\boxed{}", r"\boxed{1}"], ["", "  ", ""]) == [0.0, 0.0, 0.0]
+    scores = BoxedMatch().score(["no box", r"\boxed{}", r"\boxed{1}"], ["", "  ", ""])
+    assert (scores.values, scores.parse_failures) == ([0.0, 0.0, 0.0], 2)  # no box, empty box: no answer
 
 
 def test_batched_and_length_mismatch() -> None:
-    assert BoxedMatch().score([r"\boxed{1}", r"\boxed{2}"], ["1", "1"]) == [1.0, 0.0]
+    assert BoxedMatch().score([r"\boxed{1}", r"\boxed{2}"], ["1", "1"]).values == [1.0, 0.0]
     with pytest.raises(ValueError, match="1 completions but 3 references"):
         BoxedMatch().score(["a"], ["a", "b", "c"])

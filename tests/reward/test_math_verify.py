@@ -31,22 +31,24 @@ CASES = [
 
 def score_in_thread(reward: MathVerify, completions: list[str], references: list[str]) -> list[float]:
     out: list[list[float]] = []
-    worker = threading.Thread(target=lambda: out.append(reward.score(completions, references)))
+    worker = threading.Thread(target=lambda: out.append(reward.score(completions, references).values))
     worker.start()
     worker.join(timeout=120)
     assert not worker.is_alive(), "MathVerify.score hung in a non-main thread"
     assert out, "MathVerify.score raised in a non-main thread"
-    assert reward._pool is not None, "a non-main-thread call must grade in the process pool"
     return out[0]
 
 
 @pytest.fixture(scope="module")
 def reward() -> MathVerify:
-    return MathVerify(parsing_timeout_s=5, verify_timeout_s=1, pool_workers=2)
+    reward = MathVerify(parsing_timeout_s=5, verify_timeout_s=1, item_timeout_s=20, pool_workers=2,
+                        worker_memory_mb=4096)
+    yield reward
+    reward.close()
 
 
 def direct(reward: MathVerify, completions: list[str], references: list[str]) -> list[float]:
-    return reward.score(completions, references)
+    return reward.score(completions, references).values
 
 
 @pytest.mark.parametrize("call", [direct, score_in_thread], ids=["main_thread", "worker_thread"])
@@ -55,12 +57,27 @@ def test_math_verify_cases(reward: MathVerify, call: Callable[..., list[float]])
     assert call(reward, completions, references) == expected
 
 
-@pytest.mark.parametrize("call", [direct, score_in_thread], ids=["main_thread", "worker_thread"])
-def test_verify_timeout_scores_zero(reward: MathVerify, call: Callable[..., list[float]]) -> None:
-    # Comparing 10^(10^10) with 1 makes sympy work until the 1 s alarm fires (about 5 s at 5 s).
+def test_statuses_are_counted(reward: MathVerify) -> None:
+    # no box and an empty box: parse failures; a reference math-verify cannot read: an error;
+    # comparing 10^(10^10) with 1 makes sympy work until the 1 s alarm: a timeout
+    scores = reward.score(["no box", r"\boxed{}", r"\boxed{1}", r"\boxed{1}", r"\boxed{2}"],
+                          ["1", "1", "}{", r"10^{10^{10}}", "2"])
+    assert scores.values == [0.0, 0.0, 0.0, 0.0, 1.0]
+    assert (scores.parse_failures, scores.errors, scores.timeouts) == (2, 1, 1)
+
+
+def test_verify_timeout_scores_zero(reward: MathVerify) -> None:
     start = time.monotonic()
-    assert call(reward, [r"\boxed{1}", r"\boxed{2}"], [r"10^{10^{10}}", "2"]) == [0.0, 1.0]
+    assert reward.score([r"\boxed{1}", r"\boxed{2}"], [r"10^{10^{10}}", "2"]).values == [0.0, 1.0]
     assert time.monotonic() - start < 30
+
+
+def test_the_pool_starts_once(reward: MathVerify) -> None:
+    reward.score([r"\boxed{1}"], ["1"])
+    pids = {w.process.pid for w in reward.pool._workers}
+    for _ in range(3):
+        reward.score([r"\boxed{1}", r"\boxed{2}"] * 4, ["1", "2"] * 4)
+    assert {w.process.pid for w in reward.pool._workers} == pids and len(pids) == 2
 
 
 def test_length_mismatch_names_both_lengths(reward: MathVerify) -> None:
@@ -71,7 +88,8 @@ def test_length_mismatch_names_both_lengths(reward: MathVerify) -> None:
 @pytest.mark.parametrize("bad", [0, None, 1.5, True])
 def test_timeouts_must_be_whole_positive_seconds(bad: object) -> None:
     with pytest.raises(ValueError, match="reward.verify_timeout_s"):
-        MathVerify(parsing_timeout_s=5, verify_timeout_s=bad, pool_workers=1)  # type: ignore[arg-type]
+        MathVerify(parsing_timeout_s=5, verify_timeout_s=bad, item_timeout_s=20, pool_workers=1,  # type: ignore
+                   worker_memory_mb=None)
 
 
 def test_the_thread_trap_is_real() -> None:
