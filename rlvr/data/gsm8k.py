@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 
 from rlvr.data.jsonl import check_template, held_out
-from rlvr.data.order import batch_indices
+from rlvr.data.order import ExampleList
 from rlvr.data.tables import read_hub, read_local
-from rlvr.types import Demonstration, Example
+from rlvr.types import Example
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def final_answer(answer: str) -> str:
     return tail.strip().replace(",", "") if marker else ""
 
 
-class GSM8K:
+class GSM8K(ExampleList):
     def __init__(
         self,
         seed: int,
@@ -70,12 +70,3 @@ class GSM8K:
         if not kept:
             raise ValueError(f"{source}: no rows with a '#### <answer>' line in `answer`")
         return kept
-
-    def batch(self, step: int, size: int) -> list[Example]:
-        return [self._train[i] for i in batch_indices(step, size, len(self._train), self.seed, self.shuffle)]
-
-    def eval_examples(self) -> list[Example]:
-        return list(self._eval)
-
-    def demonstrations(self) -> list[Demonstration]:
-        return []

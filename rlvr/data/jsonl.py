@@ -21,8 +21,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from rlvr.data.order import batch_indices
-from rlvr.types import Demonstration, Example
+from rlvr.data.order import ExampleList
+from rlvr.types import Example
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def check_template(template: str, field: str) -> None:
         raise ValueError(f"data.prompt_template={template!r} must contain {{{field}}}")
 
 
-class JSONL:
+class JSONL(ExampleList):
     def __init__(
         self,
         seed: int,
@@ -132,12 +132,3 @@ class JSONL:
                 self.reference_key,
             )
         return examples
-
-    def batch(self, step: int, size: int) -> list[Example]:
-        return [self._train[i] for i in batch_indices(step, size, len(self._train), self.seed, self.shuffle)]
-
-    def eval_examples(self) -> list[Example]:
-        return list(self._eval)
-
-    def demonstrations(self) -> list[Demonstration]:
-        return []

@@ -26,10 +26,10 @@ import logging
 from typing import Any
 
 from rlvr.data.jsonl import check_template, held_out
-from rlvr.data.order import batch_indices
+from rlvr.data.order import ExampleList
 from rlvr.data.tables import read_hub, read_local
 from rlvr.reward.boxed import extract_boxed
-from rlvr.types import Demonstration, Example
+from rlvr.types import Example
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ HUB_DATASET = "EleutherAI/hendrycks_math"
 COLUMNS = ("problem", "solution")
 
 
-class MATH:
+class MATH(ExampleList):
     def __init__(
         self,
         seed: int,
@@ -95,12 +95,3 @@ class MATH:
                 len(examples),
             )
         return kept
-
-    def batch(self, step: int, size: int) -> list[Example]:
-        return [self._train[i] for i in batch_indices(step, size, len(self._train), self.seed, self.shuffle)]
-
-    def eval_examples(self) -> list[Example]:
-        return list(self._eval)
-
-    def demonstrations(self) -> list[Demonstration]:
-        return []

@@ -13,6 +13,8 @@ from __future__ import annotations
 import random
 from functools import lru_cache
 
+from rlvr.types import Demonstration, Example
+
 
 @lru_cache(maxsize=8)
 def _epoch_order(n: int, seed: int, epoch: int) -> tuple[int, ...]:
@@ -31,3 +33,22 @@ def batch_indices(step: int, size: int, n: int, seed: int, shuffle: bool = True)
         epoch, offset = divmod(k, n)
         out.append(_epoch_order(n, seed, epoch)[offset] if shuffle else offset)
     return out
+
+
+class ExampleList:
+    """The DataSource methods of a source that has read its examples into lists: `_train` drawn by
+    `batch_indices` under the source's `seed` and `shuffle`, `_eval` held out, no demonstrations."""
+
+    seed: int
+    shuffle: bool
+    _train: list[Example]
+    _eval: list[Example]
+
+    def batch(self, step: int, size: int) -> list[Example]:
+        return [self._train[i] for i in batch_indices(step, size, len(self._train), self.seed, self.shuffle)]
+
+    def eval_examples(self) -> list[Example]:
+        return list(self._eval)
+
+    def demonstrations(self) -> list[Demonstration]:
+        return []
