@@ -28,6 +28,11 @@ class ModelPreset(Protocol):
         """(module, tokenizer); `seed` initialises weights that are built rather than loaded."""
         ...
 
+    def load_tokenizer(self) -> tuple[Any, list[int]]:
+        """(tokenizer, every id that ends a completion) without the weights, for a backend whose policy lives
+        on a service (Tinker)."""
+        ...
+
 
 class DataSource(Protocol):
     """Prompts with references. Training order is a function of (seed, step) only, so a resumed run
@@ -94,6 +99,8 @@ class Engine(Protocol):
     """Generates rollouts from the current policy."""
 
     provides_entropy: ClassVar[bool]
+    for_remote_backend: ClassVar[bool]
+    """Samples from a remote backend's policy handle (engine=tinker); absent = False (samples a local module)."""
 
     def sample(
         self,
@@ -112,9 +119,13 @@ class Engine(Protocol):
 class Backend(Protocol):
     """Where gradients are computed."""
 
+    remote: ClassVar[bool]
+    """The policy lives on a service (Tinker): the trainer loads only the tokenizer, builds the backend with
+    `lora`/`lora_seed` alone, and `policy` is a handle its paired engine samples from. Absent = False."""
+
     @property
     def policy(self) -> nn.Module:
-        """The trained module (a PEFT model under LoRA)."""
+        """The trained module (a PEFT model under LoRA); for a remote backend, its sampler handle."""
         ...
 
     def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]: ...

@@ -44,7 +44,7 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
         campaign_root = Path(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
     folder = Path(out_dir)
     try:
-        components, trainer = build_all(cfg)
+        components, trainer = build_all(cfg, campaign_root)
         folder, resume_from = resume_point(cfg.resume, folder, components.config, list(cfg.resume_allow_changes))
         check_writable(folder)
     except Exception:
@@ -96,8 +96,10 @@ def remove_if_fresh(folder: Path) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def build_all(cfg: DictConfig) -> tuple[Components, Trainer]:
-    """Check the config, then build every component; nothing heavy (no model) is loaded yet."""
+def build_all(cfg: DictConfig, campaign_root: Path | None = None) -> tuple[Components, Trainer]:
+    """Check the config, then build every component; nothing heavy (no model) is loaded yet. In a multirun
+    (`campaign_root` given) a backend that takes `throttle_dir` shares `<campaign root>/tinker_throttle`
+    with the campaign's other jobs (rlvr/backend/throttle.py); a single run gets none."""
     check(cfg)
     config = OmegaConf.to_container(cfg, resolve=True)
     if cfg.get("threads"):
@@ -111,7 +113,7 @@ def build_all(cfg: DictConfig) -> tuple[Components, Trainer]:
         transform=build(cfg, "transform"),
         planning=build(cfg, "planning"),
         logger=build(cfg, "logger"),
-        make_backend=build(cfg, "backend", _partial_=True),
+        make_backend=build(cfg, "backend", _partial_=True, **backend_runtime_args(cfg, campaign_root)),
         make_engine=build(cfg, "engine", _partial_=True),
         condition=condition_label(cfg),
         condition_name=hydra_choice("condition") or condition_label(cfg),
@@ -119,9 +121,15 @@ def build_all(cfg: DictConfig) -> tuple[Components, Trainer]:
         seeds=seeds,
         config=config,
         config_sha256=hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
+        remote=bool(getattr(get_class(cfg.backend._target_), "remote", False)),
     )
     check_components(cfg, components)
     return components, build(cfg, "trainer")
+
+
+def backend_runtime_args(cfg: DictConfig, campaign_root: Path | None) -> dict:
+    takes_throttle = "throttle_dir" in inspect.signature(get_class(cfg.backend._target_)).parameters
+    return {"throttle_dir": str(campaign_root / "tinker_throttle")} if campaign_root and takes_throttle else {}
 
 
 def build(cfg: DictConfig, group: str, **kwargs):
@@ -170,6 +178,9 @@ def check(cfg: DictConfig) -> None:
             f"backend.micro_batch_size={mb} does not divide trainer.batch_size × trainer.group_size "
             f"= {t.batch_size} × {t.group_size} = {rows}"
         )
+    if cfg.backend.get("loss_fn") == "importance_sampling" and cfg.algorithm.loss.clip_eps > 0:
+        errors.append(f"algorithm.loss.clip_eps={cfg.algorithm.loss.clip_eps} asks for ratio clipping, which "
+                      "backend.loss_fn=importance_sampling does not do: set backend.loss_fn=ppo")
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**63:
         errors.append(f"seed={cfg.seed!r} must be an integer in [0, 2**63)")
     if cfg.resume not in ("auto", "never", "must"):
@@ -179,7 +190,7 @@ def check(cfg: DictConfig) -> None:
 
 
 GROUPS = ("trainer", "algorithm", "transform", "engine", "backend", "reward", "model", "data", "planning", "logger")
-RUNTIME_ARGS = {"seed", "model", "lora", "lora_seed", "pad_id", "module", "eos_ids"}
+RUNTIME_ARGS = {"seed", "model", "lora", "lora_seed", "pad_id", "module", "policy", "eos_ids", "throttle_dir"}
 """Constructor arguments the runner or the trainer supplies, not the YAML."""
 
 
@@ -249,6 +260,7 @@ def check_components(cfg: DictConfig, c: Components) -> None:
             f"transform <{cfg.transform._target_}> needs full-distribution entropy, which "
             f"engine <{cfg.engine._target_}> cannot give: choose engine=pytorch or another uncertainty signal"
         )
+    errors += check_backend(cfg, c)
     try:
         c.preset.check_available()
     except (FileNotFoundError, OSError) as err:
@@ -264,3 +276,30 @@ def check_components(cfg: DictConfig, c: Components) -> None:
         )
     if errors:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+
+
+def check_backend(cfg: DictConfig, c: Components) -> list[str]:
+    """A remote backend (Tinker: the policy lives on the service) pairs with an engine that samples from it,
+    trains LoRA only and has no local SFT warm-up. A backend or engine class may check its own settings (an API
+    key) in a static `check_available`, called with the `backend.*`/`engine.*` values its parameters name."""
+    backend_cls, engine_cls = get_class(cfg.backend._target_), get_class(cfg.engine._target_)
+    remote, errors = bool(getattr(backend_cls, "remote", False)), []
+    if remote != bool(getattr(engine_cls, "for_remote_backend", False)):
+        where = "on a service" if remote else "in this process"
+        errors.append(
+            f"backend <{cfg.backend._target_}> keeps the policy {where}, which engine <{cfg.engine._target_}> "
+            "cannot sample from: use backend=tinker with engine=tinker, or a local engine with backend=local"
+        )
+    if remote and cfg.trainer.warmup.steps > 0:
+        errors.append(f"trainer.warmup.steps={cfg.trainer.warmup.steps}: the SFT warm-up runs on a local model, "
+                      f"which backend <{cfg.backend._target_}> never loads: set trainer.warmup.steps=0")
+    if remote and c.preset.lora is None:
+        errors.append(f"model.lora=null: backend <{cfg.backend._target_}> trains LoRA adapters only")
+    for group in ("backend", "engine"):  # e.g. an API key: checked from the config, before anything is built
+        check_available = getattr(get_class(cfg[group]._target_), "check_available", None)
+        if check_available is not None:
+            try:
+                check_available(**{k: cfg[group][k] for k in inspect.signature(check_available).parameters})
+            except ConfigError as err:
+                errors.append(str(err))
+    return errors

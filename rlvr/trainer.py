@@ -75,6 +75,8 @@ class Components:
     config: dict
     """The composed config, resolved (stored in checkpoints: a resume compares against it)."""
     config_sha256: str
+    remote: bool = False
+    """The backend keeps the policy on a service (Tinker): only the tokenizer is loaded here."""
 
 
 @dataclass
@@ -199,17 +201,23 @@ class Trainer:
         """Load the policy, run (or load) the warm-up, build backend and engine around it."""
         for name, value in c.seeds.as_dict().items():
             log.info("seed %-8s %d", name, value)
-        log.info("loading policy <%s>", type(c.preset).__name__)
-        module, tokenizer = c.preset.load(c.seeds.init)
-        warmup = self._warm_up(c, module, tokenizer, out)
-        backend = c.make_backend(
-            model=module, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tokenizer.pad_token_id
-        )
-        engine = c.make_engine(
-            module=backend.policy,
-            eos_ids=eos_ids(tokenizer, backend.policy.generation_config.eos_token_id),
-            pad_id=tokenizer.pad_token_id,
-        )
+        if c.remote:  # the policy lives on a service: no weights here, no warm-up (refused at config time)
+            log.info("loading the tokenizer of <%s>; the policy stays on the service", type(c.preset).__name__)
+            tokenizer, eos = c.preset.load_tokenizer()
+            backend, warmup = c.make_backend(lora=c.preset.lora, lora_seed=c.seeds.lora), None
+            engine = c.make_engine(policy=backend.policy, eos_ids=eos, pad_id=tokenizer.pad_token_id)
+        else:
+            log.info("loading policy <%s>", type(c.preset).__name__)
+            module, tokenizer = c.preset.load(c.seeds.init)
+            warmup = self._warm_up(c, module, tokenizer, out)
+            backend = c.make_backend(
+                model=module, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tokenizer.pad_token_id
+            )
+            engine = c.make_engine(
+                module=backend.policy,
+                eos_ids=eos_ids(tokenizer, backend.policy.generation_config.eos_token_id),
+                pad_id=tokenizer.pad_token_id,
+            )
         log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
         return Live(c, tokenizer, backend, engine, out, warmup, Checkpoints(out.path / "checkpoints", self.keep_last))
 

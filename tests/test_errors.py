@@ -59,6 +59,11 @@ CASES = [
     (["transform=sepa", "transform.schedule=cosine"], "cosine"),
     (["planning.grams=wait"], "planning.grams='wait' must be Sequence or null"),
     (["reward=math", "reward.parsing_timeout_s=0"], "parsing_timeout_s"),
+    (["reward=judge", "reward.api_key_env=RLVR_TEST_NO_SUCH_KEY"], "needs an API key in $RLVR_TEST_NO_SUCH_KEY"),
+    (["engine=openai", "engine.api_key_env=RLVR_TEST_NO_SUCH_KEY"], "needs an API key in $RLVR_TEST_NO_SUCH_KEY"),
+    (["backend=tinker", "trainer.warmup.steps=0", "backend.api_key_env=RLVR_TEST_NO_SUCH_KEY"],
+     "RLVR_TEST_NO_SUCH_KEY"),
+    (["engine=vllm", "transform=gtpo", "transform.uncertainty=shannon_entropy"], "needs full-distribution entropy"),
 ]
 
 

@@ -7,9 +7,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from rlvr.model.lora import LoraSpec, check_dtype
+from rlvr.model.prompt_encoding import eos_ids
 
 
 @dataclass(frozen=True)
@@ -49,10 +56,28 @@ class Pretrained:
     def load(self, seed: int) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         del seed  # pretrained weights are fixed; the LoRA init has its own sub-seed
         kwargs = {"revision": self.revision, "trust_remote_code": self.trust_remote_code}
-        tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, **kwargs)
+        tokenizer = self._tokenizer()
         model = AutoModelForCausalLM.from_pretrained(
             self.name_or_path, dtype=getattr(torch, self.dtype), attn_implementation=self.attn_implementation, **kwargs
         )
+        return model, tokenizer
+
+    def load_tokenizer(self) -> tuple[PreTrainedTokenizerBase, list[int]]:
+        """The tokenizer and the EOS ids of the tokenizer and of `generation_config.json` (no weights read)."""
+        tokenizer = self._tokenizer()
+        try:
+            generation = GenerationConfig.from_pretrained(
+                self.name_or_path, revision=self.revision, trust_remote_code=self.trust_remote_code
+            )
+            model_eos = generation.eos_token_id
+        except OSError:  # no generation_config.json: the tokenizer's EOS alone
+            model_eos = None
+        return tokenizer, eos_ids(tokenizer, model_eos)
+
+    def _tokenizer(self) -> PreTrainedTokenizerBase:
+        tokenizer = AutoTokenizer.from_pretrained(
+            self.name_or_path, revision=self.revision, trust_remote_code=self.trust_remote_code
+        )
         if tokenizer.pad_token_id is None:  # Llama-family tokenizers ship without one
             tokenizer.pad_token = tokenizer.eos_token
-        return model, tokenizer
+        return tokenizer

@@ -50,6 +50,10 @@ class TinyLlama:
     def check_available(self) -> None:
         """Built from config: always available."""
 
+    def load_tokenizer(self) -> tuple[PreTrainedTokenizerFast, list[int]]:
+        tokenizer = build_char_tokenizer(self.alphabet)
+        return tokenizer, [tokenizer.eos_token_id]
+
     def load(self, seed: int) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
         tokenizer = build_char_tokenizer(self.alphabet)
         config = LlamaConfig(

@@ -1,0 +1,357 @@
+"""`backend=tinker`: LoRA training on the Tinker service (spec §4.8, §5.5); `engine=tinker` samples from it.
+
+Nothing of the model is loaded here: the trainer loads only the tokenizer (`remote = True`). At start,
+`ServiceClient(api_key=…, base_url=…).create_lora_training_client(base_model, rank, seed)` opens one
+training run; `policy` is a `TinkerPolicy` — the current `SamplingClient` plus the call policy below — which
+`engine=tinker` samples from. Each step:
+
+    forward_backward(datums, loss_fn, loss_fn_config) → optim_step(AdamParams(lr, β1, β2, eps, wd, clip))
+    → save_weights_and_get_sampling_client()          (the next `engine.sync` samples from the new weights)
+
+Datum of completion row r (prompt p_0…p_{L−1}, completion c_0…c_{n−1} with sampled logprobs ℓ_t and token
+advantages a_t), in the service's next-token alignment — input position i predicts token i+1 of the full
+sequence (tinker docs "Loss functions"; tinker-cookbook `trajectory_to_data`):
+
+    model_input   = p_0 … p_{L−1} c_0 … c_{n−2}                  (L+n−1 tokens)
+    target_tokens = p_1 … p_{L−1} c_0 … c_{n−1}                  (int64, L+n−1)
+    logprobs      = 0 ×(L−1),     ℓ_0 … ℓ_{n−1}                  (float32)
+    advantages    = 0 ×(L−1),     a_0/N … a_{n−1}/N              (float32)
+
+N = the step's tokens with a non-zero advantage (over all rows). Prompt positions carry advantage 0 and
+so add nothing to the loss. The 1/N makes the service's summed loss the local backend's token-level mean
+(rlvr/algorithm/loss.py; the predecessor sent raw advantages and divided the reported loss by the number of
+datums, spec §4.8): `grad_clip_norm` and the learning rate mean what they mean locally, and the reported
+`loss` is the service's `loss:sum`. (This holds for losses linear in the advantages: importance_sampling,
+ppo, cispo.) Rows whose advantages are all 0 are not sent; a completion is never empty (a sampled row has at
+least one token), and a prompt must have at least one token.
+
+Losses: `backend.loss_fn` is any of the SDK's `LossFnType` but `custom`/`cross_entropy` (RL needs
+advantages). `algorithm.loss.clip_eps` > 0 needs a clipping loss (ppo, cispo): the service gets
+`clip_low_threshold = 1 − ε`, `clip_high_threshold = 1 + ε_high`. The service computes training
+log-probabilities at temperature 1, so sample at trainer.sampling.temperature=1 for an on-policy ratio of 1
+(a warning says so otherwise; spec §4.1 [verify]). A non-finite loss is reported, not skipped: gradients
+accumulate on the service until `optim_step`, so there is nothing clean to skip to.
+
+LoRA: rank from `model.lora.rank`; `train_attn`/`train_mlp`/`train_unembed` from whether
+`model.lora.target_modules` names attention projections, MLP projections, or `lm_head`. Tinker has no alpha
+or dropout knob: `model.lora.alpha`/`dropout` do not apply. Full fine-tuning is not offered (a config error).
+
+Every SDK call goes through `Calls`: inside the campaign's `Throttle` (a no-op for a single run), on a
+daemon thread that the caller waits for at most `call_timeout_s` (the SDK can block silently for minutes
+against an unreachable service, notes/environment.md §4), retried `retries` times after `backoff_s`, 2·…,
+4·… seconds on connection errors, timeouts, HTTP 429/5xx and server-side request failures; any other error,
+or the last failure, raises `TinkerCallError` naming the call. forward_backward and optim_step change state
+on the service, so once sent they are retried only after a 429 (see `Calls.call_all`).
+
+Checkpoints (`save`/`load`): `save_state(name)` — weights *and* optimizer state, which a resume needs (spec
+§5.5 [verify]: the predecessor resumed with `load_state`, weights only, so Adam restarted from zero) — and
+`save_weights_for_sampler(name)`; their `tinker://` paths go to `tinker_state.json` in the checkpoint folder.
+`load` calls `load_state_with_optimizer(state_path)` on the run's training client and refreshes the sampler.
+
+The API key is read from the environment variable `api_key_env` and passed to the client; it is never kept
+on this object, logged, or written anywhere. A missing key is a `ConfigError` before anything loads
+(`check_available`, called by rlvr/run.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, get_args
+
+import tinker
+import torch
+from tinker import types
+
+from rlvr.algorithm.loss import PolicyLoss
+from rlvr.backend.throttle import Throttle
+from rlvr.errors import ConfigError
+from rlvr.model.lora import LoraSpec
+from rlvr.types import TrainBatch
+
+log = logging.getLogger("rlvr")
+
+STATE_FILE = "tinker_state.json"
+RL_LOSSES = tuple(name for name in get_args(types.LossFnType) if name not in ("custom", "cross_entropy"))
+CLIPPING_LOSSES = ("ppo", "cispo")
+ATTENTION = {"q_proj", "k_proj", "v_proj", "o_proj"}
+MLP = {"gate_proj", "up_proj", "down_proj"}
+
+
+class TinkerCallError(RuntimeError):
+    """A Tinker call failed for good (a non-transient error, or still failing after every retry)."""
+
+
+def transient(err: BaseException) -> bool:
+    """Worth retrying: the service or the path to it may recover."""
+    if isinstance(err, (tinker.APIConnectionError, tinker.RateLimitError, tinker.InternalServerError, TimeoutError)):
+        return True
+    return isinstance(err, tinker.RequestFailedError) and str(err.category) == "server"
+
+
+class Calls:
+    """How every Tinker call is made: throttled, bounded in time, retried (see the module docstring)."""
+
+    def __init__(self, timeout_s: float, retries: int, backoff_s: float, throttle: Throttle) -> None:
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.throttle = throttle
+
+    def call(self, what: str, submit: Callable[[], Any], idempotent: bool = True) -> Any:
+        """`submit()` returns an SDK future (anything with `.result(timeout=)`); returns its result."""
+        return self.call_all(what, [submit], idempotent)[0]
+
+    def call_all(self, what: str, submits: Sequence[Callable[[], Any]], idempotent: bool = True) -> list[Any]:
+        """Submit every request (they run concurrently on the service), then collect every result; a request
+        that failed transiently is submitted again, alone with the others that failed. A request that is not
+        `idempotent` (forward_backward accumulates gradients, optim_step applies them) is sent again only when
+        it never left (its submit raised) or the service refused it (429): after a timeout or a lost
+        connection it may have been applied, so the run stops instead, and `resume=auto` continues from the
+        last checkpoint's saved state."""
+        results: dict[int, Any] = {}
+        last: BaseException | None = None
+        pending = list(range(len(submits)))
+        t0 = time.perf_counter()
+        for attempt in range(self.retries + 1):
+            if attempt:
+                delay = self.backoff_s * 2 ** (attempt - 1)
+                log.warning("tinker %s: %d of %d requests failed (%r); retry %d/%d in %.1f s", what, len(pending),
+                            len(submits), last, attempt, self.retries, delay)
+                time.sleep(delay)
+            with self.throttle:
+                done, errors, unsent = self._bounded([submits[i] for i in pending])
+            failed = []
+            for i, j in enumerate(pending):
+                if i in done:
+                    results[j] = done[i]
+                    continue
+                err = errors.get(i, TimeoutError(f"no answer within backend.call_timeout_s={self.timeout_s}"))
+                if not idempotent and i not in unsent and not isinstance(err, tinker.RateLimitError):
+                    raise TinkerCallError(
+                        f"tinker {what} failed ({type(err).__name__}: {err}) after it was sent; not retried, since "
+                        "the service may have applied it: the run stops, and resume=auto continues from the last "
+                        "checkpoint"
+                    ) from err
+                if not transient(err):
+                    raise TinkerCallError(f"tinker {what} failed: {type(err).__name__}: {err}") from err
+                failed.append(j)
+                last = err
+            pending = failed
+            if not pending:
+                return [results[i] for i in range(len(submits))]
+        raise TinkerCallError(
+            f"tinker {what}: still failing after {self.retries + 1} tries over {time.perf_counter() - t0:.0f} s "
+            f"(backend.retries={self.retries}, backend.call_timeout_s={self.timeout_s}): "
+            f"{type(last).__name__}: {last}"
+        ) from last
+
+    def _bounded(self, submits: list[Callable[[], Any]]) -> tuple[dict[int, Any], dict[int, BaseException], set[int]]:
+        """Run submit-then-resolve on a daemon thread and wait at most `timeout_s` for it: the SDK may block
+        in the submit as well as in `.result`. A thread still blocked when the wait ends is abandoned (it
+        ends with its own `.result` timeout, or with the process). Also returns the requests whose submit
+        raised (never sent)."""
+        done: dict[int, Any] = {}
+        errors: dict[int, BaseException] = {}
+        unsent: set[int] = set()
+        deadline = time.monotonic() + self.timeout_s
+
+        def work() -> None:
+            futures = {}
+            for i, submit in enumerate(submits):
+                try:
+                    futures[i] = submit()
+                except BaseException as err:  # noqa: BLE001 - reported to the caller, which decides
+                    errors[i] = err
+                    unsent.add(i)
+            for i, future in futures.items():
+                try:
+                    done[i] = future.result(timeout=max(deadline - time.monotonic(), 0.0))
+                except BaseException as err:  # noqa: BLE001
+                    errors[i] = err
+
+        thread = threading.Thread(target=work, daemon=True, name="tinker-call")
+        thread.start()
+        thread.join(self.timeout_s)
+        return dict(done), dict(errors), set(unsent)  # copies: an abandoned thread may write into the originals
+
+
+@dataclass(frozen=True)
+class TinkerPolicy:
+    """What `TinkerBackend.policy` hands the engine: the sampler of the latest weights, and the call policy
+    (timeouts, retries, throttle) so sampling calls obey the same limits as training calls."""
+
+    sampler: Any
+    """A `tinker.SamplingClient`."""
+    calls: Calls
+    version: int
+    """Optimizer steps taken when this sampler was made (0 = the initial weights)."""
+
+
+class TinkerBackend:
+    remote: ClassVar[bool] = True
+    """The policy lives on the service: the trainer loads only the tokenizer."""
+
+    def __init__(
+        self,
+        lora: LoraSpec | None,
+        lora_seed: int,
+        base_model: str | None,
+        api_key_env: str,
+        base_url: str | None,
+        loss_fn: str,
+        betas: tuple[float, float],
+        eps: float,
+        weight_decay: float,
+        grad_clip_norm: float,
+        call_timeout_s: float,
+        retries: int,
+        backoff_s: float,
+        max_concurrent: int,
+        client: Callable[..., Any],
+        throttle_dir: str | None = None,
+    ) -> None:
+        self.check_available(api_key_env, base_model, loss_fn)
+        if lora is None:
+            raise ConfigError("model.lora=null: backend=tinker trains LoRA adapters only; choose a preset with lora")
+        if call_timeout_s <= 0 or retries < 0 or backoff_s < 0:
+            raise ConfigError(f"backend.call_timeout_s={call_timeout_s} must be > 0, backend.retries={retries} and "
+                              f"backend.backoff_s={backoff_s} >= 0")
+        self.loss_fn = loss_fn
+        self.betas, self.eps, self.weight_decay, self.grad_clip_norm = tuple(betas), eps, weight_decay, grad_clip_norm
+        self.calls = Calls(call_timeout_s, retries, backoff_s, Throttle(throttle_dir, max_concurrent))
+        self.rank = lora.rank
+        self.steps = 0
+        self._warned_temperature = False
+        service = client(api_key=os.environ[api_key_env], base_url=base_url)
+        targets = set(lora.target_modules)
+        self.training = self.calls.call("create_lora_training_client", lambda: service.create_lora_training_client(
+            base_model=base_model, rank=lora.rank, seed=lora_seed, train_mlp=bool(targets & MLP),
+            train_attn=bool(targets & ATTENTION), train_unembed="lm_head" in targets,
+        ))
+        self._policy = self._new_policy()
+        log.info("tinker training run on %s, LoRA rank %d, loss %s", base_model, lora.rank, loss_fn)
+
+    @staticmethod
+    def check_available(api_key_env: str, base_model: str | None, loss_fn: str) -> None:
+        """Config checks that need no service (run.py calls this before anything loads): the API key's
+        variable is set, a base model is named, the loss is one the SDK knows for RL."""
+        errors = []
+        if not os.environ.get(api_key_env):
+            errors.append(f"backend.api_key_env={api_key_env!r}: the environment variable {api_key_env} is not set "
+                          "(export your Tinker API key under that name)")
+        if not base_model:
+            errors.append("backend.base_model is null: name the Tinker base model (e.g. Qwen/Qwen3-4B-Instruct-2507; "
+                          "presets with model.name_or_path fill it in)")
+        if loss_fn not in RL_LOSSES:
+            errors.append(f"backend.loss_fn={loss_fn!r}: expected one of {', '.join(RL_LOSSES)}")
+        if errors:
+            raise ConfigError("; ".join(errors))
+
+    @property
+    def policy(self) -> TinkerPolicy:
+        """The sampler of the latest weights (replaced after every optimizer step and every `load`)."""
+        return self._policy
+
+    @property
+    def trainable_parameters(self) -> int:
+        """Not reported by the service: 0."""
+        return 0
+
+    def _new_policy(self) -> TinkerPolicy:
+        sampler = self.calls.call("save_weights_and_get_sampling_client",
+                                  lambda: self.training.save_weights_and_get_sampling_client())
+        return TinkerPolicy(sampler, self.calls, self.steps)
+
+    def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]:
+        t0 = time.perf_counter()
+        config = self.loss_config(loss)
+        if batch.rollouts.temperature != 1.0 and not self._warned_temperature:
+            self._warned_temperature = True
+            log.warning("trainer.sampling.temperature=%g: the Tinker service computes training log-probabilities at "
+                        "temperature 1, so the importance ratio is not 1 on-policy", batch.rollouts.temperature)
+        datums, tokens = datums_of(batch)
+        fwd = self.calls.call("forward_backward", lambda: self.training.forward_backward(
+            datums, loss_fn=self.loss_fn, loss_fn_config=config), idempotent=False)
+        adam = types.AdamParams(learning_rate=lr, beta1=self.betas[0], beta2=self.betas[1], eps=self.eps,
+                                weight_decay=self.weight_decay, grad_clip_norm=self.grad_clip_norm)
+        opt = self.calls.call("optim_step", lambda: self.training.optim_step(adam), idempotent=False)
+        self.steps += 1
+        self._policy = self._new_policy()
+        loss_value = float(fwd.metrics.get("loss:sum", float("nan")))
+        return {
+            "train/nonfinite_skip": 0.0,
+            "loss": loss_value,
+            "lr": lr,
+            "rl/optimizer_nonzero_advantage_action_tokens": float(tokens),
+            "tinker_train_rows": float(len(datums)),
+            "tinker_train_wall_s": time.perf_counter() - t0,
+            **{f"tinker/{k}": float(v) for k, v in fwd.metrics.items() if k != "loss:sum"},
+            **{f"tinker/optim/{k}": float(v) for k, v in (opt.metrics or {}).items()},
+        }
+
+    def loss_config(self, loss: PolicyLoss) -> dict[str, float] | None:
+        if loss.clip_eps == 0:
+            return None
+        if self.loss_fn not in CLIPPING_LOSSES:
+            raise ConfigError(f"algorithm.loss.clip_eps={loss.clip_eps} asks for ratio clipping, which "
+                              f"backend.loss_fn={self.loss_fn} does not do: set backend.loss_fn=ppo")
+        return {"clip_low_threshold": 1.0 - loss.clip_eps, "clip_high_threshold": 1.0 + (loss.clip_eps_high or
+                                                                                         loss.clip_eps)}
+
+    def save(self, path: Path) -> None:
+        """`tinker_state.json` in `path`: the service paths of the training state (weights + optimizer) and of
+        the sampler weights, named after the checkpoint folder (`step_N`)."""
+        path.mkdir(parents=True, exist_ok=True)
+        found = re.search(r"step_\d+", path.name)
+        name = found.group(0) if found else path.name
+        state = self.calls.call("save_state", lambda: self.training.save_state(name, overwrite=True))
+        sampler = self.calls.call("save_weights_for_sampler", lambda: self.training.save_weights_for_sampler(name))
+        record = {"state_path": state.path, "sampler_path": sampler.path, "steps": self.steps, "rank": self.rank}
+        (path / STATE_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
+    def load(self, path: Path) -> None:
+        """Continue from the training state `save` recorded: weights and Adam moments, then a fresh sampler."""
+        record = json.loads((path / STATE_FILE).read_text())
+        self.calls.call("load_state_with_optimizer",
+                        lambda: self.training.load_state_with_optimizer(record["state_path"]))
+        self.steps = int(record["steps"])
+        self._policy = self._new_policy()
+        log.info("tinker state %s loaded (%d optimizer steps)", record["state_path"], self.steps)
+
+
+def datums_of(batch: TrainBatch) -> tuple[list[types.Datum], int]:
+    """One Datum per completion row with a non-zero advantage (alignment in the module docstring), and N,
+    the number of completion tokens with a non-zero advantage."""
+    ro = batch.rollouts
+    action_PG_T = (batch.adv_PG_T != 0) & ro.mask_PG_T
+    total = int(action_PG_T.sum())
+    adv_PG_T = batch.adv_PG_T.masked_fill(~ro.mask_PG_T, 0.0) / max(total, 1)
+    datums = []
+    for r in action_PG_T.any(-1).nonzero().squeeze(-1).tolist():
+        prompt = ro.prompt_ids_P[r // ro.group_size]
+        if not prompt:
+            raise ValueError(f"row {r}: an empty prompt has no position to predict the first completion token from")
+        n = int(ro.mask_PG_T[r].sum())
+        completion = ro.tokens_PG_T[r, :n].tolist()
+        pad = [0.0] * (len(prompt) - 1)
+        datums.append(types.Datum(
+            model_input=types.ModelInput.from_ints(prompt + completion[:-1]),
+            loss_fn_inputs={
+                "target_tokens": tensor(prompt[1:] + completion, torch.int64),
+                "logprobs": tensor(pad + ro.logprobs_PG_T[r, :n].tolist(), torch.float32),
+                "advantages": tensor(pad + adv_PG_T[r, :n].tolist(), torch.float32),
+            },
+        ))
+    return datums, total
+
+
+def tensor(values: list, dtype: torch.dtype) -> types.TensorData:
+    return types.TensorData.from_torch(torch.tensor(values, dtype=dtype))

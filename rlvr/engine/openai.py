@@ -1,0 +1,474 @@
+"""`engine=openai`: rollouts from an OpenAI-compatible `/v1/completions` server (vLLM's), which is pushed the
+policy after every optimizer step and checked at start-up to really serve it.
+
+Sampling. Each prompt is one `POST {base_url}/completions` with the prompt as token ids, `n = G`, the
+run's temperature / top_p / max_tokens, neutral top_k / min_p / penalties (a server otherwise applies the
+model's generation_config.json defaults, e.g. Qwen3's top_k=20), `stop_token_ids` = the EOS ids,
+`return_token_ids` (the completion's ids, EOS included when it ended the completion) and `logprobs: 0` (the
+sampled token's log-probability only). Prompt p's request carries `seed = sub_seed(seed, "prompt/p")`, so a
+run's draws depend on (seed, step) and the weights, and two equal prompts in one batch still get different
+draws. Requests run concurrently, at most `max_concurrency` in flight, each bounded by `timeout_s`; a
+connection error, a timeout, HTTP 429 or 5xx is retried `retries` times after `backoff_s`, 2·`backoff_s`, …;
+anything else, or a request still failing after its retries, raises (the step cannot go on without rollouts).
+Rollouts are laid out as `engine=pytorch` lays them out: row p·G + g, right-padded with pad_id, the mask a
+prefix, a row `finished` iff its last token is an EOS id, logprobs 0 on padding.
+
+Which distribution the logprobs are of. rlvr's contract is log p(token) under the temperature-scaled
+distribution before top-p truncation. vLLM returns one of two, set by its server flag `--logprobs-mode`
+(measured on vLLM 0.32, `vllm/v1/sample/sampler.py`):
+  raw_logprobs (vLLM's default): log_softmax of the raw logits, before temperature and top-p
+      → the contract holds iff temperature = 1 (any top_p);
+  processed_logprobs: after temperature, penalties, min_p and top-k/top-p (the distribution drawn from)
+      → the contract holds iff top_p = 1 (any temperature).
+`engine.logprobs_mode` must name the server's mode (the start-up probe checks it); `sample` refuses a
+(temperature, top_p) pair whose logprobs the server cannot give. At temperature 0 (greedy evaluation) no
+logprobs are requested and 0 is returned (the log-probability of the argmax under the T→0 distribution).
+
+Weight sync. `sync(policy)` writes the policy into a new folder under `workdir` (which the server must be
+able to read: the same machine or a shared file system) and makes the server serve it, or raises:
+  LoRA: `save_adapter`, `POST /v1/load_lora_adapter {lora_name: <fresh name>, lora_path}`, then sampling
+      asks for `model = <that name>`; the previous adapter is unloaded and its folder deleted. A fresh name
+      each time, because vLLM caches adapters by name (the same name with new weights may serve the old).
+  full fine-tuning: `save_full`, `POST {root}/collective_rpc {"method": "reload_weights", "kwargs":
+      {"weights_path": ...}}`, `POST {root}/reset_prefix_cache` (both need the server's dev mode); the
+      folder is deleted once loaded.
+`{root}` is `base_url` without its trailing `/v1`. Every `sync` pushes (the trainer syncs before each sampling
+call; an evaluation right after a step pushes the same weights twice, which is cheap under LoRA).
+
+Start-up. The engine is built after the SFT warm-up, whose W0 the server does not have: under LoRA it first
+pushes W0 (`save_base` + reload_weights) when the server allows it (a server without dev mode is tolerated
+here only if the probe then finds it already serves W0), then loads the adapter; under full fine-tuning the
+first `sync` pushes everything. Then a probe: two fixed token-id prompts, `probe_tokens` tokens each sampled
+at temperature 0.5 with the EOS ignored, whose returned logprobs are compared with the policy's own full
+forward (mean |Δ| ≤ `probe_tolerance`); at 0.5 the two logprobs modes differ, so this also checks
+`logprobs_mode`. A server that cannot load adapters or reload weights (404/400), or whose logprobs disagree,
+stops the run here with the reason and the server flags it needs: `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` and
+`--enable-lora --max-lora-rank R` for LoRA, `VLLM_SERVER_DEV_MODE=1` for reload_weights. With `verify_sync`
+(default) the probe also runs after every `sync`, at temperature 1 (weights only): two small requests and a
+forward over 2 × `probe_tokens` tokens, so a server silently sampling from a stale policy (restarted, adapter
+lost, …) stops the run instead of training it off-policy. On the shared 2-core CPU it took 0.2–3 s per step,
+mostly the new adapter's first use, which the first sampling request pays otherwise.
+
+Measured limitation (vLLM 0.32, CPU build): `reload_weights` leaves a tied lm_head (tie_word_embeddings, as
+in the tiny model, Qwen3-0.6B and Qwen2.5-0.5B) on its old packed weights while the embedding changes, so a
+policy whose embeddings moved (full fine-tuning, or a warm-up before LoRA) is not served faithfully; the probe
+catches it and stops the run, naming this. LoRA with W0 unchanged, or weights other than the embeddings,
+reach the server exactly (|Δ| ≈ 2e-7 in fp32).
+
+The API key: `api_key_env: null` sends none (a local server); otherwise the key is read from that
+environment variable at each request and only ever put in the `Authorization: Bearer` header, never on the
+object, in a message or in a file. The engine gives no entropy (`provides_entropy = False`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+import weakref
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+import torch
+from torch import Tensor, nn
+
+from rlvr.engine.policy_files import is_lora, save_adapter, save_base, save_full
+from rlvr.engine.rows import rollouts_from_rows
+from rlvr.errors import ConfigError
+from rlvr.seeds import sub_seed
+from rlvr.types import Rollouts, SamplingParams
+
+log = logging.getLogger("rlvr")
+
+LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
+PROBE_TEMPERATURE = 0.5
+PROBE_SEED = 1234
+LORA_FLAGS = "the environment variable VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora --max-lora-rank R " \
+             "(R ≥ the adapter's rank)"
+DEV_FLAGS = "the environment variable VLLM_SERVER_DEV_MODE=1 (for /collective_rpc reload_weights and " \
+            "/reset_prefix_cache)"
+
+
+class PolicySyncError(RuntimeError):
+    """The server cannot be made to sample from the current policy, or does not."""
+
+
+class ServerError(RuntimeError):
+    """A request to the server failed for good (after its retries), or its reply is unusable."""
+
+
+class OpenAIEngine:
+    provides_entropy: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        module: nn.Module,
+        eos_ids: list[int],
+        pad_id: int,
+        base_url: str = "http://127.0.0.1:8000/v1",
+        model: str = "default",
+        api_key_env: str | None = None,
+        workdir: str | None = None,
+        logprobs_mode: str = "raw_logprobs",
+        max_concurrency: int = 64,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        timeout_s: float = 600.0,
+        verify_sync: bool = True,
+        probe_tokens: int = 8,
+        probe_tolerance: float = 0.02,
+    ) -> None:
+        rules = [
+            ("base_url", base_url, base_url.startswith(("http://", "https://")), "an http(s):// URL"),
+            ("model", model, bool(model), "the served model name"),
+            ("api_key_env", api_key_env, api_key_env is None or bool(api_key_env), "null or a variable name"),
+            ("logprobs_mode", logprobs_mode, logprobs_mode in LOGPROBS_MODES, f"one of {LOGPROBS_MODES}"),
+            ("max_concurrency", max_concurrency, max_concurrency > 0, "> 0"),
+            ("retries", retries, retries >= 0, ">= 0"),
+            ("backoff_s", backoff_s, backoff_s >= 0, ">= 0"),
+            ("timeout_s", timeout_s, timeout_s > 0, "> 0"),
+            ("probe_tokens", probe_tokens, probe_tokens > 0, "> 0"),
+            ("probe_tolerance", probe_tolerance, probe_tolerance > 0, "> 0"),
+        ]
+        errors = [f"engine.{key}={value!r} must be {rule}" for key, value, ok, rule in rules if not ok]
+        if errors:
+            raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+        self.eos_ids, self.pad_id = list(eos_ids), pad_id
+        self.base_url = base_url.rstrip("/")
+        self.root = self.base_url.removesuffix("/v1")
+        self.model, self.api_key_env, self.logprobs_mode = model, api_key_env, logprobs_mode
+        self.max_concurrency, self.retries, self.backoff_s = max_concurrency, retries, backoff_s
+        self.timeout_s = timeout_s
+        self.verify_sync, self.probe_tokens, self.probe_tolerance = verify_sync, probe_tokens, probe_tolerance
+        self._headers()  # a missing key fails here, before anything is written
+        self.lora = is_lora(module)
+        if workdir is not None:
+            Path(workdir).mkdir(parents=True, exist_ok=True)
+        self.folder = Path(tempfile.mkdtemp(prefix="rlvr-openai-", dir=workdir))
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
+        self.run_tag = uuid.uuid4().hex[:8]  # adapter names stay fresh across runs sharing one server
+        self.pushes = 0
+        self.served = model
+        """The model name sampling asks for: the base model, or the latest adapter under LoRA."""
+        self.served_folder: Path | None = None
+        self.last_probe: dict[str, float] = {}
+        t0 = time.perf_counter()
+        self.max_model_len = self._check_model_listed()
+        base_pushed = self._push_base(module) if self.lora else True  # full fine-tuning: the first push is W0
+        self._push(module)
+        self.last_probe = self.probe(module, base_pushed=base_pushed)
+        log.info(
+            "engine=openai: %s at %s serves the policy (%s; probe mean |Δ| %.2g, max %.2g over %d tokens) in %.1f s",
+            self.model, self.base_url, "W0 pushed + LoRA adapter" if self.lora else "full weights pushed",
+            self.last_probe["mean"], self.last_probe["max"], self.last_probe["tokens"], time.perf_counter() - t0,
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIEngine(model={self.model!r}, base_url={self.base_url!r}, api_key_env={self.api_key_env!r})"
+
+    # ---- sampling -------------------------------------------------------------------------------------------
+
+    def sample(
+        self,
+        prompt_ids_P: list[list[int]],
+        group_size: int,
+        params: SamplingParams,
+        seed: int,
+        with_entropy: bool = False,
+    ) -> Rollouts:
+        if with_entropy:
+            raise ValueError("engine=openai cannot give full-distribution entropy (provides_entropy = False)")
+        self._check_logprobs_available(params)
+        bodies = [
+            self._body(ids, group_size, params, sub_seed(seed, f"prompt/{p}"))
+            for p, ids in enumerate(prompt_ids_P)
+        ]
+        replies = self._run(self._post_all(f"{self.base_url}/completions", bodies))
+        rows = [row for reply in replies for row in self._read_choices(reply, group_size, params.temperature > 0)]
+        return rollouts_from_rows(prompt_ids_P, group_size, rows, self.pad_id, self.eos_ids, params.temperature)
+
+    def _check_logprobs_available(self, params: SamplingParams) -> None:
+        if params.temperature == 0:
+            return
+        if self.logprobs_mode == "raw_logprobs" and abs(params.temperature - 1.0) > 1e-6:
+            raise ValueError(
+                f"engine.logprobs_mode=raw_logprobs: the server returns log-probabilities at temperature 1, but "
+                f"sampling runs at temperature {params.temperature:g}; start the server with --logprobs-mode "
+                "processed_logprobs and set engine.logprobs_mode=processed_logprobs (then top_p must be 1)"
+            )
+        if self.logprobs_mode == "processed_logprobs" and params.top_p < 1.0:
+            raise ValueError(
+                f"engine.logprobs_mode=processed_logprobs: the server returns log-probabilities after top-p "
+                f"truncation, but rlvr trains on the distribution before it (top_p={params.top_p:g}); use "
+                "top_p=1, or temperature 1 with a server in --logprobs-mode raw_logprobs"
+            )
+
+    def _body(self, prompt_ids: list[int], n: int, params: SamplingParams, seed: int, **extra) -> dict[str, Any]:
+        body = {
+            "model": self.served, "prompt": list(prompt_ids), "n": n, "max_tokens": params.max_tokens,
+            "temperature": params.temperature, "top_p": params.top_p, "top_k": 0, "min_p": 0.0,
+            "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+            "stop_token_ids": self.eos_ids, "seed": seed, "return_token_ids": True,
+            "skip_special_tokens": False,
+        }
+        if params.temperature > 0:
+            body |= {"logprobs": 0, "return_tokens_as_token_ids": True}
+        return body | extra
+
+    def _read_choices(self, reply: dict, n: int, with_logprobs: bool) -> list[tuple[list[int], list[float]]]:
+        """[(token ids, logprobs)] in sample order, checked for shape."""
+        try:
+            choices = sorted(reply["choices"], key=lambda c: c["index"])
+            rows = []
+            for c in choices:
+                ids = [int(t) for t in c["token_ids"]]
+                if with_logprobs:
+                    logprobs = [float(x) for x in c["logprobs"]["token_logprobs"]]
+                    named = c["logprobs"].get("tokens")
+                    if named is not None and named != [f"token_id:{t}" for t in ids]:
+                        raise ValueError("logprobs.tokens do not match token_ids")
+                else:
+                    logprobs = [0.0] * len(ids)
+                if len(logprobs) != len(ids):
+                    raise ValueError(f"{len(ids)} token ids but {len(logprobs)} logprobs")
+                rows.append((ids, logprobs))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ServerError(f"engine=openai: malformed completions reply ({type(err).__name__}: {err}); "
+                                f"the server must be vLLM-compatible (return_token_ids, logprobs)") from err
+        if len(rows) != n:
+            raise ServerError(f"engine=openai: asked for n={n} completions, the server returned {len(rows)}")
+        return rows
+
+    # ---- weight sync ----------------------------------------------------------------------------------------
+
+    def sync(self, policy: nn.Module) -> None:
+        self._push(policy)
+        if self.verify_sync:
+            self.last_probe = self.probe(policy, base_pushed=True, temperature=1.0)
+
+    def _push(self, policy: nn.Module) -> None:
+        if is_lora(policy) != self.lora:
+            raise PolicySyncError("engine=openai: the policy switched between LoRA and full fine-tuning")
+        self.pushes += 1
+        if self.lora:
+            self._push_adapter(policy)
+        else:
+            folder = save_full(policy, self.folder / f"weights-{self.pushes}")
+            problem = self._reload_weights(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+            if problem:
+                raise PolicySyncError(
+                    f"engine=openai: cannot push full weights to {self.root}: {problem}. Full fine-tuning needs a "
+                    f"server started with {DEV_FLAGS}"
+                )
+
+    def _push_base(self, module: nn.Module) -> bool:
+        """W0 (the warm-up's) to the server; False when the server has no reload_weights (the probe decides)."""
+        folder = save_base(module, self.folder / "base")
+        problem = self._reload_weights(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        if problem:
+            log.warning("engine=openai: could not push W0 to %s (%s); checking that it already serves W0",
+                        self.root, problem)
+        return not problem
+
+    def _reload_weights(self, folder: Path) -> str | None:
+        """None when the server now holds the weights in `folder`; otherwise what went wrong."""
+        body = {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}
+        response = self._call("POST", f"{self.root}/collective_rpc", body)
+        if not response.is_success:
+            return f"POST /collective_rpc reload_weights answered HTTP {response.status_code}: {_text(response)}"
+        response = self._call("POST", f"{self.root}/reset_prefix_cache", None)
+        if not response.is_success or response.json().get("success") is False:
+            return f"POST /reset_prefix_cache answered HTTP {response.status_code}: {_text(response)}"
+        return None
+
+    def _push_adapter(self, policy: nn.Module) -> None:
+        folder = save_adapter(policy, self.folder / f"adapter-{self.pushes}")
+        name = f"rlvr-{self.run_tag}-{self.pushes}"
+        body = {"lora_name": name, "lora_path": str(folder)}
+        response = self._call("POST", f"{self.base_url}/load_lora_adapter", body)
+        if not response.is_success:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise PolicySyncError(
+                f"engine=openai: {self.base_url}/load_lora_adapter answered HTTP {response.status_code}: "
+                f"{_text(response)}. The LoRA policy can only be updated on a server started with {LORA_FLAGS}, "
+                f"reading adapters from {self.folder.parent} (engine.workdir)"
+            )
+        previous, previous_folder = self.served, self.served_folder
+        self.served, self.served_folder = name, folder
+        if previous != self.model:
+            self._call("POST", f"{self.base_url}/unload_lora_adapter", {"lora_name": previous})
+            shutil.rmtree(previous_folder, ignore_errors=True)
+
+    def close(self) -> None:
+        """Unload the served adapter (best effort) and delete the engine's folder; the server keeps running."""
+        if self.served != self.model:
+            try:
+                self._call("POST", f"{self.base_url}/unload_lora_adapter", {"lora_name": self.served})
+            except (ServerError, ConfigError):
+                pass
+            self.served = self.model
+        self._cleanup()
+
+    # ---- the probe ------------------------------------------------------------------------------------------
+
+    def probe_prompts(self, module: nn.Module) -> list[list[int]]:
+        """Two fixed prompts of 4 token ids from the first min(V, 256) ids, no EOS among them."""
+        vocab = min(int(module.config.vocab_size), 256)
+        allowed = torch.tensor([t for t in range(vocab) if t not in self.eos_ids])
+        gen = torch.Generator().manual_seed(PROBE_SEED)
+        return [allowed[torch.randint(len(allowed), (4,), generator=gen)].tolist() for _ in range(2)]
+
+    @torch.no_grad()
+    def probe(self, module: nn.Module, base_pushed: bool, temperature: float = PROBE_TEMPERATURE) -> dict[str, float]:
+        """Sample from the server and compare its logprobs with `module`'s own; raise PolicySyncError when they
+        disagree. Returns {"mean", "max", "tokens"} of |Δ|. At temperature 1 both logprobs modes agree, so
+        only the weights are checked (cheaper too: vLLM's CPU build samples 8-10× slower per token at 0.5)."""
+        prompts = self.probe_prompts(module)
+        length = max(1, min(self.probe_tokens, (self.max_model_len or 10**9) - 4))
+        params = SamplingParams(temperature, 1.0, length)
+        bodies = [self._body(p, 1, params, PROBE_SEED + i, ignore_eos=True, stop_token_ids=[])
+                  for i, p in enumerate(prompts)]
+        replies = self._run(self._post_all(f"{self.base_url}/completions", bodies))
+        rows = [row for reply in replies for row in self._read_choices(reply, 1, True)]
+        served = torch.tensor([lp for _, lps in rows for lp in lps])
+        raw, scaled = local_logprobs(module, prompts, [ids for ids, _ in rows], temperature)
+        expected, other = (raw, scaled) if self.logprobs_mode == "raw_logprobs" else (scaled, raw)
+        delta = (served - expected).abs()
+        if float(delta.mean()) <= self.probe_tolerance:
+            return {"mean": float(delta.mean()), "max": float(delta.max()), "tokens": len(delta)}
+        other_mode = next(m for m in LOGPROBS_MODES if m != self.logprobs_mode)
+        if temperature != 1.0 and float((served - other).abs().mean()) <= self.probe_tolerance:
+            raise PolicySyncError(
+                f"engine=openai: the server at {self.base_url} returns {other_mode} log-probabilities but "
+                f"engine.logprobs_mode={self.logprobs_mode}: set engine.logprobs_mode={other_mode} (or restart the "
+                f"server with --logprobs-mode {self.logprobs_mode})"
+            )
+        why = (
+            "it does not serve the trainer's weights" if base_pushed else
+            f"it does not serve the trainer's W0, and it could not be pushed W0 (start it with {DEV_FLAGS})"
+        )
+        if base_pushed and getattr(module.config, "tie_word_embeddings", False):
+            why += (" (vLLM 0.32's CPU build keeps a tied lm_head's old weights after reload_weights, measured on "
+                    "the tiny model: the embeddings may not change there)")
+        mean, worst = float(delta.mean()), float(delta.max())
+        raise PolicySyncError(
+            f"engine=openai: the server at {self.base_url} (model {self.served!r}) disagrees with the policy: "
+            f"sampled-token log-probabilities differ by mean |Δ| {mean:.3g} (max {worst:.3g}) > "
+            f"engine.probe_tolerance={self.probe_tolerance:g} over {len(delta)} tokens; {why}. Check that "
+            f"engine.model names the same architecture and dtype as the run's model"
+        )
+
+    # ---- HTTP -----------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def check_available(api_key_env: str | None) -> str | None:
+        """The API key (None when `api_key_env` is null); a ConfigError naming the variable when it is unusable.
+        `rlvr.run` calls it before anything loads."""
+        if api_key_env is None:
+            return None
+        key = os.environ.get(api_key_env, "").strip()
+        if not key:
+            raise ConfigError(f"engine=openai needs an API key in ${api_key_env} (engine.api_key_env; null sends none)")
+        if not (key.isascii() and key.isprintable()):
+            raise ConfigError(f"${api_key_env} (engine.api_key_env) holds characters an HTTP header cannot carry")
+        return key
+
+    def _headers(self) -> dict[str, str]:
+        key = self.check_available(self.api_key_env)
+        return {} if key is None else {"Authorization": f"Bearer {key}"}
+
+    def _check_model_listed(self) -> int | None:
+        """The served model's max_model_len (None if not reported); raises if `model` is not served."""
+        response = self._call("GET", f"{self.base_url}/models", None)
+        if not response.is_success:
+            hint = " (engine.api_key_env names the variable holding the key)" if response.status_code == 401 else ""
+            raise PolicySyncError(f"engine=openai: GET {self.base_url}/models answered HTTP "
+                                  f"{response.status_code}: {_text(response)}{hint}")
+        cards = {c.get("id"): c for c in response.json().get("data", [])}
+        if self.model not in cards:
+            raise PolicySyncError(f"engine=openai: {self.base_url} does not serve engine.model={self.model!r} "
+                                  f"(it serves {sorted(cards)})")
+        return cards[self.model].get("max_model_len")
+
+    def _run(self, coroutine):
+        return asyncio.run(coroutine)
+
+    def _call(self, method: str, url: str, body: dict | None) -> httpx.Response:
+        """One control request (retried like sampling); the final response whatever its status."""
+
+        async def go():
+            async with httpx.AsyncClient(headers=self._headers(), timeout=self.timeout_s) as client:
+                return await self._send(client, method, url, body)
+
+        return self._run(go())
+
+    async def _post_all(self, url: str, bodies: list[dict]) -> list[dict]:
+        gate = asyncio.Semaphore(self.max_concurrency)
+        limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
+        async with httpx.AsyncClient(headers=self._headers(), timeout=self.timeout_s, limits=limits) as client:
+
+            async def one(body: dict) -> dict:
+                async with gate:
+                    response = await self._send(client, "POST", url, body)
+                if not response.is_success:
+                    raise ServerError(f"engine=openai: POST {url} answered HTTP {response.status_code}: "
+                                        f"{_text(response)}")
+                return response.json()
+
+            return await asyncio.gather(*(one(b) for b in bodies))
+
+    async def _send(self, client: httpx.AsyncClient, method: str, url: str, body: dict | None) -> httpx.Response:
+        """The response, retried on connection errors, timeouts, 429 and 5xx as the module says; raises
+        ServerError when no response came after the retries."""
+        failure = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                response = await asyncio.wait_for(client.request(method, url, json=body), self.timeout_s)
+            except (TimeoutError, httpx.TimeoutException):
+                failure = f"no reply within engine.timeout_s={self.timeout_s:g}"
+                continue
+            except httpx.TransportError as err:
+                failure = f"{type(err).__name__}: {err}"
+                continue
+            if response.status_code != 429 and response.status_code < 500:
+                return response
+            failure = f"HTTP {response.status_code}: {_text(response)}"
+            if attempt == self.retries:
+                return response
+        raise ServerError(f"engine=openai: {method} {url} failed after {self.retries + 1} attempts: {failure}")
+
+
+def local_logprobs(
+    module: nn.Module, prompts: list[list[int]], completions: list[list[int]], temperature: float
+) -> tuple[Tensor, Tensor]:
+    """The sampled tokens' log-probabilities under `module`, at temperature 1 and at `temperature`, from one
+    un-cached forward per row, concatenated over rows (float32, CPU)."""
+    was_training = module.training
+    module.eval()
+    device = next(module.parameters()).device
+    raw, scaled = [], []
+    try:
+        for prompt, completion in zip(prompts, completions):
+            if not completion:
+                continue
+            ids = torch.tensor([prompt + completion], device=device)
+            logits = module(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+            target = torch.tensor(completion, device=device)[:, None]
+            raw.append(torch.log_softmax(logits, -1).gather(-1, target).squeeze(-1).cpu())
+            scaled.append(torch.log_softmax(logits / temperature, -1).gather(-1, target).squeeze(-1).cpu())
+    finally:
+        module.train(was_training)
+    return torch.cat(raw), torch.cat(scaled)
+
+
+def _text(response: httpx.Response) -> str:
+    return repr(response.text[:300])

@@ -1,0 +1,94 @@
+"""`engine=tinker`: sampling on the Tinker service, from the sampler `backend=tinker` made of its latest weights.
+
+`sync(policy)` takes the backend's `TinkerPolicy` (a `tinker.SamplingClient` plus the backend's call policy:
+timeout, retries, throttle). `sample` fires one request per prompt, all at once,
+
+    sampler.sample(ModelInput.from_ints(prompt), num_samples=G,
+                   SamplingParams(max_tokens, temperature, top_p, seed=sub_seed(seed, "prompt/p"), stop=eos_ids))
+
+then collects them (each bounded by `backend.call_timeout_s`, failed ones retried) and lays the sequences
+out as rlvr's Rollouts: row p·G+g, right-padded with `pad_id`, the logprobs the service returned for the
+sampled tokens, finished where `stop_reason == "stop"`.
+
+Assumption (stated, not verifiable offline): the service returns the stop token as the last sampled token
+of a stopped sequence, as tinker-cookbook's renderers expect when they parse a response up to its stop
+token. A stopped sequence whose last token is not an EOS id is kept as returned (and logged once) rather
+than given an EOS with an invented log-probability.
+
+Seeds: each prompt gets its own seed derived from the step's sampler seed, so rollouts depend on (seed,
+step) as on the local engine; whether the service reproduces a seeded draw exactly is its business.
+
+Shannon entropy is not available (the service returns sampled-token logprobs only): `provides_entropy` is
+False, so a transform that needs it fails at config time. The service's logprobs are those of the
+distribution it sampled from; at temperature ≠ 1 they need not match training's (see rlvr/backend/tinker.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import ClassVar
+
+from tinker import types
+
+from rlvr.backend.tinker import TinkerPolicy
+from rlvr.engine.rows import rollouts_from_rows
+from rlvr.seeds import sub_seed
+from rlvr.types import Rollouts, SamplingParams
+
+log = logging.getLogger("rlvr")
+
+
+class TinkerEngine:
+    provides_entropy: ClassVar[bool] = False
+    for_remote_backend: ClassVar[bool] = True
+    """Samples from a remote backend's policy handle (pairs with `backend=tinker`)."""
+
+    def __init__(self, policy: TinkerPolicy, eos_ids: list[int], pad_id: int) -> None:
+        self.eos_ids = list(eos_ids)
+        self.pad_id = pad_id
+        self._warned_stop = False
+        self.sync(policy)
+
+    def sync(self, policy: TinkerPolicy) -> None:
+        self.policy = policy
+
+    def sample(
+        self,
+        prompt_ids_P: list[list[int]],
+        group_size: int,
+        params: SamplingParams,
+        seed: int,
+        with_entropy: bool = False,
+    ) -> Rollouts:
+        if with_entropy:
+            raise ValueError("engine=tinker cannot give full-distribution entropy (the service returns sampled-token "
+                             "logprobs only)")
+        sampler = self.policy.sampler
+
+        def request(p: int, prompt: list[int]):
+            sampling = types.SamplingParams(
+                max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
+                seed=sub_seed(seed, f"prompt/{p}"), stop=self.eos_ids,
+            )
+            return lambda: sampler.sample(prompt=types.ModelInput.from_ints(prompt), num_samples=group_size,
+                                          sampling_params=sampling)
+
+        responses = self.policy.calls.call_all("sample", [request(p, ids) for p, ids in enumerate(prompt_ids_P)])
+        sequences = []
+        for p, response in enumerate(responses):
+            if len(response.sequences) != group_size:
+                raise RuntimeError(f"tinker sample: prompt {p} got {len(response.sequences)} sequences, "
+                                   f"asked for {group_size}")
+            sequences.extend(response.sequences)
+        return self._rollouts(prompt_ids_P, group_size, params, sequences)
+
+    def _rollouts(self, prompt_ids_P, group_size: int, params: SamplingParams, sequences) -> Rollouts:
+        for i, s in enumerate(sequences):
+            if s.logprobs is None or len(s.logprobs) != len(s.tokens):
+                raise RuntimeError(f"tinker sample: sequence {i} has {len(s.tokens)} tokens, logprobs {s.logprobs!r}")
+            if s.stop_reason == "stop" and (not s.tokens or s.tokens[-1] not in self.eos_ids) and not self._warned_stop:
+                self._warned_stop = True
+                log.warning("tinker sample: a sequence stopped without an EOS id as its last token (%s); kept as "
+                            "returned", s.tokens[-3:])
+        rows = [(s.tokens, s.logprobs) for s in sequences]
+        return rollouts_from_rows(prompt_ids_P, group_size, rows, self.pad_id, self.eos_ids, params.temperature)

@@ -1,0 +1,253 @@
+"""`engine=vllm`: sampling with an in-process `vllm.LLM` that is started on the trained policy's files.
+
+Start-up: the engine writes the policy's base weights W0 (after the SFT warm-up, `save_base`) to a folder
+under `workdir` and starts vLLM on it with `skip_tokenizer_init=True`: prompts go in as token ids, stops
+are the trainer's EOS ids, nothing is detokenised, and the model's generation_config is ignored
+(`generation_config="vllm"`), so only the sampling parameters given here apply.
+
+Stopping: exactly at the trainer's `eos_ids` (`stop_token_ids`, with `ignore_eos=True`: otherwise vLLM also
+stops at the EOS of the model's config.json, which the trainer may not count as one).
+
+`sample`: one `generate` call, one request per prompt with `n = G`; request p is seeded with
+`seed + p·G` (vLLM seeds its children `seed + g`, so every row has its own stream and a call's draws
+depend on (seed, weights) alone). Row p·G + g of the Rollouts is child g of prompt p. Tokens are
+right-padded with pad_id; a completion that emitted an EOS id ends with it and is `finished`.
+
+Log-probabilities. Our contract (rlvr/types.py Rollouts) is log p(token) under softmax(logits / T) before
+top-p truncation. vLLM 0.32's `logprobs_mode` engine argument decides what `logprobs` holds
+(vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py):
+  raw_logprobs (vLLM's default): log_softmax(logits) before temperature: the T = 1 distribution;
+  processed_logprobs: log_softmax after temperature AND top-k/top-p masking (the nucleus renormalised).
+The engine runs with `processed_logprobs`, which is exactly our contract whenever top_p = 1 (any T > 0).
+With top_p < 1 and T > 0 no vLLM mode returns it (vLLM would give the truncated distribution's logprob,
+the predecessor's mismatch, spec §4.1), so the engine then recomputes the sampled tokens' log-probs with
+one no-grad forward of the policy it was synced with (the backend's own layout: left-padded prompt,
+right-padded completion, logits / T), `rescore_rows` rows at a time. At T = 0 (greedy) vLLM samples the
+argmax; under logits / 1e-7 that token has log-probability 0, which is what is returned.
+
+`sync(policy)`: under LoRA the adapter is written to a new folder and loaded under a fresh integer id
+(vLLM caches adapters by id: reusing one silently serves the old weights); the previous adapter is removed
+from vLLM and its folder deleted. Under full fine-tuning the weights are written to a new folder and
+loaded with `collective_rpc("reload_weights", weights_path=...)`, after which the embedding layers'
+post-load step is run again: on CPU, vLLM 0.32 keeps a packed copy of the (tied) embedding for the LM
+head that `reload_weights` does not refresh, so the head would stay stale (measured: logprob gaps of 2.2
+until re-packed, 2.4e-7 after). Either way the prefix cache is reset.
+Entropy is not available (`provides_entropy = False`): vLLM returns top-k log-probabilities, not the
+full distribution.
+
+dtype: null (the default) runs vLLM in the policy's parameter dtype. vLLM's own "auto" would not: it
+downcasts a float32 checkpoint to bfloat16 (measured: logprob gaps of 3e-3 instead of 1e-6 on the tiny model).
+
+CPU (CI): `kv_cache_memory_bytes: null` means 1 GiB when there is no GPU (vLLM's CPU default claims 92% of
+the node's memory) and vLLM's own sizing from `gpu_memory_utilization` on a GPU; the head dim
+must be >= 32 (vLLM's CPU attention). `multiprocessing: false` (the default) sets
+VLLM_ENABLE_V1_MULTIPROCESSING=0 before vLLM starts: the engine core runs in this process (3 s start-up
+instead of ~20 s, no spawned child that re-imports the trainer). vLLM's CPU worker lowers torch's thread
+count to 1 "for serving"; the engine puts back the count it found, since the backend trains in this process.
+In-process vLLM also sets a few VLLM_* variables in os.environ (its own; nothing of rlvr's reads them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from rlvr.engine.policy_files import is_lora, save_adapter, save_base, save_full
+from rlvr.engine.rows import rollouts_from_rows
+from rlvr.types import Rollouts, SamplingParams
+
+if TYPE_CHECKING:
+    from vllm import LLM
+
+CPU_KV_CACHE_BYTES = 1 << 30
+"""KV cache when `kv_cache_memory_bytes` is null and there is no GPU."""
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The `max_lora_rank` values vLLM 0.32 accepts (vllm/config/lora.py MaxLoRARanks)."""
+
+
+class VLLMEngine:
+    provides_entropy: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        module: nn.Module,
+        eos_ids: list[int],
+        pad_id: int,
+        gpu_memory_utilization: float,
+        tensor_parallel_size: int,
+        max_model_len: int | None,
+        dtype: str | None,
+        kv_cache_memory_bytes: int | None,
+        enforce_eager: bool,
+        max_lora_rank: int | None,
+        workdir: str | None,
+        multiprocessing: bool,
+        rescore_rows: int,
+    ) -> None:
+        self.eos_ids = list(eos_ids)
+        self.pad_id = pad_id
+        self.rescore_rows = rescore_rows
+        self.lora = is_lora(module)
+        root = Path(workdir) if workdir else Path("/dev/shm") if Path("/dev/shm").is_dir() else None
+        if root is not None:
+            root.mkdir(parents=True, exist_ok=True)
+        self.workdir = Path(tempfile.mkdtemp(prefix="rlvr-vllm-", dir=root))
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.workdir, True)
+        self._ids = itertools.count(1)
+        self._lora_request = None
+        self._pushed: Path | None = None
+        self.policy = module
+        base = save_base(module, self.workdir / "base")
+        # vLLM's "auto" downcasts a float32 checkpoint to bfloat16: default to the policy's own dtype instead
+        dtype = dtype or str(next(module.parameters()).dtype).removeprefix("torch.")
+        self.llm = self._start(base, gpu_memory_utilization, tensor_parallel_size, max_model_len, dtype,
+                               kv_cache_memory_bytes, enforce_eager, max_lora_rank, multiprocessing)
+        self.sync(module)
+
+    def _start(self, base: Path, gpu_memory_utilization, tensor_parallel_size, max_model_len, dtype,
+               kv_cache_memory_bytes, enforce_eager, max_lora_rank, multiprocessing) -> LLM:
+        if not multiprocessing:  # read when the engine core is created, so set before LLM()
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        from vllm import LLM
+
+        lora: dict[str, Any] = {}
+        if self.lora:
+            rank = max_lora_rank or adapter_rank(self.policy)
+            lora = {"enable_lora": True, "max_loras": 1, "max_cpu_loras": 2,
+                    "max_lora_rank": next(r for r in VLLM_LORA_RANKS if r >= rank)}
+        if kv_cache_memory_bytes is None and not torch.cuda.is_available():
+            kv_cache_memory_bytes = CPU_KV_CACHE_BYTES  # vLLM's CPU default claims 92% of the node
+        threads = torch.get_num_threads()
+        llm = LLM(
+            model=str(base), skip_tokenizer_init=True, generation_config="vllm", logprobs_mode="processed_logprobs",
+            dtype=dtype, max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
+            tensor_parallel_size=tensor_parallel_size, kv_cache_memory_bytes=kv_cache_memory_bytes,
+            enforce_eager=enforce_eager, enable_prefix_caching=True, **lora,
+        )
+        torch.set_num_threads(threads)  # vLLM's CPU worker lowers it to 1 "for serving": the backend trains here too
+        return llm
+
+    def sync(self, policy: nn.Module) -> None:
+        self.policy = policy
+        folder = self.workdir / f"policy-{next(self._ids)}"
+        if self.lora:
+            from vllm.lora.request import LoRARequest
+
+            save_adapter(policy, folder)
+            request = LoRARequest(folder.name, int(folder.name.split("-")[1]), str(folder))
+            self.llm.llm_engine.add_lora(request)
+            if self._lora_request is not None:
+                self.llm.llm_engine.remove_lora(self._lora_request.lora_int_id)
+            self._lora_request = request
+        else:
+            save_full(policy, folder)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
+            self.llm.apply_model(_repack_embeddings)
+        self.llm.reset_prefix_cache()
+        if self._pushed is not None:
+            shutil.rmtree(self._pushed, ignore_errors=True)
+        self._pushed = folder
+
+    def sample(
+        self,
+        prompt_ids_P: list[list[int]],
+        group_size: int,
+        params: SamplingParams,
+        seed: int,
+        with_entropy: bool = False,
+    ) -> Rollouts:
+        if with_entropy:
+            raise ValueError("engine=vllm cannot give full-distribution entropy (provides_entropy = False)")
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        greedy = params.temperature == 0
+        requests = [
+            VLLMSamplingParams(
+                n=group_size, temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens,
+                seed=(seed + p * group_size) % 2**63, stop_token_ids=self.eos_ids, ignore_eos=True,
+                logprobs=None if greedy else 0, detokenize=False, skip_special_tokens=False,
+            )
+            for p in range(len(prompt_ids_P))
+        ]
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_ids_P], requests,
+            lora_request=self._lora_request, use_tqdm=False,
+        )
+        children = [c for out in outputs for c in sorted(out.outputs, key=lambda c: c.index)]
+        rows = [(c.token_ids, [0.0] * len(c.token_ids) if greedy else sampled_logprobs(c)) for c in children]
+        rollouts = rollouts_from_rows(prompt_ids_P, group_size, rows, self.pad_id, self.eos_ids, params.temperature)
+        if not greedy and params.top_p < 1:
+            logprobs = self.rescore(prompt_ids_P, group_size, rollouts.tokens_PG_T, rollouts.mask_PG_T,
+                                    params.temperature)
+            rollouts = dataclasses.replace(rollouts, logprobs_PG_T=logprobs)
+        return rollouts
+
+    @torch.no_grad()
+    def rescore(self, prompt_ids_P: list[list[int]], G: int, tokens: Tensor, mask: Tensor, T: float) -> Tensor:
+        """log softmax(logits / T)[token] of every completion token under `self.policy`, 0 on padding."""
+        device = next(self.policy.parameters()).device
+        was_training = self.policy.training
+        self.policy.eval()
+        try:
+            out = []
+            for start in range(0, tokens.shape[0], self.rescore_rows):
+                rows = range(start, min(start + self.rescore_rows, tokens.shape[0]))
+                out.append(self._rescore_chunk([prompt_ids_P[r // G] for r in rows], tokens[rows.start : rows.stop],
+                                               mask[rows.start : rows.stop], T, device))
+        finally:
+            if was_training:
+                self.policy.train()
+        return torch.cat(out) if out else torch.zeros(tokens.shape, dtype=torch.float32)
+
+    def _rescore_chunk(self, prompts: list[list[int]], tokens: Tensor, mask: Tensor, T: float, device) -> Tensor:
+        L = max(len(p) for p in prompts)
+        prompt = torch.full((len(prompts), L), self.pad_id, dtype=torch.long)
+        prompt_mask = torch.zeros((len(prompts), L), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            prompt[i, L - len(p) :] = torch.tensor(p, dtype=torch.long)
+            prompt_mask[i, L - len(p) :] = 1
+        ids = torch.cat([prompt, tokens], 1).to(device)
+        attn = torch.cat([prompt_mask, mask.long()], 1).to(device)
+        position = (attn.cumsum(-1) - 1).clamp(min=0)
+        logits = self.policy(input_ids=ids, attention_mask=attn, position_ids=position).logits[:, L - 1 : -1]
+        logp = torch.log_softmax(logits.float() / T, -1).gather(-1, ids[:, L:, None]).squeeze(-1)
+        return logp.cpu().masked_fill(~mask, 0.0)
+
+    def close(self) -> None:
+        """Stop vLLM and delete the weight folders (also done when the engine is garbage-collected)."""
+        llm = self.__dict__.pop("llm", None)
+        if llm is not None:
+            engine_core = getattr(llm.llm_engine, "engine_core", None)
+            if engine_core is not None and hasattr(engine_core, "shutdown"):
+                engine_core.shutdown()
+        self._cleanup()
+
+
+def adapter_rank(policy: nn.Module) -> int:
+    return max(int(c.r) for c in policy.peft_config.values())
+
+
+def sampled_logprobs(child) -> list[float]:
+    """A vLLM completion's sampled-token log-probabilities (each position holds a dict that includes it)."""
+    return [position[token].logprob for token, position in zip(child.token_ids, child.logprobs)]
+
+
+def _repack_embeddings(model) -> None:
+    """vLLM 0.32 on CPU packs the embedding matrix for the LM head's GEMM once, at load; `reload_weights`
+    refreshes the embedding but not that packed copy, so a model with tied embeddings would keep sampling
+    from its old head. Re-run the embedding layers' post-load step (a no-op off CPU)."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+    for module in model.modules():
+        if isinstance(module, VocabParallelEmbedding):
+            module.quant_method.process_weights_after_loading(module)

