@@ -8,6 +8,11 @@ runs would share a folder, prints the plan (runs, steps, estimated wall time, sp
 `manifest.json`; each job then records its own state there (`record`). Launching the same campaign
 again reuses the folders: unfinished runs resume from their checkpoints, finished ones return at once.
 
+Auto-squeeze (spec §9–10): with `auto_squeeze: {threshold: 0.95}` on the callback, the first run to finish
+analyses its final LoRA adapter (rlvr/squeeze.py) and records the recommended rank under `squeeze` in the
+manifest; later finishers see the key and do nothing. The spec's sequential runner squeezes the first run
+*in launch order*; in a job array "first" can only mean first to finish.
+
 This module stays light (no torch): it runs in the process that submits the grid.
 """
 
@@ -28,7 +33,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger("rlvr")
 
@@ -117,9 +122,14 @@ def measured_step_time(root: Path) -> float | None:
 class ManifestCallback(Callback):
     """Hydra callback of campaign files: plan, folder check and manifest before launch."""
 
-    def __init__(self, step_time_s: float | None = None, parallel: int | None = None) -> None:
+    def __init__(self, step_time_s: float | None = None, parallel: int | None = None,
+                 auto_squeeze: dict | None = None) -> None:
         self.step_time_s = step_time_s
         self.parallel = parallel
+        if isinstance(auto_squeeze, DictConfig):
+            auto_squeeze = OmegaConf.to_container(auto_squeeze, resolve=True)
+        self.auto_squeeze = dict(auto_squeeze) if auto_squeeze else None
+        """{threshold, ranks?}: written to the manifest, where the jobs read it."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         HydraConfig.instance().set_config(config)  # Hydra sets it only after this callback; sweep.dir needs it
@@ -135,6 +145,10 @@ class ManifestCallback(Callback):
                 file=sys.stderr,
             )
             raise SystemExit(2)
+        threshold = (self.auto_squeeze or {}).get("threshold", 0.95)
+        if self.auto_squeeze is not None and not 0 < threshold <= 1:
+            print(f"rlvr: auto_squeeze.threshold={threshold} must be in (0, 1]", file=sys.stderr)
+            raise SystemExit(2)
         parallel = self.parallel or int(config.hydra.launcher.get("array_parallelism", 0) or 1)
         plan = Plan(jobs, int(config.trainer.max_steps), self.step_time_s or measured_step_time(root), parallel)
         print(plan.describe(), flush=True)
@@ -146,6 +160,7 @@ class ManifestCallback(Callback):
                 launched=datetime.now(UTC).isoformat(timespec="seconds"),
                 num_runs=len(jobs),
                 max_steps=plan.max_steps,
+                auto_squeeze=self.auto_squeeze,
                 runs=[
                     {
                         **known.get(str(folder), {"state": "pending"}),
@@ -191,3 +206,65 @@ def record(root: Path, folder: Path, state: str, reason: str | None = None) -> N
                     slurm_array_task_id=os.environ.get("SLURM_ARRAY_TASK_ID"),
                     updated=datetime.now(UTC).isoformat(timespec="seconds"),
                 )
+    if state == "finished":
+        auto_squeeze(root, folder)
+
+
+def auto_squeeze(root: Path, folder: Path) -> dict | None:
+    """If the campaign asks for it and no run has done it yet, analyse `folder`'s final adapter and record
+    `squeeze` in the manifest (and the finished run's logger summary, when it has one). The slot is claimed
+    under the lock, the analysis runs outside it. Never raises: the run itself has already finished."""
+    with locked(root / MANIFEST) as manifest:
+        settings = manifest.get("auto_squeeze")
+        if not settings or "squeeze" in manifest:
+            return None
+        manifest["squeeze"] = {"state": "running", "run": str(folder)}
+    result = _squeeze(folder, float(settings.get("threshold", 0.95)), settings.get("ranks"))
+    with locked(root / MANIFEST) as manifest:
+        manifest["squeeze"] = result
+    if result["state"] == "done":
+        log.info("squeeze: recommended LoRA rank %d of %d (>= %g%% variance) for %s", result["recommended_rank"],
+                 result["source_rank"], 100 * result["threshold"], result["adapter"])
+        _log_summary(folder, result)
+    else:
+        log.warning("squeeze %s: %s", result["state"], result["reason"])
+    return result
+
+
+def _squeeze(folder: Path, threshold: float, ranks: list[int] | None) -> dict:
+    try:
+        from rlvr.squeeze import SqueezeError, analyze_adapter  # torch: only in a job that has it loaded
+    except ImportError as err:
+        return {"state": "failed", "run": str(folder), "reason": str(err)}
+    try:
+        report = analyze_adapter(folder, threshold, ranks)
+    except SqueezeError as err:  # e.g. full fine-tuning, or a Tinker run (the adapter is on the service)
+        return {"state": "skipped", "run": str(folder), "reason": str(err)}
+    except Exception as err:  # noqa: BLE001 - an analysis failure must not turn a finished run into a failed one
+        return {"state": "failed", "run": str(folder), "reason": f"{type(err).__name__}: {err}"}
+    return {
+        "state": "done", "run": str(folder), "adapter": report.adapter, "threshold": threshold,
+        "recommended_rank": report.recommended_rank, "every_layer_rank": report.every_layer_rank,
+        "source_rank": report.source_rank, "num_layers": report.num_layers,
+        "mean_variance": {str(k): round(v, 6) for k, v in zip(report.ranks, report.mean_variance, strict=True)},
+    }
+
+
+def _log_summary(folder: Path, result: dict) -> None:
+    """Spec §10's summary keys on the finished run's own logger, if its logger has `update_summary`
+    (logger=wandb does; logger=none has none). Optional: failures are logged, not raised."""
+    config_file = folder / ".hydra" / "config.yaml"
+    if not config_file.is_file():
+        return
+    try:
+        from hydra.utils import instantiate
+
+        node = OmegaConf.load(config_file).get("logger")
+        logger = instantiate(node) if node is not None and node.get("_target_") else None
+        if hasattr(logger, "update_summary"):
+            values = {f"squeeze/{k}": result[k] for k in ("recommended_rank", "source_rank", "num_layers")}
+            values["squeeze/min_variance_retention"] = result["threshold"]
+            values.update({f"squeeze/mean_variance/r{k}": v for k, v in result["mean_variance"].items()})
+            logger.update_summary(folder, values)
+    except Exception as err:  # noqa: BLE001 - the summary is a convenience; the manifest has the result
+        log.warning("squeeze: could not add the result to the run's logger summary: %s", err)

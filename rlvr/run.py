@@ -113,6 +113,7 @@ def build_all(cfg: DictConfig, campaign_root: Path | None = None) -> tuple[Compo
         transform=build(cfg, "transform"),
         planning=build(cfg, "planning"),
         logger=build(cfg, "logger"),
+        backpressure=build(cfg, "backpressure"),
         make_backend=build(cfg, "backend", _partial_=True, **backend_runtime_args(cfg, campaign_root)),
         make_engine=build(cfg, "engine", _partial_=True),
         condition=condition_label(cfg),
@@ -178,6 +179,7 @@ def check(cfg: DictConfig) -> None:
             f"backend.micro_batch_size={mb} does not divide trainer.batch_size × trainer.group_size "
             f"= {t.batch_size} × {t.group_size} = {rows}"
         )
+    errors += check_backpressure(cfg)
     if cfg.backend.get("loss_fn") == "importance_sampling" and cfg.algorithm.loss.clip_eps > 0:
         errors.append(f"algorithm.loss.clip_eps={cfg.algorithm.loss.clip_eps} asks for ratio clipping, which "
                       "backend.loss_fn=importance_sampling does not do: set backend.loss_fn=ppo")
@@ -189,7 +191,28 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
 
 
-GROUPS = ("trainer", "algorithm", "transform", "engine", "backend", "reward", "model", "data", "planning", "logger")
+def check_backpressure(cfg: DictConfig) -> list[str]:
+    """A back pressure that chooses batch sizes (one whose option has min/max_batch_size) starts from
+    trainer.batch_size inside its bounds, and every batch size it may choose fits backend.micro_batch_size."""
+    bp = cfg.get("backpressure")
+    if bp is None or "min_batch_size" not in bp or "max_batch_size" not in bp:
+        return []
+    lo, hi, t, errors = bp.min_batch_size, bp.max_batch_size, cfg.trainer, []
+    if not lo <= t.batch_size <= hi:
+        errors.append(f"trainer.batch_size={t.batch_size} is outside backpressure.min_batch_size .. max_batch_size "
+                      f"= {lo} .. {hi}")
+    mb = cfg.backend.get("micro_batch_size", 0)
+    periods = range(lo, min(hi, lo + mb) + 1) if mb > 0 else ()  # b × G mod mb repeats with period mb in b
+    misfit = next((b for b in periods if (b * t.group_size) % mb), None)
+    if misfit is not None:
+        errors.append(f"backend.micro_batch_size={mb} does not divide b × trainer.group_size for every batch size b "
+                      f"in backpressure.min_batch_size .. max_batch_size = {lo} .. {hi} (b = {misfit}: "
+                      f"{misfit} × {t.group_size} = {misfit * t.group_size})")
+    return errors
+
+
+GROUPS = ("trainer", "algorithm", "transform", "engine", "backend", "reward", "model", "data", "planning", "logger",
+          "backpressure")
 RUNTIME_ARGS = {"seed", "model", "lora", "lora_seed", "pad_id", "module", "policy", "eos_ids", "throttle_dir"}
 """Constructor arguments the runner or the trainer supplies, not the YAML."""
 

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from rlvr.algorithm.ties import tie_metrics, uniform_groups
+from rlvr.backpressure import BackPressure
 from rlvr.checkpoint import Checkpoints, set_rng_state
 from rlvr.errors import ConfigError
 from rlvr.model.prompt_encoding import encode_prompts, eos_ids
@@ -63,6 +64,8 @@ class Components:
     transform: Transform
     planning: PlanningDetector
     logger: Logger
+    backpressure: BackPressure
+    """How many prompts each step draws (backpressure=none: trainer.batch_size)."""
     make_backend: Callable[..., Backend]
     make_engine: Callable[..., Engine]
     condition: str
@@ -90,8 +93,11 @@ class Live:
     out: RunDir
     warmup: dict | None
     checkpoints: Checkpoints
-    totals: dict = field(default_factory=lambda: {"correct": 0, "completions": 0, "tokens": 0, "nonfinite": 0})
-    """Running counters; saved in every checkpoint."""
+    totals: dict = field(
+        default_factory=lambda: {"correct": 0, "completions": 0, "tokens": 0, "nonfinite": 0, "prompts": 0}
+    )
+    """Running counters; saved in every checkpoint. `prompts`: training examples drawn so far (the position of
+    the next step's first prompt in the data stream)."""
     evals: list[dict] = field(default_factory=list)
     """Every evaluation row so far; saved in every checkpoint (summary.json's initial/best read it)."""
     consecutive_nonfinite: int = 0
@@ -117,7 +123,7 @@ class Credit:
 class Trainer:
     max_steps: int
     batch_size: int
-    """Prompts per step."""
+    """Prompts per step (with back pressure on: after its warm-up sweep, until it moves it)."""
     group_size: int
     """Completions per prompt."""
     lr: float
@@ -227,6 +233,7 @@ class Trainer:
         state = Checkpoints.read_state(path)
         live.backend.load(path)
         live.c.transform.load_state_dict(state["transform"])
+        live.c.backpressure.load_state_dict(state.get("backpressure", {}))
         live.totals.update(state["totals"])
         live.evals[:] = state["evals"]
         set_rng_state(torch.load(path / "rng.pt", weights_only=False))
@@ -257,9 +264,11 @@ class Trainer:
 
     def step(self, live: Live, step: int) -> dict:
         """One RL step; returns its metrics row (the caller writes it)."""
-        c, P, G = live.c, self.batch_size, self.group_size
+        c, G = live.c, self.group_size
+        P = c.backpressure.batch_size(step, self.batch_size)
         clock = [time.perf_counter()]
-        examples = c.data.batch(step, P)
+        examples = prompts_at(c.data, step, live.totals["prompts"], P)
+        live.totals["prompts"] += P
         prompt_ids_P = encode_prompts(live.tokenizer, [e.prompt for e in examples])
         live.engine.sync(live.backend.policy)
         rollouts = live.engine.sample(
@@ -280,7 +289,12 @@ class Trainer:
         self._guard_nonfinite(live, step, train)
         live.out.write_samples(step, self._samples(examples, completions, rewards_P_G, credit))
         row = self._row(live, step, rollouts, rewards_P_G, credit, train, clock)
-        return {**row, **scores.fractions("reward/"), "train/nonfinite_skips": float(live.totals["nonfinite"])}
+        pressure = c.backpressure.observe(  # its decision applies from the next step
+            step=step, batch_size=P, group_size=G, tokens=row["tokens_per_step"], seconds=row["step_time_s"],
+            skipped=credit.skipped,
+        )
+        return {**row, **scores.fractions("reward/"), "train/nonfinite_skips": float(live.totals["nonfinite"]),
+                **pressure}
 
     def _warn_on_failures(self, step: int, scores: Scores) -> None:
         over = {k: v for k, v in scores.fractions("reward/").items() if v > self.reward_warn_frac}
@@ -424,6 +438,7 @@ class Trainer:
             "totals": live.totals,
             "evals": live.evals,
             "transform": live.c.transform.state_dict(),
+            "backpressure": live.c.backpressure.state_dict(),
             "seeds": live.c.seeds.as_dict(),
             "config_sha256": live.c.config_sha256,
             "config": live.c.config,
@@ -459,6 +474,17 @@ def guarded_score(reward: Reward, completions: Sequence[str], references: Sequen
         errors=sum(p.errors for p in parts),
         parse_failures=sum(p.parse_failures for p in parts),
     )
+
+
+def prompts_at(data: DataSource, step: int, position: int, size: int) -> list[Example]:
+    """The `size` training examples at positions position, position+1, … of the data stream, so a run whose
+    batch size changes (back pressure) still sees every example once per epoch, in order. While every step
+    had `size` prompts (position = step·size) this is `data.batch(step, size)`, the source's own call;
+    otherwise position k is `data.batch(k, 1)`, which is position k for every source that orders by
+    `rlvr.data.order.batch_indices` (all built-in ones): k = step·size + i with size 1."""
+    if position == step * size:
+        return data.batch(step, size)
+    return [data.batch(k, 1)[0] for k in range(position, position + size)]
 
 
 def token_pieces(tokenizer, rollouts: Rollouts) -> list[list[str]]:

@@ -1,5 +1,6 @@
-"""The `rlvr` command: `status`, `compare` and `plot` over run folders (see `rlvr/cli/__init__.py`), and
-`plan`, which previews a campaign before it is launched.
+"""The `rlvr` command: `status`, `compare` and `plot` over run folders (see `rlvr/cli/__init__.py`);
+`plan`, which previews a campaign before it is launched; `doctor`, what is usable here and what a run
+needs; `squeeze`, a LoRA adapter's variance per rank and a compressed copy.
 
 Sub-command modules are imported only when chosen, so `rlvr status` loads neither numpy nor matplotlib."""
 
@@ -45,6 +46,21 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--step-time", type=float, default=None, metavar="SECONDS",
                       help="median step time of a pilot (default: measured from the campaign's runs)")
     plan.add_argument("--parallel", type=int, default=None, help="runs at once (default: array_parallelism)")
+
+    doctor = sub.add_parser("doctor", help="what is installed and usable here, and whether a run's config can run")
+    doctor.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="as for train.py, e.g. engine=vllm")
+    doctor.add_argument("--conf", type=Path, default=Path("conf"), help="the config folder (default ./conf)")
+
+    squeeze = sub.add_parser("squeeze", help="a LoRA adapter's variance per rank, the rank to keep, and --out it")
+    squeeze.add_argument("path", type=Path, metavar="ADAPTER",
+                         help="adapter folder (adapter_model.safetensors), checkpoints/step_N, or a run folder")
+    squeeze.add_argument("--threshold", type=float, default=0.95, help="variance to retain (default 0.95)")
+    squeeze.add_argument("--ranks", default=None, metavar="LIST",
+                         help="target ranks, e.g. 1,2,3 or 1-16 (default: powers of two below r, and r)")
+    squeeze.add_argument("--rank", type=int, default=None, help="rank --out writes (default: the recommended)")
+    squeeze.add_argument("--out", type=Path, default=None, metavar="DIR", help="write the compressed adapter here")
+    squeeze.add_argument("--device", default="cpu", help="where the QR/SVD run (default cpu)")
+    squeeze.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 
 
@@ -65,6 +81,16 @@ def main(argv: list[str] | None = None) -> int:
             from rlvr.cli import plan
 
             print(plan.run(args.overrides, args.conf, args.step_time, args.parallel))
+        elif args.command == "doctor":
+            from rlvr.cli import doctor
+
+            report, code = doctor.run(args.overrides, args.conf)
+            print(report)
+            return code
+        elif args.command == "squeeze":
+            from rlvr.cli import squeeze
+
+            print(squeeze.run(args.path, args.threshold, args.rank, args.ranks, args.out, args.json, args.device))
         else:
             if args.smooth < 1:
                 raise CliError(f"--smooth must be at least 1, got {args.smooth}")

@@ -26,9 +26,8 @@ class WandbLogger:
     def start(self, name: str, group: str, tags: list[str], folder: Path, config: dict) -> None:
         import wandb  # only in the job, and only when this logger is chosen
 
-        run_id = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]
         self.run = wandb.init(
-            project=self.project, entity=self.entity, mode=self.mode, dir=self.dir or str(folder), id=run_id,
+            project=self.project, entity=self.entity, mode=self.mode, dir=self.dir or str(folder), id=run_id(folder),
             name=name, group=group, tags=tags, config=config, resume="allow", reinit="finish_previous",
         )
         self.run.define_metric("step")
@@ -38,10 +37,24 @@ class WandbLogger:
         if self.run is not None:
             self.run.log({k: v for k, v in row.items() if isinstance(v, (int, float)) and not _bad(v)})
 
+    def update_summary(self, folder: Path, values: dict) -> None:
+        """Add `values` to the summary of the (finished) wandb run of `folder`, reopened by its id; used by a
+        campaign's auto-squeeze (rlvr/campaign.py)."""
+        import wandb
+
+        run = wandb.init(project=self.project, entity=self.entity, mode=self.mode, dir=self.dir or str(folder),
+                         id=run_id(folder), resume="allow", reinit="finish_previous")
+        run.summary.update(values)
+        run.finish()
+
     def finish(self) -> None:
         if self.run is not None:
             self.run.finish()
             self.run = None
+
+
+def run_id(folder: Path) -> str:
+    return hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]
 
 
 def _bad(value) -> bool:

@@ -57,6 +57,9 @@ def test_smoke_campaign_runs_in_stable_folders_and_a_relaunch_skips_finished_run
     assert manifest["num_runs"] == 4 and {r["state"] for r in manifest["runs"]} == {"finished"}
     assert {(r["condition"], r["seed"]) for r in manifest["runs"]} == {
         ("grpo", "0"), ("grpo", "1"), ("maxrl_gtpo_sepa", "0"), ("maxrl_gtpo_sepa", "1")}
+    # auto_squeeze in smoke.yaml: the first run to finish analysed its final adapter (the tiny model's r = 8)
+    assert manifest["squeeze"]["state"] == "done" and manifest["squeeze"]["source_rank"] == 8
+    assert manifest["squeeze"]["recommended_rank"] in (1, 2, 4, 8) and manifest["squeeze"]["num_layers"] == 14
     again = train(*fast)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("nothing to do") + again.stderr.count("nothing to do") == 4
