@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 import torch
+from engine.contract import check_rollouts
 from engine.parity import max_logprob_gap
 from hydra.utils import instantiate
 
@@ -106,17 +107,9 @@ def test_rollouts_contract(lora_setup):
     backend, tok, engine = lora_setup
     engine.sync(backend.policy)  # another test's engine may have pushed its W0 since
     ro = engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seed=0)
-    assert ro.tokens_PG_T.shape == ro.logprobs_PG_T.shape == ro.mask_PG_T.shape
-    assert ro.tokens_PG_T.shape[0] == 12 and ro.tokens_PG_T.shape[1] <= 6 and ro.entropy_PG_T is None
-    assert ro.tokens_PG_T.dtype == torch.long and ro.logprobs_PG_T.dtype == torch.float32
-    for tokens, mask, finished in zip(ro.tokens_PG_T.tolist(), ro.mask_PG_T.tolist(), ro.finished_PG.tolist()):
-        n = sum(mask)
-        assert mask == [True] * n + [False] * (len(mask) - n)  # a prefix, then padding
-        assert all(t == tok.pad_token_id for t in tokens[n:])
-        assert (tokens[n - 1] == tok.eos_token_id) == finished  # EOS is the last real token iff finished
-        assert tok.eos_token_id not in tokens[: n - 1]
-        assert finished or n == 6
-    assert (ro.logprobs_PG_T[~ro.mask_PG_T] == 0).all() and (ro.logprobs_PG_T[ro.mask_PG_T] < 0).all()
+    assert ro.entropy_PG_T is None
+    check_rollouts(ro, rows=12, max_tokens=6, pad_id=tok.pad_token_id, eos_id=tok.eos_token_id)
+    assert (ro.logprobs_PG_T[ro.mask_PG_T] < 0).all()
     assert ro.finished_PG.any() and not ro.finished_PG.all()  # both kinds of row were checked
     again = engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seed=0)
     other = engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seed=1)

