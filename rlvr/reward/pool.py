@@ -113,6 +113,8 @@ class GradingPool:
                 if not worker.outstanding and queue:
                     self._send(worker, items, queue)
             busy = [w for w in self._workers if w.outstanding]
+            if not busy:  # every send found its worker dead: the replacements take the queue next round
+                continue
             ready = wait([w.conn for w in busy], timeout=max(0.0, min(w.deadline for w in busy) - time.monotonic()))
             for worker in busy:
                 if worker.conn in ready:

@@ -66,3 +66,21 @@ def test_workers_start_once_and_any_thread_may_call():
 def test_chunks_are_runs_of_one_key_capped():
     assert _chunks(["a", "a", "b", "a"]) == [[0, 1], [2], [3]]
     assert [len(c) for c in _chunks(["a"] * 40)] == [16, 16, 8]
+
+
+def test_a_worker_that_died_while_idle_is_replaced_and_nothing_is_lost():
+    import os
+    import signal
+
+    import pool_graders
+
+    pool = GradingPool(pool_graders.grade, workers=1, item_timeout_s=10.0, memory_mb=None)
+    try:
+        grade(pool, ["1"])
+        (worker,) = pool._workers
+        os.kill(worker.process.pid, signal.SIGKILL)
+        worker.process.join(timeout=10)
+        assert grade(pool, ["1", "0"]) == [(1.0, OK), (0.0, OK)]
+        assert pool.replaced == 1
+    finally:
+        pool.close()
