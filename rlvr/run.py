@@ -26,6 +26,7 @@ from rlvr.checkpoint import Checkpoints
 from rlvr.errors import ConfigError
 from rlvr.outputs import RunDir
 from rlvr.preemption import Preempted, StopSignals
+from rlvr.protocols import ModelPreset, Transform
 from rlvr.resume import resume_point
 from rlvr.seeds import Seeds
 from rlvr.trainer import Components, Trainer
@@ -276,14 +277,7 @@ def _show(value) -> str:
 
 def check_components(cfg: DictConfig, c: Components) -> None:
     """Checks that need a built (but still light) component: still before any model loads."""
-    errors = []
-    engine_cls = get_class(cfg.engine._target_)
-    if c.transform.needs_entropy and not getattr(engine_cls, "provides_entropy", False):
-        errors.append(
-            f"transform <{cfg.transform._target_}> needs full-distribution entropy, which "
-            f"engine <{cfg.engine._target_}> cannot give: choose engine=pytorch or another uncertainty signal"
-        )
-    errors += check_backend(cfg, c)
+    errors = check_pairing(cfg, c.preset, c.transform)
     try:
         c.preset.check_available()
     except (FileNotFoundError, OSError) as err:
@@ -301,12 +295,18 @@ def check_components(cfg: DictConfig, c: Components) -> None:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
 
 
-def check_backend(cfg: DictConfig, c: Components) -> list[str]:
-    """A remote backend (Tinker: the policy lives on the service) pairs with an engine that samples from it,
-    trains LoRA only and has no local SFT warm-up. A backend or engine class may check its own settings (an API
-    key) in a static `check_available`, called with the `backend.*`/`engine.*` values its parameters name."""
+def check_pairing(cfg: DictConfig, preset: ModelPreset, transform: Transform) -> list[str]:
+    """What the chosen engine, backend, model and transform need of each other, from light components only:
+    a transform that needs full-distribution entropy needs an engine that gives it; a remote backend (Tinker:
+    the policy lives on the service) pairs with an engine that samples from it, trains LoRA only and has no
+    local SFT warm-up; and each backend/engine class's own `check_available` (an API key) passes."""
     backend_cls, engine_cls = get_class(cfg.backend._target_), get_class(cfg.engine._target_)
     remote, errors = bool(getattr(backend_cls, "remote", False)), []
+    if transform.needs_entropy and not getattr(engine_cls, "provides_entropy", False):
+        errors.append(
+            f"transform <{cfg.transform._target_}> needs full-distribution entropy, which "
+            f"engine <{cfg.engine._target_}> cannot give: choose engine=pytorch or another uncertainty signal"
+        )
     if remote != bool(getattr(engine_cls, "for_remote_backend", False)):
         where = "on a service" if remote else "in this process"
         errors.append(
@@ -316,13 +316,20 @@ def check_backend(cfg: DictConfig, c: Components) -> list[str]:
     if remote and cfg.trainer.warmup.steps > 0:
         errors.append(f"trainer.warmup.steps={cfg.trainer.warmup.steps}: the SFT warm-up runs on a local model, "
                       f"which backend <{cfg.backend._target_}> never loads: set trainer.warmup.steps=0")
-    if remote and c.preset.lora is None:
+    if remote and preset.lora is None:
         errors.append(f"model.lora=null: backend <{cfg.backend._target_}> trains LoRA adapters only")
-    for group in ("backend", "engine"):  # e.g. an API key: checked from the config, before anything is built
-        check_available = getattr(get_class(cfg[group]._target_), "check_available", None)
-        if check_available is not None:
-            try:
-                check_available(**{k: cfg[group][k] for k in inspect.signature(check_available).parameters})
-            except ConfigError as err:
-                errors.append(str(err))
+    errors += [error for group in ("backend", "engine") if (error := class_check(cfg, group))]
     return errors
+
+
+def class_check(cfg: DictConfig, group: str) -> str | None:
+    """The message of the ConfigError raised by the `cfg[group]` class's static `check_available` (e.g. an API
+    key), called with the `group.*` values its parameters name; None when it passes or there is none."""
+    check_available = getattr(get_class(cfg[group]._target_), "check_available", None)
+    if check_available is None:
+        return None
+    try:
+        check_available(**{k: cfg[group][k] for k in inspect.signature(check_available).parameters})
+    except ConfigError as err:
+        return str(err)
+    return None

@@ -8,7 +8,7 @@ Two parts, one line per item, each `ok`, `missing`, `warning` or `error` with th
   child process), httpx, SLURM (commands on PATH, and whether `sinfo -h` answers under $SLURM_CONF), the hub
   (HF_HUB_OFFLINE, and whether each conf/model preset's weights are in the local cache);
 - the run: conf/train.yaml composed with the overrides as `python train.py` composes it (every job of a
-  grid), put through rlvr.run's config checks (`check`, `check_backend`, the preset's and the reward's
+  grid), put through rlvr.run's config checks (`check`, `check_pairing`, the preset's and the reward's
   `check_available`), and what each chosen option needs from this machine: engine=vllm an importable vLLM
   of the right build, engine=openai its server answering `GET {base_url}/models` with engine.model listed,
   backend=tinker the SDK and its key, trainer=gpu / backend.device=cuda a CUDA device, a hub preset its
@@ -466,24 +466,6 @@ def remote(job: Job) -> bool:
     return bool(getattr(get_class(job.cfg.backend._target_), "remote", False))
 
 
-def static_check(job: Job, group: str) -> str | None:
-    """The group class's static `check_available` (an API key), called as rlvr.run.check_backend calls it."""
-    import inspect
-
-    from hydra.utils import get_class
-
-    from rlvr.errors import ConfigError
-
-    check_available = getattr(get_class(job.cfg[group]._target_), "check_available", None)
-    if check_available is None:
-        return None
-    try:
-        check_available(**{k: job.cfg[group][k] for k in inspect.signature(check_available).parameters})
-    except ConfigError as err:
-        return str(err)
-    return None
-
-
 def device_needs(job: Job, devices: Devices) -> list[Line]:
     """Where a local backend trains: trainer=gpu (device auto) and backend.device=cuda[:N] need CUDA."""
     if remote(job):
@@ -539,9 +521,11 @@ def vllm_needs(job: Job, probes: Probes, devices: Devices) -> list[Line]:
 
 
 def openai_needs(job: Job, probes: Probes, devices: Devices) -> list[Line]:
+    from rlvr.run import class_check
+
     item, engine = label(job, "engine"), job.cfg.engine
     lines = []
-    error = static_check(job, "engine")
+    error = class_check(job.cfg, "engine")
     if error:
         lines.append(Line(MISSING, item, error))
     answer = probes.server(engine.base_url, engine.model, engine.get("api_key_env"))
@@ -550,11 +534,13 @@ def openai_needs(job: Job, probes: Probes, devices: Devices) -> list[Line]:
 
 
 def tinker_needs(job: Job, probes: Probes, devices: Devices) -> list[Line]:
+    from rlvr.run import class_check
+
     item = label(job, "backend")
     found = distribution("tinker")
     if found is None or importlib.util.find_spec("tinker") is None:
         return [Line(MISSING, item, "the Tinker SDK is not installed: pip install -e '.[tinker]'")]
-    error = static_check(job, "backend")
+    error = class_check(job.cfg, "backend")
     if error:
         return [Line(MISSING, item, error)]
     return [Line(OK, item, f"tinker {found[1]}; ${job.cfg.backend.api_key_env} is set; base model "
@@ -652,32 +638,22 @@ NEEDS: dict[str, Callable[[Job, Probes, Devices], list[Line]]] = {
 
 
 def config_lines(cfg) -> list[Line]:
-    """rlvr.run's checks that need no model and no data: `check`, `check_backend` (remote pairing, warm-up,
-    LoRA, the backend's and engine's `check_available`), the transform's entropy against the engine."""
-    from hydra.utils import get_class, instantiate
+    """rlvr.run's checks that need no model and no data: `check`, and `check_pairing` (the transform's entropy
+    against the engine, remote pairing, warm-up, LoRA, the backend's and engine's `check_available`)."""
+    from hydra.utils import instantiate
 
     from rlvr.errors import ConfigError
-    from rlvr.run import check, check_backend
+    from rlvr.run import check, check_pairing
 
     try:
         check(cfg)
-        preset = instantiate(cfg.model, _convert_="all")
-        # check_backend reads only `.preset` of the Components it is given
-        errors = check_backend(cfg, _PresetOnly(preset))
-        transform = instantiate(cfg.transform, _convert_="all")
-        if transform.needs_entropy and not getattr(get_class(cfg.engine._target_), "provides_entropy", False):
-            errors.append(f"transform <{cfg.transform._target_}> needs full-distribution entropy, which engine "
-                          f"<{cfg.engine._target_}> cannot give: choose engine=pytorch or another uncertainty signal")
+        preset, transform = (instantiate(cfg[group], _convert_="all") for group in ("model", "transform"))
+        errors = check_pairing(cfg, preset, transform)
     except ConfigError as err:
         errors = str(err).split("\n  ")[1:] or [str(err)]
     except Exception as err:  # noqa: BLE001 - anything the checks trip over is a config problem here
         errors = [f"{type(err).__name__}: {err}"]
     return [Line(ERROR, "config", error.replace("\n", " ")) for error in errors]
-
-
-@dataclass(frozen=True)
-class _PresetOnly:
-    preset: Any
 
 
 def scrub(text: str, jobs: list[Job]) -> str:

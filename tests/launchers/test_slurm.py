@@ -92,6 +92,17 @@ ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_F
 """sacct states after which an allocation changes no more (REQUEUED is followed by another allocation)."""
 
 
+def assert_requeued_then_completed(env: dict[str, str], job_id: str, deadline: float) -> None:
+    """Once sacct shows the job ended: its last allocation COMPLETED, after at least one REQUEUED."""
+    states = wait_until(
+        lambda: (s := sacct_states(env, job_id)) and s[-1].split("|")[1].split(" ")[0] in ENDED and s,
+        deadline,
+        f"sacct to show {job_id} ended",
+    )
+    assert states[-1].endswith("|COMPLETED"), states
+    assert any(s.endswith("|REQUEUED") for s in states[:-1]), states
+
+
 def sacct_states(env: dict[str, str], job_id: str) -> list[str]:
     """`JobID|State` of every allocation of the job (array), including earlier attempts of requeued ones."""
     out = subprocess.run(
@@ -184,13 +195,7 @@ def test_a_stopped_task_is_requeued_and_resumes_without_repeating_a_step(slurm_e
         assert training_steps(sweep / "1") == list(range(steps))  # the other task ran undisturbed
         assert json.loads((run / "summary.json").read_text())["steps"] == steps
         assert "resumed from" in (run / "train.log").read_text()
-        states = wait_until(
-            lambda: (s := sacct_states(slurm_env, job_id)) and s[-1].split("|")[1].split(" ")[0] in ENDED and s,
-            deadline,
-            f"sacct to show {job_id} ended",
-        )
-        assert states[-1].endswith("|COMPLETED"), states
-        assert any(s.endswith("|REQUEUED") for s in states[:-1]), states
+        assert_requeued_then_completed(slurm_env, job_id, deadline)
     finally:
         cancel(slurm_env, name, process)
 
@@ -225,13 +230,7 @@ def test_a_task_at_its_time_limit_checkpoints_requeues_itself_and_finishes(slurm
         assert "SIGUSR1 received" in (run / "train.log").read_text()
         assert "resumed from" in (run / "train.log").read_text()
         job_id = next((sweep / ".submitit").glob("*/*_submission.sh")).parent.name
-        states = wait_until(
-            lambda: (s := sacct_states(slurm_env, job_id)) and s[-1].split("|")[1].split(" ")[0] in ENDED and s,
-            deadline,
-            f"sacct to show {job_id} ended",
-        )
-        assert states[-1].endswith("|COMPLETED"), states
-        assert any(s.endswith("|REQUEUED") for s in states[:-1]), states
+        assert_requeued_then_completed(slurm_env, job_id, deadline)
     finally:
         cancel(slurm_env, name, process)
 
