@@ -111,6 +111,11 @@ class Engine(Protocol):
         with_entropy: bool = False,
     ) -> Rollouts: ...
 
+    def connect(self) -> None:
+        """Reach what the engine samples with (a server: check it, push the first weights); called once by the
+        trainer right after the engine is built, before the first `sync`. Construction does no such work."""
+        ...
+
     def sync(self, policy: nn.Module) -> None:
         """Make the backend's latest weights the ones sampled from."""
         ...

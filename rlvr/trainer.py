@@ -224,6 +224,7 @@ class Trainer:
                 eos_ids=eos_ids(tokenizer, backend.policy.generation_config.eos_token_id),
                 pad_id=tokenizer.pad_token_id,
             )
+        engine.connect()
         log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
         return Live(c, tokenizer, backend, engine, out, warmup, Checkpoints(out.path / "checkpoints", self.keep_last))
 

@@ -48,6 +48,9 @@ class PyTorchEngine:
         self.merged = MergedLora.of(module) if merge_lora else None
         self.sync(module)
 
+    def connect(self) -> None:
+        """Nothing to reach: the engine is ready once built."""
+
     def sync(self, policy: nn.Module) -> None:
         self.module = self.merged.refresh() if self.merged is not None else policy
 

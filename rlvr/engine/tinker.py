@@ -49,6 +49,9 @@ class TinkerEngine:
         self._warned_stop = False
         self.sync(policy)
 
+    def connect(self) -> None:
+        """Nothing to reach: the engine is ready once built."""
+
     def sync(self, policy: TinkerPolicy) -> None:
         self.policy = policy
 

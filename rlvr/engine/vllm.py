@@ -136,6 +136,9 @@ class VLLMEngine:
         torch.set_num_threads(threads)  # vLLM's CPU worker lowers it to 1 "for serving": the backend trains here too
         return llm
 
+    def connect(self) -> None:
+        """Nothing to reach: the engine is ready once built."""
+
     def sync(self, policy: nn.Module) -> None:
         self.policy = policy
         folder = self.workdir / f"policy-{next(self._ids)}"
