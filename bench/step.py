@@ -18,8 +18,8 @@ How to run (from the repo root)
     .venv/bin/python bench/step.py --steps 100 --threads 2
     .venv/bin/python bench/step.py --profile          # also cProfile rlvr's measured steps
 
-    Use `--threads 2` only on an idle box: with other jobs on the cores, two threads give multi-second
-    outliers (notes/cpu-learning.md).
+    Use `--threads 2` only on an idle box: with other jobs on the cores, two threads were measured 4–6×
+    slower than one, with multi-second outliers (docs/cpu-recipe.md#threads).
 
     Each side runs in its own child process (this script re-invoked with `--side`), so `ru_maxrss` is that
     side's peak alone. `--rounds` (default 2) fresh processes per side run interleaved rlvr, TRL, TRL,
@@ -31,7 +31,7 @@ How to run (from the repo root)
 Why a warm-up at all
     A randomly initialised policy almost never produces the exact sum, so every group's rewards tie, every
     advantage is 0 and rlvr skips the update (TRL still runs its backward on zero advantages). The warm-up
-    of `conf/trainer/cpu.yaml` (notes/cpu-learning.md, design B) gives about 40% correct samples, realistic
+    of `conf/trainer/cpu.yaml` (docs/cpu-recipe.md#design-b) gives about 40% correct samples, realistic
     2–4 token completions, and steps that really train. Both sides start from the same warmed-up weights
     and the same LoRA initialisation; the table shows a fingerprint of each side's initial parameters.
 
@@ -53,7 +53,7 @@ What is matched
     normaliser (TRL divides by every completion token, rlvr by the tokens whose advantage is non-zero; no
     effect on time); TRL also computes per-token entropies for its logs, rlvr does not (`transform=none`).
 
-TRL defaults overridden, and why (trl 1.16.0; notes/cpu-learning.md, "Q2")
+TRL defaults overridden, and why (trl 1.16.0; docs/cpu-recipe.md#trl-baseline)
     bf16=False, fp16=False, use_cpu=True      GRPOConfig turns bf16 on by default; this is an fp32 CPU run
     gradient_checkpointing=False              on by default; it recomputes activations (slower, not rlvr's)
     learning_rate=1e-3                        the default 1e-6 is not rlvr's LoRA lr

@@ -49,7 +49,7 @@ LAMBDA = 0.5
 
 
 def maxrl_advantages(rewards_P_G: Tensor, eps: float = 1e-6) -> Tensor:
-    """Spec §2.2, inline so the bench does not depend on rlvr.algorithm."""
+    """MaxRL (docs/algorithms.md#maxrl), inline so the bench does not depend on rlvr.algorithm."""
     mean_P_1 = rewards_P_G.mean(-1, keepdim=True)
     adv = (rewards_P_G - mean_P_1) / (mean_P_1 + eps)
     return torch.where(mean_P_1 > eps, adv, torch.zeros_like(adv))

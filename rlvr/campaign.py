@@ -4,14 +4,15 @@ A campaign file (`conf/campaign/*.yaml`) sets `hydra.mode: MULTIRUN`, the grid i
 `hydra.sweeper.params`, the root `outputs/<campaign>` and the run folder `<condition>/seed=<seed>`
 (derived from the choices, not the clock), and registers `ManifestCallback`. Before anything is
 launched, the callback expands the grid exactly as Hydra's basic sweeper does, refuses grids in which two
-runs would share a folder, prints the plan (runs, steps, estimated wall time, spec §12) and writes
+runs would share a folder, prints the plan (runs, steps, and the estimated wall time = runs × steps ×
+median step time of a pilot / runs at once; docs/predecessor.md#campaigns) and writes
 `manifest.json`; each job then records its own state there (`record`). Launching the same campaign
 again reuses the folders: unfinished runs resume from their checkpoints, finished ones return at once.
 
-Auto-squeeze (spec §9–10): with `auto_squeeze: {threshold: 0.95}` on the callback, the first run to finish
+Auto-squeeze: with `auto_squeeze: {threshold: 0.95}` on the callback, the first run to finish
 analyses its final LoRA adapter (rlvr/squeeze.py) and records the recommended rank under `squeeze` in the
-manifest; later finishers see the key and do nothing. The spec's sequential runner squeezes the first run
-*in launch order*; in a job array "first" can only mean first to finish.
+manifest; later finishers see the key and do nothing. The predecessor's sequential runner squeezed the first
+run *in launch order*; in a job array "first" can only mean first to finish.
 
 This module stays light (no torch): it runs in the process that submits the grid.
 """
@@ -71,7 +72,7 @@ class Plan:
     jobs: list[list[str]]
     max_steps: int
     step_time_s: float | None
-    """Median step time of a pilot run (spec §12); None when nothing has been measured."""
+    """Median step time of a pilot run (20–50 steps); None when nothing has been measured."""
     parallel: int
     """How many runs execute at once."""
 
@@ -251,8 +252,10 @@ def _squeeze(folder: Path, threshold: float, ranks: list[int] | None) -> dict:
 
 
 def _log_summary(folder: Path, result: dict) -> None:
-    """Spec §10's summary keys on the finished run's own logger, if its logger has `update_summary`
-    (logger=wandb does; logger=none has none). Optional: failures are logged, not raised."""
+    """The predecessor's squeeze summary keys (squeeze/recommended_rank, squeeze/source_rank,
+    squeeze/num_layers, squeeze/min_variance_retention; plus squeeze/mean_variance/r<k>) on the finished
+    run's own logger, if its logger has `update_summary` (logger=wandb does; logger=none has none).
+    Optional: failures are logged, not raised."""
     config_file = folder / ".hydra" / "config.yaml"
     if not config_file.is_file():
         return

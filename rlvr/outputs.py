@@ -1,6 +1,6 @@
 """The run folder: everything a reader needs, as plain files.
 
-    metrics.jsonl       one row per RL step (names as spec §13.2) and one row per evaluation
+    metrics.jsonl       one row per RL step (names and meanings: docs/metrics.md) and one per evaluation
                         (`step` = optimizer steps completed, plus `eval/accuracy`)
     warmup.jsonl        the SFT warm-up's rows (or one row naming the cache entry it came from)
     samples/step_N.jsonl  a few groups per step: prompt, reference, completions, rewards, advantages

@@ -1,9 +1,9 @@
-"""LoRA-Squeeze (spec §10): how much of a trained LoRA adapter's update each rank carries, the smallest rank
+"""LoRA-Squeeze (retrain's): how much of a trained LoRA adapter's update each rank carries, the smallest rank
 that keeps a given share of it, and the adapter re-factored at that rank.
 
 For one adapted module PEFT stores `lora_A.weight` (r × in) and `lora_B.weight` (out × r); the update is
 ΔW = scale · B·A (out × in), scale = lora_alpha / r (lora_alpha / √r with `use_rslora`). The out × in
-product is never formed. In the spec's orientation A_s = lora_Aᵀ (in × r), B_s = lora_Bᵀ (r × out), with
+product is never formed. In retrain's orientation A_s = lora_Aᵀ (in × r), B_s = lora_Bᵀ (r × out), with
 reduced QR factorisations
 
     Q_A, R_A = qr(A_s)        Q_B, R_B = qr(B_sᵀ)        M = R_A · R_Bᵀ   (r × r)
@@ -16,22 +16,22 @@ O((in + out)·r² + r³) instead of O(in·out·min(in, out)).
 
 `mean_variance[k]` is the unweighted mean of V(k) over layers (modules sorted by name); the recommended rank
 is the smallest target rank (ascending) with mean_variance ≥ threshold, else the source rank. Target ranks
-default to the powers of two below the source rank, plus the source rank. `every_layer_rank` (not in the
-spec, reported beside it) is the smallest target rank at which *every* layer keeps ≥ threshold.
+default to the powers of two below the source rank, plus the source rank. `every_layer_rank` (not in
+retrain, reported beside it) is the smallest target rank at which *every* layer keeps ≥ threshold.
 
 Compression to rank k: U, S, Vh = svd(M); A'_s = Q_A·U_k·diag(√S_k), B'_s = diag(√S_k)·Vh_k·Q_Bᵀ, saved
 in PEFT orientation (lora_A' = A'_sᵀ, lora_B' = B'_sᵀ), so B'·A' is the best rank-k approximation of B·A
 (Eckart–Young). Layers whose M has fewer than k singular values (in or out < k) get zero-padded factors.
 
-Deliberate deviations from spec §10:
-* alpha: the spec writes `lora_alpha = int(alpha·k/r)`, which changes the scale when alpha·k/r is not a
+Deliberate deviations from retrain's squeeze (docs/predecessor.md#lora-squeeze):
+* alpha: retrain writes `lora_alpha = int(alpha·k/r)`, which changes the scale when alpha·k/r is not a
   whole number and gives 0 (a dead adapter) when alpha·k < r (alpha 16, r 128, k 4). Here
   lora_alpha' = alpha·k/r exactly (alpha·√(k/r) with rslora), kept an int when it is whole, so the scale
   and hence scale·B'A' is exactly the truncated update. PEFT reads a float alpha as-is.
 * Adapters with `rank_pattern`/`alpha_pattern` (per-module ranks or scales) or DoRA (its magnitude vector
   renormalises by ‖W + ΔW‖, so truncating ΔW is not a truncation of the output) are analysed but not
   compressed: `compress_adapter` refuses them with the reason.
-* With no adapter_config.json the compressed config is the spec's minimal `{r: k, lora_alpha: 2k}`
+* With no adapter_config.json the compressed config is retrain's minimal `{r: k, lora_alpha: 2k}`
   (the original scale is unknown then).
 """
 
@@ -75,7 +75,7 @@ class LoraLayer:
 
 @dataclass(frozen=True)
 class Factors:
-    """B·A = Q_B · Mᵀ · Q_Aᵀ with M = U·diag(S)·Vh (spec orientation, see the module docstring)."""
+    """B·A = Q_B · Mᵀ · Q_Aᵀ with M = U·diag(S)·Vh (retrain's orientation, see the module docstring)."""
 
     q_A: torch.Tensor  # in × p
     q_B: torch.Tensor  # out × q
@@ -198,7 +198,7 @@ def load_adapter(path: Path) -> Adapter:
 
 
 def default_target_ranks(source_rank: int) -> list[int]:
-    """1, 2, 4, … below the source rank, then the source rank (spec §10)."""
+    """1, 2, 4, … below the source rank, then the source rank (retrain's default targets)."""
     ranks, k = [], 1
     while k < source_rank:
         ranks.append(k)

@@ -75,7 +75,7 @@ class Rollouts:
     `logprobs_PG_T` are log-probabilities of the sampled tokens under the temperature-scaled
     distribution *before* top-p truncation. The backend computes its training log-probabilities the
     same way, so an on-policy importance ratio is exactly 1 (up to float noise). The predecessor
-    compared a T=0.7/top-p sampler against a T=1 trainer (spec §4.1 [verify]); we do not.
+    compared a T=0.7/top-p sampler against a T=1 trainer, so its ratio was not 1 even on-policy; we do not.
     """
 
     prompt_ids_P: list[list[int]]

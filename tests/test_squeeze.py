@@ -1,4 +1,4 @@
-"""LoRA-Squeeze (rlvr/squeeze.py, spec §10): the variance table, the recommended rank, the compressed adapter
+"""LoRA-Squeeze (rlvr/squeeze.py): the variance table, the recommended rank, the compressed adapter
 (its update is the truncated SVD of the original's; PEFT loads it) and `rlvr squeeze`."""
 
 import json
@@ -66,7 +66,7 @@ def test_a_true_rank_k_adapter_is_recommended_rank_k():
     assert report.mean_variance[:3] == pytest.approx([(9 / 14 + 1 / 3) / 2, (13 / 14 + 2 / 3) / 2, 1.0], abs=1e-6)
     assert report.min_variance[1] == pytest.approx(2 / 3, abs=1e-6)
     assert report.max_variance[1] == pytest.approx(13 / 14, abs=1e-6)
-    # the spec's default targets 1, 2, 4, 8, 16 skip 3: the smallest target with ≥ 95% is 4
+    # retrain's default targets 1, 2, 4, 8, 16 skip 3: the smallest target with ≥ 95% is 4
     assert analyze_layers(layers, 0.95).recommended_rank == 4
     # a true rank-4 adapter with the default targets: exactly 4
     assert analyze_layers([layer_with_spectrum([4, 3, 2, 1], 16)], 0.95).recommended_rank == 4
@@ -74,7 +74,7 @@ def test_a_true_rank_k_adapter_is_recommended_rank_k():
 
 def test_mean_rule_against_every_layer_rule():
     # spectra [1] (rank 1) and [1, 1] (rank 2): V(1) = 1 and 1/2 → mean 0.75 ≥ 0.7 → recommended 1 by the
-    # spec's mean rule, while every layer keeps ≥ 0.7 only from rank 2
+    # retrain's mean rule, while every layer keeps ≥ 0.7 only from rank 2
     layers = [layer_with_spectrum([1], 4, seed=3, name="a"), layer_with_spectrum([1, 1], 4, seed=4, name="b")]
     report = analyze_layers(layers, 0.7)
     assert (report.recommended_rank, report.every_layer_rank) == (1, 2)
@@ -121,11 +121,11 @@ def test_compressed_update_is_the_truncated_svd_of_the_original(tmp_path):
 
 
 def test_alpha_keeps_the_scale():
-    # spec: int(16·4/128) = int(0.5) = 0, a dead adapter; here 0.5 → scale 0.5/4 = 16/128
+    # retrain: int(16·4/128) = int(0.5) = 0, a dead adapter; here 0.5 → scale 0.5/4 = 16/128
     assert compressed_config({"r": 128, "lora_alpha": 16}, 4)["lora_alpha"] == 0.5
     # rslora scale alpha/√r: 16/√64 = 2 → alpha' = 16·√(4/64) = 4, and 4/√4 = 2
     assert compressed_config({"r": 64, "lora_alpha": 16, "use_rslora": True}, 4)["lora_alpha"] == 4
-    assert compressed_config(None, 4) == {"r": 4, "lora_alpha": 8}  # the spec's minimal config
+    assert compressed_config(None, 4) == {"r": 4, "lora_alpha": 8}  # retrain's minimal config
     with pytest.raises(SqueezeError, match="rank_pattern"):
         compressed_config({"r": 8, "lora_alpha": 16, "rank_pattern": {"q_proj": 4}}, 4)
     with pytest.raises(SqueezeError, match="DoRA"):

@@ -67,7 +67,8 @@ def test_same_seed_same_metrics_other_seed_other_rollouts(tmp_path, warm):
 @pytest.mark.slow
 def test_embedded_default_learns(tmp_path, warm):
     """The default recipe with 100 of its 300 RL steps, evaluated on 300 of the 1,000 held-out problems.
-    The full recipe measured 0.39 → 0.91 (seed 0); after 100 steps the notes' curve is at ≈ 0.8, so a
+    The full recipe measured 0.39 → 0.91 (seed 0); after 100 steps the prototype's curve is at ≈ 0.8
+    (docs/cpu-recipe.md#design-b), so a
     0.2 absolute rise is a bar a working loop clears and a broken one (no update, wrong sign) cannot."""
     overrides = warm + ["trainer.max_steps=100", "trainer.eval_every=0", "data.eval_size=300"]
     summary = run(compose_config(overrides), tmp_path / "run")

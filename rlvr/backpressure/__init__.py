@@ -2,7 +2,7 @@
 
 `backpressure=none` (the default) keeps `trainer.batch_size` for every step and logs nothing;
 `backpressure=usl` sweeps batch sizes, fits the Universal Scalability Law to the measured throughput and
-moves the batch size toward the fitted knee (rlvr/backpressure/usl.py, spec §11).
+moves the batch size toward the fitted knee (rlvr/backpressure/usl.py).
 
 The trainer asks `batch_size(step, configured)` before a step and reports the finished step to
 `observe(...)`; a decision made there applies from the next step. The state survives a resume

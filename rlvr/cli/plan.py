@@ -2,8 +2,8 @@
 
 Composes `conf/train.yaml` with the overrides exactly as `python train.py` would (Hydra's compose API,
 no model, no torch), expands the grid the way the multirun sweeper does, and prints runs, steps and an
-estimated wall time (spec §12: total steps × median step time / runs at once). The step time is
-`--step-time`, or the median `step_time_s` of runs already in the campaign's folders (a pilot, or an
+estimated wall time (total steps × median step time / runs at once; docs/predecessor.md#campaigns). The
+step time is `--step-time`, or the median `step_time_s` of runs already in the campaign's folders (a pilot, or an
 earlier launch of the same campaign).
 """
 

@@ -1,6 +1,6 @@
 """Finding run folders under a path and reading them into `Run` records.
 
-A run folder is any folder holding `metrics.jsonl` or `.hydra/config.yaml` (DESIGN.md, "Outputs"); the walk
+A run folder is any folder holding `metrics.jsonl` or `.hydra/config.yaml` (rlvr/outputs.py); the walk
 does not descend into one, so `checkpoints/` and `samples/` are never mistaken for runs. Nothing here needs
 a campaign's `manifest.json`.
 

@@ -1,15 +1,15 @@
-r"""`math`: the MATH competition problems (Hendrycks et al.), spec §8 "MATH source".
+r"""`math`: the MATH competition problems (Hendrycks et al.), as the predecessor read them (docs/predecessor.md#data).
 
 Rows come from a local `path` (.jsonl or .parquet with `problem` and `solution` columns) or, when
 `path` is null, from the hub dataset `EleutherAI/hendrycks_math`, one config per subject, concatenated
-in the order of `subjects` (the spec's order: intermediate_algebra, precalculus, number_theory,
+in the order of `subjects` (the predecessor's order: intermediate_algebra, precalculus, number_theory,
 counting_and_probability, geometry; algebra and prealgebra are left out, as in the predecessor).
 
-- Prompt = `prompt_template.format(problem=<problem>)`; "{problem}" is the spec's raw problem text (no
-  system prompt, no instruction to box the answer).
+- Prompt = `prompt_template.format(problem=<problem>)`; "{problem}" is the predecessor's raw problem text
+  (no system prompt, no instruction to box the answer).
 - Reference = `extract_boxed(solution)`. Rows whose reference is empty (a solution without
   `\boxed{...}`) are dropped and counted in one warning line. The predecessor kept them, and its `match`
-  reward then paid 1.0 for not answering (spec §7 [verify]).
+  reward then paid 1.0 for not answering.
 - `max_examples > 0` keeps the first N kept rows in source order (0 = all).
 - Training order: `rlvr.data.order.batch_indices(step, size, N, seed)`.
 - Held-out set: `rlvr.data.jsonl.held_out(<kept rows of the eval source>, eval_size)`, the same fixed

@@ -1,4 +1,4 @@
-"""Planning-token detection: which completion tokens are "strategic" (spec §3.10).
+"""Planning-token detection: which completion tokens are "strategic" (docs/algorithms.md#planning-tokens).
 
 HICRA amplifies the credit of these tokens and SEPA leaves their uncertainty unreshaped; the trainer
 computes the mask when `transform.needs_planning` is True. `regex.RegexPlanningDetector` is the only

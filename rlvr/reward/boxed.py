@@ -1,4 +1,4 @@
-r"""The answer inside the last `\boxed{...}` of a text (spec §7 `extract_boxed`).
+r"""The answer inside the last `\boxed{...}` of a text (the predecessor's `extract_boxed` rule).
 
 Rule: find the **last** occurrence of the literal `\boxed{`; scan from just after it with brace depth 1,
 `{` adding one and `}` taking one, until the depth returns to 0; the answer is the text in between,

@@ -1,9 +1,10 @@
 """A straightforward per-sequence, pure-Python reference of the token-level transforms and SEPA controller.
 
-It transliterates spec §3.3–§3.8 (retrain's list-based functions) one completion at a time, so the
-vectorised rlvr.transform code can be checked against it (tests, and bench/transforms.py at 1e-9 in
-float64). The only non-retrain semantics are the documented step aggregation of the stats (groups with a
-non-zero advantage; per class only groups having tokens of that class) in `reference_step`.
+It transliterates retrain's list-based functions (the formulas of docs/algorithms.md, from uncertainty
+through entropy_mask) one completion at a time, so the vectorised rlvr.transform code can be checked
+against it (tests, and bench/transforms.py at 1e-9 in float64). The only non-retrain semantics are the
+documented step aggregation of the stats (groups with a non-zero advantage; per class only groups having
+tokens of that class) in `reference_step`.
 Not imported by library code.
 """
 
@@ -17,7 +18,7 @@ import torch
 MAX = 50.0
 
 
-# --- uncertainty (§3.3) ---------------------------------------------------------------------------------
+# --- uncertainty (docs/algorithms.md#uncertainty) -------------------------------------------------------
 
 
 def uncertainty(kind: str, logprobs: list[float], entropies: list[float] | None) -> list[float]:
@@ -33,7 +34,7 @@ def uncertainty(kind: str, logprobs: list[float], entropies: list[float] | None)
     return [min(h, MAX) for h in entropies]
 
 
-# --- credit (§3.4–§3.6, §3.8) ---------------------------------------------------------------------------
+# --- credit: gtpo, hicra, sepa, entropy_mask (docs/algorithms.md) ---------------------------------------
 
 
 def gtpo(advantage: float, u: list[float], beta: float) -> list[float]:
@@ -169,7 +170,7 @@ def _aggregate(group_stats: list[dict], per_group: list[dict[str, float]]) -> di
     return metrics
 
 
-# --- the SEPA controller's auto state, one sequence at a time (§3.7) -------------------------------------
+# --- the SEPA controller's auto state, one sequence at a time (docs/algorithms.md#sepa-controller) ------
 
 
 class SequentialAutoState:

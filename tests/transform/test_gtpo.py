@@ -109,7 +109,7 @@ def test_mean_weight_is_one_when_nothing_is_clamped(case: StepCase):
 
 
 def test_reference_guards_match_spec_table():
-    # the reference itself, on the spec's guards: empty → [], β = 0 → [A]·n, mean < 1e-7 → [A]·n
+    # the reference itself, on retrain's guards: empty → [], β = 0 → [A]·n, mean < 1e-7 → [A]·n
     assert gtpo(1.0, [], 0.1) == []
     assert gtpo(2.0, [1.0, 3.0], 0.0) == [2.0, 2.0]
     assert gtpo(2.0, [0.0, 0.0], 0.1) == [2.0, 2.0]
