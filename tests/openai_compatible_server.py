@@ -1,8 +1,10 @@
-"""A loopback OpenAI-compatible chat-completions server for tests (no real endpoint is reachable in CI).
+"""A loopback OpenAI-compatible chat-completions server for tests (no real endpoint is reachable in CI), and
+`chat_judge`, the judge as conf/reward/judge.yaml builds it.
 
-`POST /v1/chat/completions` answers in the OpenAI response shape. The verdict comes from the last message:
-"Yes." if the text between <reference> and </reference> occurs in the text between <response> and the last
-</response> (the default judge prompt's tags), "No" otherwise. Directives anywhere in that message change it:
+`GET /v1/models` lists `models` (each card with `max_model_len: 64`). `POST /v1/chat/completions` answers in
+the OpenAI response shape. The verdict comes from the last message: "Yes." if the text between <reference>
+and </reference> occurs in the text between <response> and the last </response> (the judge prompt's tags),
+"No" otherwise. Directives anywhere in that message change it:
 
     [[sleep:S]]       wait S seconds before answering
     [[status:C]]      answer HTTP C every time
@@ -12,11 +14,11 @@
     [[no-choices]]    a 200 with an empty `choices` list
 
 With `api_key` set, a request without `Authorization: Bearer <api_key>` gets a 401. Every request is
-recorded in `requests` (path, headers, parsed body); `max_in_flight` is the most requests being handled at
-once; `hold_s` delays every answer (so that concurrency shows).
+recorded in `requests` (method, path, headers, parsed body); `max_in_flight` is the most requests being
+handled at once; `hold_s` delays every answer (so that concurrency shows).
 
     with OpenAICompatibleServer() as server:
-        ChatJudge(base_url=server.base_url).score(...)
+        chat_judge(base_url=server.base_url).score(...)
 """
 
 from __future__ import annotations
@@ -26,14 +28,38 @@ import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 DIRECTIVE = re.compile(r"\[\[(sleep|status|reply|malformed|no-choices)(?::(.*?))?\]\]", re.S)
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def conf_values(option: str, **overrides) -> dict:
+    """The keys of conf/<option>.yaml (e.g. "reward/judge") but `_target_`, with `overrides` applied."""
+    from omegaconf import OmegaConf
+
+    values = OmegaConf.to_container(OmegaConf.load(CONF_DIR / f"{option}.yaml"), resolve=True)
+    values.pop("_target_", None)
+    unknown = set(overrides) - set(values)
+    if unknown:
+        raise TypeError(f"conf/{option}.yaml has no {sorted(unknown)}")
+    return values | overrides
+
+
+def chat_judge(**overrides):
+    """A ChatJudge built from conf/reward/judge.yaml's values, with `overrides`."""
+    from rlvr.reward.judge import ChatJudge
+
+    return ChatJudge(**conf_values("reward/judge", **overrides))
 
 
 class OpenAICompatibleServer:
-    def __init__(self, api_key: str | None = None, hold_s: float = 0.0) -> None:
-        self.api_key, self.hold_s = api_key, hold_s
+    def __init__(
+        self, api_key: str | None = None, hold_s: float = 0.0, models: Sequence[str] = ("test-model",)
+    ) -> None:
+        self.api_key, self.hold_s, self.models = api_key, hold_s, list(models)
         self.requests: list[dict] = []
         self.in_flight = self.max_in_flight = 0
         self.attempts: Counter[str] = Counter()
@@ -58,18 +84,23 @@ class OpenAICompatibleServer:
     def bodies(self) -> list[dict]:
         return [r["body"] for r in self.requests]
 
-    def answer(self, path: str, headers: dict, raw: bytes) -> tuple[int, bytes]:
+    def answer(self, method: str, path: str, headers: dict, raw: bytes) -> tuple[int, bytes]:
         """(status, body) for one request."""
         try:
-            body = json.loads(raw)
+            body = json.loads(raw) if raw else None
         except ValueError:
             body = None
         with self.lock:
-            self.requests.append({"path": path, "headers": headers, "body": body})
-        if path != "/v1/chat/completions":
-            return 404, _json({"error": {"message": f"no route {path}"}})
+            self.requests.append({"method": method, "path": path, "headers": headers, "body": body})
+        route = (method, path)
+        if route not in (("POST", "/v1/chat/completions"), ("GET", "/v1/models")):
+            return 404, _json({"error": {"message": f"no route {method} {path}"}})
         if self.api_key is not None and headers.get("Authorization") != f"Bearer {self.api_key}":
             return 401, _json({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})
+        if method == "GET":
+            self.stopping.wait(self.hold_s)
+            return 200, _json({"object": "list", "data": [{"id": m, "object": "model", "max_model_len": 64}
+                                                          for m in self.models]})
         if not isinstance(body, dict) or not body.get("messages"):
             return 400, _json({"error": {"message": "messages is required"}})
         text = body["messages"][-1]["content"]
@@ -128,7 +159,7 @@ class Handler(BaseHTTPRequestHandler):
             fake.in_flight += 1
             fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
         try:
-            status, body = fake.answer(self.path, dict(self.headers), raw)
+            status, body = fake.answer(self.command, self.path, dict(self.headers), raw)
         finally:
             with fake.lock:
                 fake.in_flight -= 1
@@ -140,6 +171,8 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
         except OSError:  # the client gave up (timed out) while we slept
             self.close_connection = True
+
+    do_GET = do_POST  # noqa: N815 - the stdlib's name
 
     def log_message(self, format, *args) -> None:  # noqa: A002 - quiet
         pass

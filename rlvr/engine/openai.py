@@ -7,9 +7,10 @@ model's generation_config.json defaults, e.g. Qwen3's top_k=20), `stop_token_ids
 `return_token_ids` (the completion's ids, EOS included when it ended the completion) and `logprobs: 0` (the
 sampled token's log-probability only). Prompt p's request carries `seed = sub_seed(seed, "prompt/p")`, so a
 run's draws depend on (seed, step) and the weights, and two equal prompts in one batch still get different
-draws. Requests run concurrently, at most `max_concurrency` in flight, each bounded by `timeout_s`; a
-connection error, a timeout, HTTP 429 or 5xx is retried `retries` times after `backoff_s`, 2·`backoff_s`, …;
-anything else, or a request still failing after its retries, raises (the step cannot go on without rollouts).
+draws. Requests go through `rlvr.openai_api.OpenAIClient`: concurrently, at most `max_concurrency` in
+flight, each bounded by `timeout_s`; a connection error, a timeout, HTTP 429 or 5xx is retried `retries` times
+after `backoff_s`, 2·`backoff_s`, …; anything else, or a request still failing after its retries, raises (the
+step cannot go on without rollouts).
 Rollouts are laid out as `engine=pytorch` lays them out: row p·G + g, right-padded with pad_id, the mask a
 prefix, a row `finished` iff its last token is an EOS id, logprobs 0 on padding.
 
@@ -35,19 +36,22 @@ able to read: the same machine or a shared file system) and makes the server ser
 `{root}` is `base_url` without its trailing `/v1`. Every `sync` pushes (the trainer syncs before each sampling
 call; an evaluation right after a step pushes the same weights twice, which is cheap under LoRA).
 
-Start-up. The engine is built after the SFT warm-up, whose W0 the server does not have: under LoRA it first
-pushes W0 (`save_base` + reload_weights) when the server allows it (a server without dev mode is tolerated
-here only if the probe then finds it already serves W0), then loads the adapter; under full fine-tuning the
-first `sync` pushes everything. Then a probe: two fixed token-id prompts, `probe_tokens` tokens each sampled
-at temperature 0.5 with the EOS ignored, whose returned logprobs are compared with the policy's own full
-forward (mean |Δ| ≤ `probe_tolerance`); at 0.5 the two logprobs modes differ, so this also checks
-`logprobs_mode`. A server that cannot load adapters or reload weights (404/400), or whose logprobs disagree,
-stops the run here with the reason and the server flags it needs: `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` and
-`--enable-lora --max-lora-rank R` for LoRA, `VLLM_SERVER_DEV_MODE=1` for reload_weights. With `verify_sync`
-(default) the probe also runs after every `sync`, at temperature 1 (weights only): two small requests and a
-forward over 2 × `probe_tokens` tokens, so a server silently sampling from a stale policy (restarted, adapter
-lost, …) stops the run instead of training it off-policy. On the shared 2-core CPU it took 0.2–3 s per step,
-mostly the new adapter's first use, which the first sampling request pays otherwise.
+Start-up. Construction checks and stores the settings (and that the key is set) and contacts nothing;
+`connect()`, which the trainer calls once right after building the engine, reaches the server. It checks
+that `GET /models` lists `model`, then pushes the policy: the engine is built after the SFT warm-up, whose W0
+the server does not have, so under LoRA it first pushes W0 (`save_base` + reload_weights) when the server
+allows it (a server without dev mode is tolerated here only if the probe then finds it already serves W0),
+then loads the adapter; under full fine-tuning it pushes the full weights. Then a probe: two fixed token-id
+prompts, `probe_tokens` tokens each sampled at temperature 0.5 with the EOS ignored, whose returned logprobs
+are compared with the policy's own full forward (mean |Δ| ≤ `probe_tolerance`); at 0.5 the two logprobs
+modes differ, so this also checks `logprobs_mode`. A server that cannot load adapters or reload weights
+(404/400), or whose logprobs disagree, stops the run in `connect` with the reason and the server flags it
+needs: `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` and `--enable-lora --max-lora-rank R` for LoRA,
+`VLLM_SERVER_DEV_MODE=1` for reload_weights. With `verify_sync` the probe also runs after every `sync`, at
+temperature 1 (weights only): two small requests and a forward over 2 × `probe_tokens` tokens, so a server
+silently sampling from a stale policy (restarted, adapter lost, …) stops the run instead of training it
+off-policy. On the shared 2-core CPU it took 0.2–3 s per step, mostly the new adapter's first use, which the
+first sampling request pays otherwise.
 
 Measured limitation (vLLM 0.32, CPU build): `reload_weights` leaves a tied lm_head (tie_word_embeddings, as
 in the tiny model, Qwen3-0.6B and Qwen2.5-0.5B) on its old packed weights while the embedding changes, so a
@@ -57,14 +61,13 @@ reach the server exactly (|Δ| ≈ 2e-7 in fp32).
 
 The API key: `api_key_env: null` sends none (a local server); otherwise the key is read from that
 environment variable at each request and only ever put in the `Authorization: Bearer` header, never on the
-object, in a message or in a file. The engine gives no entropy (`provides_entropy = False`).
+object, in a message or in a file. The engine gives no entropy (`provides_entropy = False`). Every setting
+comes from conf/engine/openai.yaml: the constructor has no defaults of its own.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -73,13 +76,13 @@ import weakref
 from pathlib import Path
 from typing import Any, ClassVar
 
-import httpx
 import torch
 from torch import Tensor, nn
 
 from rlvr.engine.policy_files import is_lora, save_adapter, save_base, save_full
 from rlvr.engine.rows import rollouts_from_rows
 from rlvr.errors import ConfigError
+from rlvr.openai_api import OpenAIClient, ServerError, excerpt, read_api_key
 from rlvr.seeds import sub_seed
 from rlvr.types import Rollouts, SamplingParams
 
@@ -98,10 +101,6 @@ class PolicySyncError(RuntimeError):
     """The server cannot be made to sample from the current policy, or does not."""
 
 
-class ServerError(RuntimeError):
-    """A request to the server failed for good (after its retries), or its reply is unusable."""
-
-
 class OpenAIEngine:
     provides_entropy: ClassVar[bool] = False
 
@@ -110,18 +109,18 @@ class OpenAIEngine:
         module: nn.Module,
         eos_ids: list[int],
         pad_id: int,
-        base_url: str = "http://127.0.0.1:8000/v1",
-        model: str = "default",
-        api_key_env: str | None = None,
-        workdir: str | None = None,
-        logprobs_mode: str = "raw_logprobs",
-        max_concurrency: int = 64,
-        retries: int = 3,
-        backoff_s: float = 0.5,
-        timeout_s: float = 600.0,
-        verify_sync: bool = True,
-        probe_tokens: int = 8,
-        probe_tolerance: float = 0.02,
+        base_url: str,
+        model: str,
+        api_key_env: str | None,
+        workdir: str | None,
+        logprobs_mode: str,
+        max_concurrency: int,
+        retries: int,
+        backoff_s: float,
+        timeout_s: float,
+        verify_sync: bool,
+        probe_tokens: int,
+        probe_tolerance: float,
     ) -> None:
         rules = [
             ("base_url", base_url, base_url.startswith(("http://", "https://")), "an http(s):// URL"),
@@ -138,26 +137,41 @@ class OpenAIEngine:
         errors = [f"engine.{key}={value!r} must be {rule}" for key, value, ok, rule in rules if not ok]
         if errors:
             raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
-        self.eos_ids, self.pad_id = list(eos_ids), pad_id
-        self.base_url = base_url.rstrip("/")
+        self.module, self.eos_ids, self.pad_id = module, list(eos_ids), pad_id
+        self.client = OpenAIClient(base_url, api_key_env, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,
+                                   max_concurrency=max_concurrency, owner="engine=openai", config="engine")
+        self.client.read_key()  # a missing key fails at construction, before any model work
+        self.base_url = self.client.base_url
         self.root = self.base_url.removesuffix("/v1")
         self.model, self.api_key_env, self.logprobs_mode = model, api_key_env, logprobs_mode
-        self.max_concurrency, self.retries, self.backoff_s = max_concurrency, retries, backoff_s
-        self.timeout_s = timeout_s
+        self.workdir = workdir
         self.verify_sync, self.probe_tokens, self.probe_tolerance = verify_sync, probe_tokens, probe_tolerance
-        self._headers()  # a missing key fails here, before anything is written
         self.lora = is_lora(module)
-        if workdir is not None:
-            Path(workdir).mkdir(parents=True, exist_ok=True)
-        self.folder = Path(tempfile.mkdtemp(prefix="rlvr-openai-", dir=workdir))
-        self._cleanup = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
         self.run_tag = uuid.uuid4().hex[:8]  # adapter names stay fresh across runs sharing one server
         self.pushes = 0
         self.served = model
         """The model name sampling asks for: the base model, or the latest adapter under LoRA."""
         self.served_folder: Path | None = None
+        self.folder: Path | None = None
+        """Where pushed weights are written for the server to read; made by `connect`."""
+        self.max_model_len: int | None = None
         self.last_probe: dict[str, float] = {}
+        self._cleanup: weakref.finalize | None = None
+
+    def __repr__(self) -> str:
+        return f"OpenAIEngine(model={self.model!r}, base_url={self.base_url!r}, api_key_env={self.api_key_env!r})"
+
+    def connect(self) -> None:
+        """Check that the server lists `model`, push the policy (W0 first under LoRA) and probe that the server
+        samples from it; PolicySyncError (or ServerError) when it cannot be made to."""
+        if self.folder is not None:
+            raise RuntimeError("OpenAIEngine.connect() is called once")
         t0 = time.perf_counter()
+        if self.workdir is not None:
+            Path(self.workdir).mkdir(parents=True, exist_ok=True)
+        self.folder = Path(tempfile.mkdtemp(prefix="rlvr-openai-", dir=self.workdir))
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
+        module = self.module
         self.max_model_len = self._check_model_listed()
         base_pushed = self._push_base(module) if self.lora else True  # full fine-tuning: the first push is W0
         self._push(module)
@@ -167,9 +181,6 @@ class OpenAIEngine:
             self.model, self.base_url, "W0 pushed + LoRA adapter" if self.lora else "full weights pushed",
             self.last_probe["mean"], self.last_probe["max"], self.last_probe["tokens"], time.perf_counter() - t0,
         )
-
-    def __repr__(self) -> str:
-        return f"OpenAIEngine(model={self.model!r}, base_url={self.base_url!r}, api_key_env={self.api_key_env!r})"
 
     # ---- sampling -------------------------------------------------------------------------------------------
 
@@ -188,7 +199,7 @@ class OpenAIEngine:
             self._body(ids, group_size, params, sub_seed(seed, f"prompt/{p}"))
             for p, ids in enumerate(prompt_ids_P)
         ]
-        replies = self._run(self._post_all(f"{self.base_url}/completions", bodies))
+        replies = self.client.post_all_json("completions", bodies)
         rows = [row for reply in replies for row in self._read_choices(reply, group_size, params.temperature > 0)]
         return rollouts_from_rows(prompt_ids_P, group_size, rows, self.pad_id, self.eos_ids, params.temperature)
 
@@ -247,6 +258,8 @@ class OpenAIEngine:
     # ---- weight sync ----------------------------------------------------------------------------------------
 
     def sync(self, policy: nn.Module) -> None:
+        if self.folder is None:
+            raise RuntimeError("OpenAIEngine.sync() before connect()")
         self._push(policy)
         if self.verify_sync:
             self.last_probe = self.probe(policy, base_pushed=True, temperature=1.0)
@@ -280,41 +293,42 @@ class OpenAIEngine:
     def _reload_weights(self, folder: Path) -> str | None:
         """None when the server now holds the weights in `folder`; otherwise what went wrong."""
         body = {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}
-        response = self._call("POST", f"{self.root}/collective_rpc", body)
+        response = self.client.request("POST", f"{self.root}/collective_rpc", body)
         if not response.is_success:
-            return f"POST /collective_rpc reload_weights answered HTTP {response.status_code}: {_text(response)}"
-        response = self._call("POST", f"{self.root}/reset_prefix_cache", None)
+            return f"POST /collective_rpc reload_weights answered HTTP {response.status_code}: {excerpt(response)}"
+        response = self.client.request("POST", f"{self.root}/reset_prefix_cache")
         if not response.is_success or response.json().get("success") is False:
-            return f"POST /reset_prefix_cache answered HTTP {response.status_code}: {_text(response)}"
+            return f"POST /reset_prefix_cache answered HTTP {response.status_code}: {excerpt(response)}"
         return None
 
     def _push_adapter(self, policy: nn.Module) -> None:
         folder = save_adapter(policy, self.folder / f"adapter-{self.pushes}")
         name = f"rlvr-{self.run_tag}-{self.pushes}"
         body = {"lora_name": name, "lora_path": str(folder)}
-        response = self._call("POST", f"{self.base_url}/load_lora_adapter", body)
+        response = self.client.request("POST", "load_lora_adapter", body)
         if not response.is_success:
             shutil.rmtree(folder, ignore_errors=True)
             raise PolicySyncError(
                 f"engine=openai: {self.base_url}/load_lora_adapter answered HTTP {response.status_code}: "
-                f"{_text(response)}. The LoRA policy can only be updated on a server started with {LORA_FLAGS}, "
+                f"{excerpt(response)}. The LoRA policy can only be updated on a server started with {LORA_FLAGS}, "
                 f"reading adapters from {self.folder.parent} (engine.workdir)"
             )
         previous, previous_folder = self.served, self.served_folder
         self.served, self.served_folder = name, folder
         if previous != self.model:
-            self._call("POST", f"{self.base_url}/unload_lora_adapter", {"lora_name": previous})
+            self.client.request("POST", "unload_lora_adapter", {"lora_name": previous})
             shutil.rmtree(previous_folder, ignore_errors=True)
 
     def close(self) -> None:
         """Unload the served adapter (best effort) and delete the engine's folder; the server keeps running."""
         if self.served != self.model:
             try:
-                self._call("POST", f"{self.base_url}/unload_lora_adapter", {"lora_name": self.served})
+                self.client.request("POST", "unload_lora_adapter", {"lora_name": self.served})
             except (ServerError, ConfigError):
                 pass
             self.served = self.model
-        self._cleanup()
+        if self._cleanup is not None:
+            self._cleanup()
 
     # ---- the probe ------------------------------------------------------------------------------------------
 
@@ -335,7 +349,7 @@ class OpenAIEngine:
         params = SamplingParams(temperature, 1.0, length)
         bodies = [self._body(p, 1, params, PROBE_SEED + i, ignore_eos=True, stop_token_ids=[])
                   for i, p in enumerate(prompts)]
-        replies = self._run(self._post_all(f"{self.base_url}/completions", bodies))
+        replies = self.client.post_all_json("completions", bodies)
         rows = [row for reply in replies for row in self._read_choices(reply, 1, True)]
         served = torch.tensor([lp for _, lps in rows for lp in lps])
         raw, scaled = local_logprobs(module, prompts, [ids for ids, _ in rows], temperature)
@@ -365,86 +379,27 @@ class OpenAIEngine:
             f"engine.model names the same architecture and dtype as the run's model"
         )
 
-    # ---- HTTP -----------------------------------------------------------------------------------------------
+    # ---- the server -----------------------------------------------------------------------------------------
 
     @staticmethod
     def check_available(api_key_env: str | None) -> str | None:
         """The API key (None when `api_key_env` is null); a ConfigError naming the variable when it is unusable.
         `rlvr.run` calls it before anything loads."""
-        if api_key_env is None:
-            return None
-        key = os.environ.get(api_key_env, "").strip()
-        if not key:
-            raise ConfigError(f"engine=openai needs an API key in ${api_key_env} (engine.api_key_env; null sends none)")
-        if not (key.isascii() and key.isprintable()):
-            raise ConfigError(f"${api_key_env} (engine.api_key_env) holds characters an HTTP header cannot carry")
-        return key
-
-    def _headers(self) -> dict[str, str]:
-        key = self.check_available(self.api_key_env)
-        return {} if key is None else {"Authorization": f"Bearer {key}"}
+        return read_api_key(api_key_env, "engine=openai", "engine.api_key_env")
 
     def _check_model_listed(self) -> int | None:
         """The served model's max_model_len (None if not reported); raises if `model` is not served."""
-        response = self._call("GET", f"{self.base_url}/models", None)
-        if not response.is_success:
-            hint = " (engine.api_key_env names the variable holding the key)" if response.status_code == 401 else ""
-            raise PolicySyncError(f"engine=openai: GET {self.base_url}/models answered HTTP "
-                                  f"{response.status_code}: {_text(response)}{hint}")
-        cards = {c.get("id"): c for c in response.json().get("data", [])}
-        if self.model not in cards:
+        listing = self.client.list_models()
+        if listing.status is None:
+            raise ServerError(f"engine=openai: GET {listing.url} failed after {listing.attempts} attempts: "
+                              f"{listing.failure}")
+        if listing.failure is not None:
+            hint = " (engine.api_key_env names the variable holding the key)" if listing.status == 401 else ""
+            raise PolicySyncError(f"engine=openai: GET {listing.url} answered {listing.failure}{hint}")
+        if self.model not in listing.models:
             raise PolicySyncError(f"engine=openai: {self.base_url} does not serve engine.model={self.model!r} "
-                                  f"(it serves {sorted(cards)})")
-        return cards[self.model].get("max_model_len")
-
-    def _run(self, coroutine):
-        return asyncio.run(coroutine)
-
-    def _call(self, method: str, url: str, body: dict | None) -> httpx.Response:
-        """One control request (retried like sampling); the final response whatever its status."""
-
-        async def go():
-            async with httpx.AsyncClient(headers=self._headers(), timeout=self.timeout_s) as client:
-                return await self._send(client, method, url, body)
-
-        return self._run(go())
-
-    async def _post_all(self, url: str, bodies: list[dict]) -> list[dict]:
-        gate = asyncio.Semaphore(self.max_concurrency)
-        limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
-        async with httpx.AsyncClient(headers=self._headers(), timeout=self.timeout_s, limits=limits) as client:
-
-            async def one(body: dict) -> dict:
-                async with gate:
-                    response = await self._send(client, "POST", url, body)
-                if not response.is_success:
-                    raise ServerError(f"engine=openai: POST {url} answered HTTP {response.status_code}: "
-                                        f"{_text(response)}")
-                return response.json()
-
-            return await asyncio.gather(*(one(b) for b in bodies))
-
-    async def _send(self, client: httpx.AsyncClient, method: str, url: str, body: dict | None) -> httpx.Response:
-        """The response, retried on connection errors, timeouts, 429 and 5xx as the module says; raises
-        ServerError when no response came after the retries."""
-        failure = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
-            try:
-                response = await asyncio.wait_for(client.request(method, url, json=body), self.timeout_s)
-            except (TimeoutError, httpx.TimeoutException):
-                failure = f"no reply within engine.timeout_s={self.timeout_s:g}"
-                continue
-            except httpx.TransportError as err:
-                failure = f"{type(err).__name__}: {err}"
-                continue
-            if response.status_code != 429 and response.status_code < 500:
-                return response
-            failure = f"HTTP {response.status_code}: {_text(response)}"
-            if attempt == self.retries:
-                return response
-        raise ServerError(f"engine=openai: {method} {url} failed after {self.retries + 1} attempts: {failure}")
+                                  f"(it serves {sorted(map(str, listing.models))})")
+        return listing.models[self.model].get("max_model_len")
 
 
 def local_logprobs(
@@ -469,6 +424,3 @@ def local_logprobs(
         module.train(was_training)
     return torch.cat(raw), torch.cat(scaled)
 
-
-def _text(response: httpx.Response) -> str:
-    return repr(response.text[:300])

