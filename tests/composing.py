@@ -28,6 +28,15 @@ def composer(conf_dir: Path = CONF_DIR) -> Iterator[Callable[..., DictConfig]]:
                                                      return_hydra_config=hydra)
 
 
+def compose_options(group: str) -> dict[str, DictConfig]:
+    """Every option of an object group (not a `_global_` one such as condition), as `<group>=<option>` composes
+    it, in ONE composition: each is selected into its own package (`+<group>@_options.<option>=<option>`), where
+    the defaults list it extends resolves relative to that package too. ~0.05 s an option instead of ~0.2 s."""
+    names = options(group)
+    cfg = compose_config([f"+{group}@_options.{name}={name}" for name in names])
+    return {name: cfg._options[name] for name in names}
+
+
 def groups(conf_dir: Path = CONF_DIR) -> list[str]:
     """Every config group of conf/ as Hydra names it (a folder holding option files; nested: `algorithm/loss`),
     Hydra's own (conf/hydra/...) left out."""

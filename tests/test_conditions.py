@@ -1,5 +1,5 @@
-"""The five arms of the predecessor's ablation are config files, each the same run as its
-algorithm + transform pair, and each trains on the tiny model."""
+"""Every condition in conf/condition/ is a config file holding only its choices (an algorithm + transform pair),
+the same run as that pair, and trains on the tiny model; the campaigns' grids name existing conditions."""
 
 import json
 import math
@@ -8,29 +8,23 @@ import pytest
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
-from composing import CONF_DIR, FAST, compose_config
-from rlvr.run import condition_label, run
+from composing import CONF_DIR, FAST, compose_config, composer, option_defaults, options
+from rlvr.run import run
 
-ARMS = {
-    "grpo": ("grpo", "none"),
-    "maxrl": ("maxrl", "none"),
-    "maxrl_gtpo": ("maxrl", "gtpo"),
-    "maxrl_gtpo_hicra": ("maxrl", "hicra"),
-    "maxrl_gtpo_sepa": ("maxrl", "sepa"),
-}
+CONDITIONS = options("condition")  # every file in conf/condition/, so a new one is tested without editing a list
 
 
-def test_the_five_arms_are_there():
-    assert sorted(p.stem for p in (CONF_DIR / "condition").glob("*.yaml")) == sorted(ARMS)
+def picks(condition: str) -> list[str]:
+    """The condition's own defaults list as command-line choices, e.g. ["algorithm=maxrl", "transform=sepa"]."""
+    return [f"{group}={option}" for group, option in option_defaults("condition", condition).items()]
 
 
-@pytest.mark.parametrize("condition", ARMS)
+@pytest.mark.parametrize("condition", CONDITIONS)
 def test_condition_is_the_same_run_as_its_pair(condition):
-    algorithm, transform = ARMS[condition]
+    assert {p.split("=")[0] for p in picks(condition)} == {"algorithm", "transform"}, "a condition is an arm: both"
     by_name = compose_config([f"condition={condition}"])
-    by_pair = compose_config([f"algorithm={algorithm}", f"transform={transform}"])
+    by_pair = compose_config(picks(condition))
     assert OmegaConf.to_container(by_name) == OmegaConf.to_container(by_pair)
-    assert condition_label(by_name) == f"{algorithm}+{transform}"
 
 
 def test_command_line_overrides_beat_the_condition():
@@ -38,21 +32,30 @@ def test_command_line_overrides_beat_the_condition():
     assert cfg.algorithm._target_.endswith("MaxRL") and cfg.transform.beta == 0.3 and cfg.transform.delay_steps == 0
 
 
-def test_condition_files_are_deltas_with_a_header():
-    for path in (CONF_DIR / "condition").glob("*.yaml"):
-        lines = path.read_text().splitlines()
-        assert lines[0] == "# @package _global_"
-        assert any(f"condition={path.stem}" in line for line in lines if line.startswith("#"))  # how to run it
-        body = OmegaConf.load(path)
-        assert set(body) == {"defaults"}, f"{path.name} should only pick options (deltas)"
+@pytest.mark.parametrize("condition", CONDITIONS)
+def test_condition_files_are_deltas_with_a_header(condition):
+    path = CONF_DIR / "condition" / f"{condition}.yaml"
+    lines = path.read_text().splitlines()
+    assert lines[0] == "# @package _global_"
+    usage = [line for line in lines if line.startswith("#") and f"condition={condition}" in line]
+    assert usage, "the header says how to run it"
+    assert all(pick in usage[0] for pick in picks(condition)), f"the header's equivalent pair is not {picks(condition)}"
+    assert set(OmegaConf.load(path)) == {"defaults"}, f"{path.name} should only pick options (deltas)"
 
 
+def test_campaign_grids_name_existing_conditions():
+    with composer() as compose:
+        for campaign in options("campaign"):
+            params = compose([f"campaign={campaign}"], hydra=True).hydra.sweeper.params
+            assert set(str(params.condition).split(",")) <= set(CONDITIONS), campaign
 
-@pytest.mark.parametrize("condition", ARMS)
+
+@pytest.mark.parametrize("condition", CONDITIONS)
 def test_every_condition_trains(condition, warm, tmp_path):
-    # SEPA's gate and delay would keep λ = 0 for 50 steps: open them so its pooling really runs here
-    sepa = ["transform.delay_steps=0", "transform.correct_rate_gate=0", "transform.steps=4"]
-    extra = sepa if condition == "maxrl_gtpo_sepa" else []
+    transform = compose_config([f"condition={condition}"]).transform
+    scheduled = "delay_steps" in transform  # SEPA's λ schedule
+    # its gate and delay would keep λ = 0 for 50 steps: open them so that the pooling really runs here
+    extra = ["transform.delay_steps=0", "transform.correct_rate_gate=0", "transform.steps=4"] if scheduled else []
     run(compose_config(FAST + warm + [f"condition={condition}", "trainer.max_steps=4"] + extra), tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "loss" in r and not r["skipped"]]
@@ -60,9 +63,9 @@ def test_every_condition_trains(condition, warm, tmp_path):
     assert all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) and r["grad_norm"] > 0 for r in steps)
     adapter = load_file(tmp_path / "checkpoints/step_4/adapter_model.safetensors")
     assert any(v.abs().max() > 0 for k, v in adapter.items() if "lora_B" in k)  # LoRA B starts at 0: it moved
-    if condition == "maxrl_gtpo_sepa":
+    if scheduled:
         assert [r["sepa_lambda"] for r in rows if "loss" in r] == [0.0, 0.25, 0.5, 0.75]  # (step − 0)/4
-    if condition == "maxrl_gtpo_hicra":
+    if "alpha" in transform:  # HICRA's planning credit
         sample = json.loads((tmp_path / "samples/step_000000.jsonl").read_text().splitlines()[0])
         assert len(sample["planning"]) == len(sample["tokens"]) == len(sample["completions"])
         assert "planning_token_fraction" in steps[0]

@@ -1,48 +1,74 @@
 """Every conf/transform option builds its transform, states every constructor knob, and aliases match."""
 
 import inspect
-from pathlib import Path
 
 import pytest
 from hydra.utils import get_class, instantiate
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-CONF = Path(__file__).resolve().parents[2] / "conf" / "transform"
-OURS = ["gtpo", "hicra", "gtpo_hicra", "sepa", "gtpo_sepa", "sepa_amp", "sepa_amp_c", "entropy_mask"]
+from composing import CONF_DIR, compose_options, options
+
+NAMES = options("transform")  # every file in conf/transform/, so a new option is tested without editing a list
+# What each transform class asks of the planning detector (its `needs`), with the YAML defaults.
+NEEDS_PLANNING = {"NoTransform": False, "GTPO": False, "EntropyMask": False, "HICRA": True, "SEPA": True,
+                  "SEPAAmp": True, "SEPAAmpClamped": True}
 
 
-@pytest.mark.parametrize("name", OURS)
-def test_option_builds_and_states_every_knob(name):
-    cfg = OmegaConf.load(CONF / f"{name}.yaml")
+@pytest.fixture(scope="module")
+def composed() -> dict[str, DictConfig]:
+    """Each option as `python train.py transform=<name>` composes it (options extend each other)."""
+    return compose_options("transform")
+
+
+def requires(cfg: DictConfig) -> set[str]:
+    return set(get_class(cfg._target_).needs(OmegaConf.to_container(cfg, resolve=True)).requires)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_option_builds_and_states_every_knob(name, composed):
+    cfg = composed[name]
     assert next(iter(cfg)) == "_target_"
-    params = set(inspect.signature(get_class(cfg._target_).__init__).parameters) - {"self"}
+    params = set(inspect.signature(get_class(cfg._target_).__init__).parameters) - {"self", "args", "kwargs"}
     assert set(cfg) - {"_target_"} == params  # nothing left to a Python default, nothing unknown
     transform = instantiate(cfg)
-    assert transform.needs_entropy is False  # uncertainty: surprisal everywhere by default
-    assert transform.needs_planning is (name not in ("gtpo", "entropy_mask"))
+    assert "entropy" not in requires(cfg)  # uncertainty: surprisal everywhere by default
+    name_of_class = cfg._target_.rsplit(".", 1)[-1]
+    if name_of_class in NEEDS_PLANNING:
+        assert ("planning_mask" in requires(cfg)) is NEEDS_PLANNING[name_of_class]
     assert transform.state_dict() is not None
 
 
-@pytest.mark.parametrize("alias, original", [("gtpo_hicra", "hicra"), ("gtpo_sepa", "sepa")])
-def test_predecessor_names_are_exact_aliases(alias, original):
-    assert OmegaConf.load(CONF / f"{alias}.yaml") == OmegaConf.load(CONF / f"{original}.yaml")
+def aliases() -> list[tuple[str, str]]:
+    """Options whose file only extends another option, unchanged: (alias, original)."""
+    found = []
+    for name in NAMES:
+        raw = OmegaConf.load(CONF_DIR / "transform" / f"{name}.yaml")
+        if set(raw) == {"defaults"} and len(raw.defaults) == 1 and isinstance(raw.defaults[0], str):
+            found.append((name, raw.defaults[0]))
+    return found
 
 
-def test_sepa_defaults_are_the_spec_defaults():
-    # spec §16: [sepa] steps 500, schedule linear, delay_steps 50, correct_rate_gate 0.1; [gtpo] beta 0.1
-    cfg = OmegaConf.load(CONF / "sepa.yaml")
-    assert (cfg.steps, cfg.schedule, cfg.delay_steps, cfg.correct_rate_gate, cfg.beta) == (
-        500,
-        "linear",
-        50,
-        0.1,
-        0.1,
-    )
-    assert OmegaConf.load(CONF / "hicra.yaml").alpha == 0.2
+def test_the_predecessors_names_are_aliases():
+    assert {("gtpo_hicra", "hicra"), ("gtpo_sepa", "sepa")} <= set(aliases())  # retrain's names for them
 
 
-@pytest.mark.parametrize("name", OURS)
-def test_shannon_entropy_override_asks_for_entropy(name):
-    cfg = OmegaConf.load(CONF / f"{name}.yaml")
+@pytest.mark.parametrize("alias, original", aliases())
+def test_aliases_compose_to_their_original(alias, original, composed):
+    assert composed[alias] == composed[original]
+
+
+def test_sepa_defaults_are_the_predecessors(composed):
+    # retrain: [sepa] steps 500, schedule linear, delay_steps 50, correct_rate_gate 0.1; [gtpo] beta 0.1; hicra α 0.2
+    cfg = composed["sepa"]
+    assert (cfg.steps, cfg.schedule, cfg.delay_steps, cfg.correct_rate_gate, cfg.beta) == (500, "linear", 50, 0.1, 0.1)
+    assert composed["hicra"].alpha == 0.2
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_shannon_entropy_override_asks_for_entropy(name, composed):
+    cfg = composed[name].copy()
+    if "uncertainty" not in cfg:
+        pytest.skip(f"transform={name} reads no token uncertainty")
     cfg.uncertainty = "shannon_entropy"
-    assert instantiate(cfg).needs_entropy is True
+    assert "entropy" in requires(cfg)
+    instantiate(cfg)
