@@ -1,8 +1,10 @@
 """rlvr entry point: compose the config with Hydra, then hand it to rlvr.run inside the job.
 
 Nothing heavy (torch, transformers) is imported here, so `--cfg`, `--help` and submitting a sweep stay
-fast; the job imports it when it starts. A job stopped by SIGTERM/SIGUSR1 checkpoints and exits with
-status 75 ("requeue me"); started again in the same folder, it continues.
+fast; the job imports it when it starts, after every check of the config has passed (rlvr/run.py), so a
+wrong invocation fails in about a second, printing the problems (exit status 2) without a traceback. A job
+stopped by SIGTERM/SIGUSR1 checkpoints and exits with status 75 ("requeue me"); started again in the same
+folder, it continues.
 """
 
 import signal
@@ -11,9 +13,12 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+CONFIG_ERROR_EXIT_CODE = 2
+
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float:
+    from rlvr.errors import ConfigError
     from rlvr.preemption import REQUEUE_EXIT_CODE, Preempted, StopSignals
 
     try:
@@ -23,6 +28,9 @@ def main(cfg: DictConfig) -> float:
             accuracy = run(cfg)["eval_accuracy_final"]  # the value a Hydra sweeper would optimise
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # finished: a time-limit warning now must not kill the exit
         return accuracy
+    except ConfigError as err:  # the user's input, not a bug: the message names the keys, a traceback adds nothing
+        print(f"rlvr.errors.ConfigError: {err}", file=sys.stderr)
+        sys.exit(CONFIG_ERROR_EXIT_CODE)
     except Preempted as stopped:
         print(f"rlvr: {stopped}; exiting with {REQUEUE_EXIT_CODE} (requeue)", file=sys.stderr)
         sys.exit(REQUEUE_EXIT_CODE)

@@ -27,7 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import torch
+
+from rlvr.lazy import lazy_import
+
+torch = lazy_import("torch")
 
 STATE_FILE = "trainer_state.json"
 STEP_DIR = re.compile(r"^step_(\d+)$")

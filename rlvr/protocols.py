@@ -1,10 +1,18 @@
-"""The seams between config groups, as Protocols. Implementations do not inherit from these."""
+"""The seams between config groups, as Protocols. Implementations do not inherit from these.
+
+Every component class (the `_target_` of a config group's option) also says what it needs and gives, in one
+shape: `needs(settings) -> Needs`, a classmethod of its YAML settings, read before anything is built.
+`rlvr/run.py` pairs the chosen components by it (every capability one of them requires must be provided by
+another) and checks the machine requirements marked `at_start` before any model loads; `rlvr doctor` checks
+every requirement. A new component with a new requirement declares it in its own `needs`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -14,15 +22,76 @@ if TYPE_CHECKING:
     from rlvr.types import Demonstration, Example, Rollouts, SamplingParams, Scores, TokenSignals, TrainBatch
 
 
+@dataclass(frozen=True)
+class Capability:
+    """Something one chosen component gives the others."""
+
+    meaning: str
+    how: str
+    """Which choices provide it (said when nothing chosen does)."""
+
+
+CAPABILITIES: dict[str, Capability] = {
+    "entropy": Capability("full-distribution entropy at each sampled position", "choose engine=pytorch"),
+    "local_policy": Capability("the policy as a module in this process",
+                               "choose backend=local (and a local engine: pytorch, vllm or openai)"),
+    "remote_policy": Capability("a policy held by a service to sample from", "use backend=tinker with engine=tinker"),
+    "lora": Capability("a LoRA adapter to train", "choose a model preset with model.lora set"),
+    "ratio_clipping": Capability("PPO ratio clipping in the loss",
+                                 "choose backend=local, or backend=tinker with backend.loss_fn=ppo or cispo"),
+    "planning_mask": Capability("which completion tokens are planning tokens", "choose planning=regex"),
+}
+"""Every capability a component may provide or require, by name."""
+
+Status = Literal["ok", "missing", "warning"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The outcome of checking one requirement on this machine."""
+
+    status: Status
+    """missing: the run cannot run here; warning: it can, but not as the choice suggests."""
+    detail: str
+
+
+class Requirement(Protocol):
+    """One thing a component needs from this machine: a package, a variable, a device, a server, a file."""
+
+    item: str
+    """What the report names ("$TINKER_API_KEY", "vllm", "cuda")."""
+    at_start: bool
+    """Checked by every run before anything loads (cheap: a variable, a file). Otherwise only `rlvr doctor`
+    checks it (a child process, a request) and the run finds out when it gets there."""
+
+    def check(self) -> Finding: ...
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a component gives the other chosen components, what it requires of them, and of the machine."""
+
+    provides: frozenset[str] = frozenset()
+    """Names in CAPABILITIES."""
+    requires: Mapping[str, str] = field(default_factory=dict)
+    """Capability name → why (the setting or fact that makes it needed), said when nothing chosen provides it."""
+    machine: tuple[Requirement, ...] = ()
+
+
+class Component(Protocol):
+    """Every `_target_` of a config group's option."""
+
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        """From the option's YAML values (plain, resolved), before the component is built."""
+        ...
+
+
 class ModelPreset(Protocol):
     """A `model=` option: where the policy comes from and how it is adapted."""
 
     lora: LoraSpec | None
     """None: full fine-tuning."""
-
-    def check_available(self) -> None:
-        """Raise FileNotFoundError, naming `model.<key>`, if `load` could not find the weights."""
-        ...
 
     def load(self, seed: int) -> tuple[nn.Module, Any]:
         """(module, tokenizer); `seed` initialises weights that are built rather than loaded."""
@@ -74,11 +143,6 @@ class Algorithm(Protocol):
 class Transform(Protocol):
     """Token-level credit: [P·G] episode advantages → [P·G, T] token advantages."""
 
-    needs_entropy: ClassVar[bool]
-    """Needs full-distribution entropy, which only some engines can give."""
-    needs_planning: ClassVar[bool]
-    """Needs the planning-token mask."""
-
     def __call__(self, adv_PG: Tensor, signals: TokenSignals) -> tuple[Tensor, dict[str, float]]: ...
 
     def state_dict(self) -> dict[str, Any]:
@@ -97,10 +161,6 @@ class PlanningDetector(Protocol):
 
 class Engine(Protocol):
     """Generates rollouts from the current policy."""
-
-    provides_entropy: ClassVar[bool]
-    for_remote_backend: ClassVar[bool]
-    """Samples from a remote backend's policy handle (engine=tinker); absent = False (samples a local module)."""
 
     def sample(
         self,
@@ -122,11 +182,9 @@ class Engine(Protocol):
 
 
 class Backend(Protocol):
-    """Where gradients are computed."""
-
-    remote: ClassVar[bool]
-    """The policy lives on a service (Tinker): the trainer loads only the tokenizer, builds the backend with
-    `lora`/`lora_seed` alone, and `policy` is a handle its paired engine samples from. Absent = False."""
+    """Where gradients are computed. A backend whose `needs` provide `remote_policy` (Tinker) keeps the policy on a
+    service: the trainer loads only the tokenizer, builds it with `lora`/`lora_seed` alone, and its `policy` is a
+    handle its paired engine samples from."""
 
     @property
     def policy(self) -> nn.Module:

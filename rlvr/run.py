@@ -2,7 +2,10 @@
 `_target_`, and hand typed objects to the loop.
 
 Everything that can be checked without loading a model is checked here first, and every problem found
-is reported at once, naming the keys involved.
+is reported at once, naming the keys involved: the values against each `_target_`'s constructor types and
+ranges, then what the chosen components need of each other and of this machine (their `needs`, see
+rlvr/protocols.py), then the light components are built (their constructors check their own values). None
+of this imports torch or transformers (rlvr/lazy.py), so a wrong invocation fails in about a second.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ import inspect
 import json
 import logging
 import shutil
+import sys
 import types
 import typing
 from pathlib import Path
 
-import torch
+from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -26,7 +30,7 @@ from rlvr.checkpoint import Checkpoints
 from rlvr.errors import ConfigError
 from rlvr.outputs import RunDir
 from rlvr.preemption import Preempted, StopSignals
-from rlvr.protocols import ModelPreset, Transform
+from rlvr.protocols import CAPABILITIES, Needs
 from rlvr.resume import resume_point
 from rlvr.seeds import Seeds
 from rlvr.trainer import Components, Trainer
@@ -62,6 +66,10 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
         if campaign_root is not None:
             record(campaign_root, folder, state, reason)
 
+    if cfg.get("threads"):
+        import torch  # the job's first heavy import: everything above was checked without it
+
+        torch.set_num_threads(int(cfg.threads))
     status("running")
     try:
         with StopSignals() as stop:
@@ -101,10 +109,8 @@ def build_all(cfg: DictConfig, campaign_root: Path | None = None) -> tuple[Compo
     """Check the config, then build every component; nothing heavy (no model) is loaded yet. In a multirun
     (`campaign_root` given) a backend that takes `throttle_dir` shares `<campaign root>/tinker_throttle`
     with the campaign's other jobs (rlvr/backend/throttle.py); a single run gets none."""
-    check(cfg)
+    needs = check(cfg)
     config = OmegaConf.to_container(cfg, resolve=True)
-    if cfg.get("threads"):
-        torch.set_num_threads(int(cfg.threads))
     seeds = Seeds.from_root(int(cfg.seed))
     components = Components(
         preset=build(cfg, "model"),
@@ -123,7 +129,7 @@ def build_all(cfg: DictConfig, campaign_root: Path | None = None) -> tuple[Compo
         seeds=seeds,
         config=config,
         config_sha256=hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
-        remote=bool(getattr(get_class(cfg.backend._target_), "remote", False)),
+        needs=needs,
     )
     check_components(cfg, components)
     return components, build(cfg, "trainer")
@@ -135,8 +141,15 @@ def backend_runtime_args(cfg: DictConfig, campaign_root: Path | None) -> dict:
 
 
 def build(cfg: DictConfig, group: str, **kwargs):
+    """The `cfg[group]` component; a constructor that rejects its values is a ConfigError naming the group."""
     log.info("building %-9s <%s>", group, cfg[group]._target_)
-    return instantiate(cfg[group], _convert_="all", **kwargs)
+    try:
+        return instantiate(cfg[group], _convert_="all", **kwargs)
+    except InstantiationException as err:
+        cause = err.__cause__ if err.__cause__ is not None else err
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        raise ConfigError(f"invalid config:\n  {group} <{cfg[group]._target_}>: {cause}") from cause
 
 
 def hydra_choice(group: str) -> str | None:
@@ -151,12 +164,29 @@ def condition_label(cfg: DictConfig) -> str:
     return "+".join(cfg[g]._target_.split(".")[-2] for g in ("algorithm", "transform"))
 
 
-def check(cfg: DictConfig) -> None:
-    """Checks on the config alone (no component is built): types against each `_target_`'s signature,
-    then value ranges and cross-field rules."""
-    type_errors = [e for group in GROUPS if group in cfg for e in check_types(cfg[group], group)]
-    if type_errors:
-        raise ConfigError("invalid config:\n  " + "\n  ".join(type_errors))
+def check(cfg: DictConfig) -> dict[str, Needs]:
+    """Checks on the config alone (no component is built), every problem at once: types against each
+    `_target_`'s signature, then value ranges, cross-field rules and what the chosen components need of each
+    other and of this machine at start. Returns each group's declared needs."""
+    errors = type_errors(cfg)
+    if errors:  # the rules below assume the types are right
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+    needs = {group: declared_needs(cfg, group) for group in GROUPS if group in cfg}
+    errors = value_errors(cfg) + unmet_needs(cfg, needs) + start_errors(cfg, needs)
+    if errors:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+    return needs
+
+
+def type_errors(cfg: DictConfig) -> list[str]:
+    """Mandatory values left unset (`???`), and values of the wrong type or for no constructor argument."""
+    missing = [f"{key}=??? must be set (e.g. {key}=...)" for key in sorted(OmegaConf.missing_keys(cfg))
+               if not key.startswith("hydra.")]
+    return missing + [e for group in GROUPS if group in cfg for e in check_types(cfg[group], group)]
+
+
+def value_errors(cfg: DictConfig) -> list[str]:
+    """Value ranges and cross-field rules (the types being right)."""
     t, errors = cfg.trainer, []
     positive = {"batch_size": t.batch_size, "group_size": t.group_size, "lr": t.lr, "log_every": t.log_every,
                 "eval_max_tokens": t.eval_max_tokens, "sampling.max_tokens": t.sampling.max_tokens}
@@ -181,15 +211,11 @@ def check(cfg: DictConfig) -> None:
             f"= {t.batch_size} × {t.group_size} = {rows}"
         )
     errors += check_backpressure(cfg)
-    if cfg.backend.get("loss_fn") == "importance_sampling" and cfg.algorithm.loss.clip_eps > 0:
-        errors.append(f"algorithm.loss.clip_eps={cfg.algorithm.loss.clip_eps} asks for ratio clipping, which "
-                      "backend.loss_fn=importance_sampling does not do: set backend.loss_fn=ppo")
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**63:
         errors.append(f"seed={cfg.seed!r} must be an integer in [0, 2**63)")
     if cfg.resume not in ("auto", "never", "must"):
         errors.append(f"resume={cfg.resume!r}: expected auto, never or must")
-    if errors:
-        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+    return errors
 
 
 def check_backpressure(cfg: DictConfig) -> list[str]:
@@ -226,10 +252,7 @@ def check_types(node: DictConfig, key: str) -> list[str]:
     except Exception as err:  # noqa: BLE001 - any import failure is a config error here
         return [f"{key}._target_={node._target_!r} cannot be imported: {err}"]
     params = inspect.signature(target).parameters
-    try:
-        hints = typing.get_type_hints(target.__init__)
-    except NameError:  # an annotation only importable under TYPE_CHECKING: check what can be checked
-        hints = {}
+    hints = parameter_types(target)
     errors = []
     for name in node:
         if name.startswith("_"):
@@ -238,12 +261,29 @@ def check_types(node: DictConfig, key: str) -> list[str]:
             expected = ", ".join(p for p in params if p not in RUNTIME_ARGS)
             errors.append(f"{key}.{name}: <{node._target_}> takes no such argument (it takes: {expected})")
             continue
+        if OmegaConf.is_missing(node, name):
+            continue  # reported by type_errors as unset
         value = node[name]
         if isinstance(value, DictConfig) and "_target_" in value:
-            errors += check_types(value, f"{key}.{name}")
+            if str(value._target_).startswith("rlvr."):  # a library's callable (tinker.ServiceClient) is built as
+                errors += check_types(value, f"{key}.{name}")  # given: importing it here would cost its import
         elif name in hints and not fits(value, hints[name]):
             errors.append(f"{key}.{name}={_show(value)} must be {_describe(hints[name])}")
     return errors
+
+
+def parameter_types(target) -> dict[str, object]:
+    """Each constructor parameter's annotation, evaluated one at a time in the module's namespace: a name
+    imported only for type checkers (`Tensor`, `nn.Module`) leaves that parameter unchecked, not all of them."""
+    init = target.__init__ if inspect.isclass(target) else target
+    namespace = {**vars(typing), **vars(sys.modules[target.__module__])}
+    types_ = {}
+    for name, annotation in getattr(init, "__annotations__", {}).items():
+        try:
+            types_[name] = eval(annotation, namespace) if isinstance(annotation, str) else annotation  # noqa: S307
+        except Exception:  # noqa: BLE001 - an annotation only a type checker can resolve: nothing to check
+            continue
+    return types_
 
 
 def fits(value, hint) -> bool:
@@ -275,61 +315,39 @@ def _show(value) -> str:
     return repr(OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value)
 
 
-def check_components(cfg: DictConfig, c: Components) -> None:
-    """Checks that need a built (but still light) component: still before any model loads."""
-    errors = check_pairing(cfg, c.preset, c.transform)
-    try:
-        c.preset.check_available()
-    except (FileNotFoundError, OSError) as err:
-        errors.append(str(err))
-    try:
-        getattr(c.reward, "check_available", lambda: None)()  # e.g. the judge's API key
-    except ConfigError as err:
-        errors.append(str(err))
-    if cfg.trainer.warmup.steps > 0 and not c.data.demonstrations():
-        errors.append(
-            f"trainer.warmup.steps={cfg.trainer.warmup.steps} but data <{cfg.data._target_}> has no warm-up "
-            "demonstrations: set trainer.warmup.steps=0 (or trainer=gpu)"
-        )
-    if errors:
-        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+def declared_needs(cfg: DictConfig, group: str) -> Needs:
+    """What the `cfg[group]` option's class says it needs (`needs(settings)`, rlvr/protocols.py)."""
+    target = cfg[group]._target_
+    needs = getattr(get_class(target), "needs", None)
+    if needs is None:
+        raise ConfigError(f"{group}._target_={target!r} declares no `needs(settings)` classmethod, which every "
+                          "component has (rlvr/protocols.py: Component)")
+    return needs(OmegaConf.to_container(cfg[group], resolve=True, throw_on_missing=False))
 
 
-def check_pairing(cfg: DictConfig, preset: ModelPreset, transform: Transform) -> list[str]:
-    """What the chosen engine, backend, model and transform need of each other, from light components only:
-    a transform that needs full-distribution entropy needs an engine that gives it; a remote backend (Tinker:
-    the policy lives on the service) pairs with an engine that samples from it, trains LoRA only and has no
-    local SFT warm-up; and each backend/engine class's own `check_available` (an API key) passes."""
-    backend_cls, engine_cls = get_class(cfg.backend._target_), get_class(cfg.engine._target_)
-    remote, errors = bool(getattr(backend_cls, "remote", False)), []
-    if transform.needs_entropy and not getattr(engine_cls, "provides_entropy", False):
-        errors.append(
-            f"transform <{cfg.transform._target_}> needs full-distribution entropy, which "
-            f"engine <{cfg.engine._target_}> cannot give: choose engine=pytorch or another uncertainty signal"
-        )
-    if remote != bool(getattr(engine_cls, "for_remote_backend", False)):
-        where = "on a service" if remote else "in this process"
-        errors.append(
-            f"backend <{cfg.backend._target_}> keeps the policy {where}, which engine <{cfg.engine._target_}> "
-            "cannot sample from: use backend=tinker with engine=tinker, or a local engine with backend=local"
-        )
-    if remote and cfg.trainer.warmup.steps > 0:
-        errors.append(f"trainer.warmup.steps={cfg.trainer.warmup.steps}: the SFT warm-up runs on a local model, "
-                      f"which backend <{cfg.backend._target_}> never loads: set trainer.warmup.steps=0")
-    if remote and preset.lora is None:
-        errors.append(f"model.lora=null: backend <{cfg.backend._target_}> trains LoRA adapters only")
-    errors += [error for group in ("backend", "engine") if (error := class_check(cfg, group))]
+def start_errors(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
+    """The machine requirements every run checks at start (an API key's variable, a model's files) that fail."""
+    return [f"{group} <{cfg[group]._target_}>: {found.detail}" for group, declared in needs.items()
+            for requirement in declared.machine if requirement.at_start and (found := requirement.check()).status
+            == "missing"]
+
+
+def unmet_needs(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
+    """One message per capability a chosen component requires and no other chosen component provides."""
+    errors = []
+    for group, declared in needs.items():
+        for name, why in declared.requires.items():
+            if not any(name in other.provides for g, other in needs.items() if g != group):
+                capability = CAPABILITIES[name]
+                errors.append(f"{group} <{cfg[group]._target_}> needs {capability.meaning} ({why}), which no chosen "
+                              f"component gives: {capability.how}")
     return errors
 
 
-def class_check(cfg: DictConfig, group: str) -> str | None:
-    """The message of the ConfigError raised by the `cfg[group]` class's static `check_available` (e.g. an API
-    key), called with the `group.*` values its parameters name; None when it passes or there is none."""
-    check_available = getattr(get_class(cfg[group]._target_), "check_available", None)
-    if check_available is None:
-        return None
-    try:
-        check_available(**{k: cfg[group][k] for k in inspect.signature(check_available).parameters})
-    except ConfigError as err:
-        return str(err)
-    return None
+def check_components(cfg: DictConfig, c: Components) -> None:
+    """Checks that need a built (but still light) component: still before any model loads."""
+    if cfg.trainer.warmup.steps > 0 and not c.data.demonstrations():
+        raise ConfigError(
+            f"invalid config:\n  trainer.warmup.steps={cfg.trainer.warmup.steps} but data <{cfg.data._target_}> has no "
+            "warm-up demonstrations: set trainer.warmup.steps=0 (or trainer=gpu)"
+        )

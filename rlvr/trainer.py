@@ -1,11 +1,11 @@
-"""The RL loop. `fit` is the run; `step` is one step, in the order of DESIGN.md:
+"""The RL loop. `fit` is the run; `step` is one step:
 
-    prompts_P   = data.batch(step)
+    prompts_P   = data.batch(step)                           rlvr/data/order.py: prompts_at
     rollouts_PG = engine.sample(prompts_P, n=G)
-    rewards_P_G = reward.score(rollouts_PG, references)
-    adv_P_G     = algorithm.advantages(rewards_P_G)     (uniform groups → 0: they leave the loss)
-    adv_PG_T    = transform(adv_P_G, token signals)   → algorithm.normalize → loss.cap
-    stats       = backend.train_step(rollouts_PG, adv_PG_T, algorithm.loss)
+    rewards_P_G = reward.score(rollouts_PG, references)      rlvr/reward/guarded.py: guarded_score
+    credit      = assign_credit(rewards_P_G, token signals)  rlvr/credit.py: episode → token advantages
+    stats       = backend.train_step(rollouts_PG, credit.adv_PG_T, algorithm.loss)
+    row         = step_row(...)                              rlvr/telemetry.py: metrics.jsonl, samples/, console
 
 A step in which no token has a non-zero advantage trains nothing (the predecessor's skipped step); it
 still writes its metrics row, with `skipped: true`, so the reward curve has no holes.
@@ -14,23 +14,21 @@ still writes its metrics row, with `skipped: true`, so the reward curve has no h
 from __future__ import annotations
 
 import logging
-import math
-import resource
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from rlvr.algorithm.ties import tie_metrics, uniform_groups
 from rlvr.backpressure import BackPressure
 from rlvr.checkpoint import Checkpoints, set_rng_state
-from rlvr.errors import ConfigError
-from rlvr.model.prompt_encoding import encode_prompts, eos_ids
+from rlvr.credit import assign_credit
+from rlvr.data.order import prompts_at
+from rlvr.lazy import lazy_import
+from rlvr.model.prompt_encoding import decode_completions, encode_prompts, eos_ids, token_pieces
 from rlvr.outputs import RunDir
 from rlvr.preemption import Preempted, StopSignals
 from rlvr.protocols import (
@@ -40,17 +38,32 @@ from rlvr.protocols import (
     Engine,
     Logger,
     ModelPreset,
+    Needs,
     PlanningDetector,
     Reward,
     Transform,
 )
+from rlvr.reward.guarded import guarded_score
 from rlvr.seeds import Seeds, sub_seed
-from rlvr.types import Example, Rollouts, SamplingParams, Scores, TokenSignals, TrainBatch
+from rlvr.telemetry import (
+    CORRECT_THRESHOLD,
+    StepCounts,
+    StepTimes,
+    Stopwatch,
+    console_line,
+    eval_row,
+    sample_groups,
+    step_row,
+)
+from rlvr.types import Rollouts, SamplingParams, Scores, TokenSignals, TrainBatch
 from rlvr.warmup import Warmup
 
-log = logging.getLogger("rlvr")
+if TYPE_CHECKING:
+    from torch import Tensor
 
-CORRECT_THRESHOLD = 0.5
+torch = lazy_import("torch")
+
+log = logging.getLogger("rlvr")
 
 
 @dataclass
@@ -78,8 +91,23 @@ class Components:
     config: dict
     """The composed config, resolved (stored in checkpoints: a resume compares against it)."""
     config_sha256: str
-    remote: bool = False
-    """The backend keeps the policy on a service (Tinker): only the tokenizer is loaded here."""
+    needs: dict[str, Needs]
+    """Each group's declared needs (rlvr/protocols.py), as rlvr.run checked them."""
+
+    @property
+    def remote(self) -> bool:
+        """The backend keeps the policy on a service (Tinker): only the tokenizer is loaded here."""
+        return "remote_policy" in self.needs["backend"].provides
+
+    @property
+    def wants_entropy(self) -> bool:
+        """The transform reads the engine's full-distribution entropy."""
+        return "entropy" in self.needs["transform"].requires
+
+    @property
+    def wants_planning(self) -> bool:
+        """The transform reads the planning-token marks."""
+        return "planning_mask" in self.needs["transform"].requires
 
 
 @dataclass
@@ -101,22 +129,6 @@ class Live:
     evals: list[dict] = field(default_factory=list)
     """Every evaluation row so far; saved in every checkpoint (summary.json's initial/best read it)."""
     consecutive_nonfinite: int = 0
-
-
-@dataclass(frozen=True)
-class Credit:
-    """One step's credit assignment, kept together for training, logging and samples."""
-
-    adv_P_G: Tensor
-    batch: TrainBatch
-    signals: TokenSignals
-    pieces_PG: list[list[str]] | None
-    metrics: dict
-
-    @property
-    def skipped(self) -> bool:
-        """No token has a non-zero advantage: nothing to train on."""
-        return not bool((self.batch.adv_PG_T != 0).any())
 
 
 @dataclass
@@ -142,6 +154,13 @@ class Trainer:
     """Consecutive steps with a non-finite loss or gradient (each skipped) after which the run stops."""
     reward_warn_frac: float
     """A step whose reward/timeout_frac, error_frac or parse_fail_frac exceeds this logs a warning."""
+
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        if settings["warmup"]["steps"] > 0:
+            steps = settings["warmup"]["steps"]
+            return Needs(requires={"local_policy": f"trainer.warmup.steps={steps}: the SFT warm-up trains it here"})
+        return Needs()
 
     def fit(self, c: Components, out: RunDir, resume_from: Path | None = None, stop: StopSignals | None = None):
         """The whole run (or its remainder, from the checkpoint `resume_from`); returns summary.json's data.
@@ -173,7 +192,7 @@ class Trainer:
                 if self.eval_every and done % self.eval_every == 0 and done < self.max_steps:
                     self.evaluate(live, done)
                 if done % self.log_every == 0 or done == self.max_steps:
-                    log.info(_console_line(row, live.evals[-1] if live.evals[-1]["step"] == done else None))
+                    log.info(console_line(row, live.evals[-1] if live.evals[-1]["step"] == done else None))
                 if stop is not None and stop.requested and done < self.max_steps:
                     self._checkpoint(live, done)
                     raise Preempted(f"stopped by signal {stop.requested} after step {done}; checkpoint saved")
@@ -267,35 +286,52 @@ class Trainer:
         """One RL step; returns its metrics row (the caller writes it)."""
         c, G = live.c, self.group_size
         P = c.backpressure.batch_size(step, self.batch_size)
-        clock = [time.perf_counter()]
         examples = prompts_at(c.data, step, live.totals["prompts"], P)
         live.totals["prompts"] += P
-        prompt_ids_P = encode_prompts(live.tokenizer, [e.prompt for e in examples])
+        clock = Stopwatch()
         live.engine.sync(live.backend.policy)
         rollouts = live.engine.sample(
-            prompt_ids_P, G, self.sampling, seed=sub_seed(c.seeds.sampler, f"step/{step}"),
-            with_entropy=c.transform.needs_entropy,
+            encode_prompts(live.tokenizer, [e.prompt for e in examples]), G, self.sampling,
+            seed=sub_seed(c.seeds.sampler, f"step/{step}"), with_entropy=c.wants_entropy,
         )
-        clock.append(time.perf_counter())
+        sample_s = clock.lap()
         completions = decode_completions(live.tokenizer, rollouts)
-        references = [e.reference for e in examples for _ in range(G)]
-        scores = guarded_score(c.reward, completions, references)
+        scores = guarded_score(c.reward, completions, [e.reference for e in examples for _ in range(G)])
         self._warn_on_failures(step, scores)
         rewards_P_G = torch.tensor(scores.values, dtype=torch.float32).view(P, G)
-        clock.append(time.perf_counter())
-        credit = self._credit(live, step, rollouts, rewards_P_G)
-        clock.append(time.perf_counter())
-        train = {} if credit.skipped else live.backend.train_step(credit.batch, c.algorithm.loss, self.lr)
-        clock.append(time.perf_counter())
+        score_s = clock.lap()
+        signals, pieces_PG = self._signals(live, step, rollouts, rewards_P_G)
+        credit = assign_credit(rewards_P_G, signals, c.algorithm, c.transform)
+        credit_s = clock.lap()
+        train = {} if credit.skipped else live.backend.train_step(
+            TrainBatch(rollouts, credit.adv_PG_T), c.algorithm.loss, self.lr)
+        times = StepTimes(sample_s, score_s, credit_s, clock.lap())
         self._guard_nonfinite(live, step, train)
-        live.out.write_samples(step, self._samples(examples, completions, rewards_P_G, credit))
-        row = self._row(live, step, rollouts, rewards_P_G, credit, train, clock)
+        live.out.write_samples(step, sample_groups(examples[: self.samples_per_step], completions, rewards_P_G, credit,
+                                                   signals, pieces_PG))
+        counts = StepCounts.of(rollouts, rewards_P_G)
+        for key, value in (("correct", counts.correct), ("completions", counts.completions), ("tokens", counts.tokens)):
+            live.totals[key] += value
+        row = step_row(step, c.condition, c.uncertainty_kind, rollouts, rewards_P_G, credit, train, times, counts,
+                       live.totals)
         pressure = c.backpressure.observe(  # its decision applies from the next step
-            step=step, batch_size=P, group_size=G, tokens=row["tokens_per_step"], seconds=row["step_time_s"],
-            skipped=credit.skipped,
+            step=step, batch_size=P, group_size=G, tokens=counts.tokens, seconds=times.total, skipped=credit.skipped,
         )
         return {**row, **scores.fractions("reward/"), "train/nonfinite_skips": float(live.totals["nonfinite"]),
                 **pressure}
+
+    def _signals(self, live: Live, step: int, rollouts: Rollouts, rewards_P_G: Tensor):
+        """What the transform may read (planning marks only when it needs them), and the token pieces they
+        were read from (None without them)."""
+        c = live.c
+        pieces_PG = token_pieces(live.tokenizer, rollouts) if c.wants_planning else None
+        signals = TokenSignals(
+            logprobs_PG_T=rollouts.logprobs_PG_T, mask_PG_T=rollouts.mask_PG_T, group_size=self.group_size,
+            step=step, correct_rate=float((rewards_P_G > CORRECT_THRESHOLD).float().mean()),
+            entropy_PG_T=rollouts.entropy_PG_T,
+            planning_PG_T=None if pieces_PG is None else c.planning.mask(pieces_PG, rollouts.mask_PG_T.shape[1]),
+        )
+        return signals, pieces_PG
 
     def _warn_on_failures(self, step: int, scores: Scores) -> None:
         over = {k: v for k, v in scores.fractions("reward/").items() if v > self.reward_warn_frac}
@@ -320,89 +356,6 @@ class Trainer:
                 "last good step. Lower trainer.lr, set backend.grad_clip_norm, or check the model's dtype."
             )
 
-    def _credit(self, live: Live, step: int, rollouts: Rollouts, rewards_P_G: Tensor) -> Credit:
-        """Rewards → episode advantages (uniform groups zeroed) → token advantages → batch pass → cap."""
-        c = live.c
-        adv_P_G = c.algorithm.advantages(rewards_P_G).masked_fill(uniform_groups(rewards_P_G)[:, None], 0.0)
-        pieces_PG = token_pieces(live.tokenizer, rollouts) if c.transform.needs_planning else None
-        signals = TokenSignals(
-            logprobs_PG_T=rollouts.logprobs_PG_T, mask_PG_T=rollouts.mask_PG_T, group_size=self.group_size,
-            step=step, correct_rate=float((rewards_P_G > CORRECT_THRESHOLD).float().mean()),
-            entropy_PG_T=rollouts.entropy_PG_T,
-            planning_PG_T=None if pieces_PG is None else c.planning.mask(pieces_PG, rollouts.mask_PG_T.shape[1]),
-        )
-        adv_PG_T, transform_metrics = c.transform(adv_P_G.flatten(), signals)
-        adv_PG_T, norm_metrics = c.algorithm.normalize(adv_PG_T, rollouts.mask_PG_T)
-        adv_PG_T, cap_metrics = c.algorithm.loss.cap(adv_PG_T)
-        metrics = {**transform_metrics, **norm_metrics, **cap_metrics}
-        return Credit(adv_P_G, TrainBatch(rollouts, adv_PG_T), signals, pieces_PG, metrics)
-
-    def _row(self, live: Live, step: int, rollouts: Rollouts, rewards_P_G: Tensor, credit: Credit, train: dict,
-             clock: list[float]) -> dict:
-        c, (P, G) = live.c, rewards_P_G.shape
-        lengths = rollouts.lengths_PG
-        tokens = sum(len(p) for p in rollouts.prompt_ids_P) * G + int(lengths.sum())
-        correct = int((rewards_P_G > CORRECT_THRESHOLD).sum())
-        live.totals["correct"] += correct
-        live.totals["completions"] += P * G
-        live.totals["tokens"] += tokens
-        t0, t_sample, t_score, t_credit, t_train = clock
-        step_time = t_train - t0
-        return {
-            "step": step,
-            "condition": c.condition,
-            "uncertainty_kind": c.uncertainty_kind,
-            "skipped": credit.skipped,
-            "loss": train.get("loss", 0.0),
-            "mean_reward": float(rewards_P_G.mean()),
-            "correct_rate": correct / (P * G),
-            "running_correct_rate": live.totals["correct"] / live.totals["completions"],
-            **tie_metrics(rewards_P_G),
-            "num_datums": P * G,
-            "batch_size": P,
-            "group_size": G,
-            "mean_completion_length": float(lengths.float().mean()),
-            "max_token_hit_rate": float((~rollouts.finished_PG).float().mean()),
-            "rl/completion_tokens": float(lengths.sum()),
-            "rl/completion_surprisal_mean": float(-rollouts.logprobs_PG_T[rollouts.mask_PG_T].mean()),
-            "rl/nonzero_advantage_action_tokens": float(((credit.batch.adv_PG_T != 0) & rollouts.mask_PG_T).sum()),
-            **credit.metrics,
-            **train,
-            "tokens_per_step": tokens,
-            "step_time_s": step_time,
-            "sample_time_s": t_sample - t0,
-            "score_time_s": t_score - t_sample,
-            "advantage_time_s": t_credit - t_score,
-            "train_time_s": t_train - t_credit,
-            "tokens_per_second": tokens / step_time,
-            "sample_share": (t_sample - t0) / step_time,
-            "train_share": (t_train - t_credit) / step_time,
-            "process_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        }
-
-    def _samples(self, examples: list[Example], completions: list[str], rewards_P_G: Tensor, credit: Credit):
-        """The first `samples_per_step` groups, each completion with its per-token advantages and, when
-        the transform used one, which of its tokens the planning detector marked."""
-        G, out = self.group_size, []
-        mask, adv_PG_T = credit.signals.mask_PG_T, credit.batch.adv_PG_T
-        for p in range(min(self.samples_per_step, len(examples))):
-            rows = range(p * G, (p + 1) * G)
-            lengths = [int(mask[r].sum()) for r in rows]
-            group = {
-                "prompt": examples[p].prompt,
-                "reference": examples[p].reference,
-                "completions": completions[p * G : (p + 1) * G],
-                "rewards": rewards_P_G[p].tolist(),
-                "advantages": credit.adv_P_G[p].tolist(),
-                "token_advantages": [adv_PG_T[r, :n].tolist() for r, n in zip(rows, lengths)],
-            }
-            if credit.pieces_PG is not None:
-                planning = credit.signals.planning_PG_T
-                group["tokens"] = [credit.pieces_PG[r] for r in rows]
-                group["planning"] = [planning[r, :n].int().tolist() for r, n in zip(rows, lengths)]
-            out.append(group)
-        return out
-
     def evaluate(self, live: Live, steps_done: int) -> dict:
         """Greedy accuracy on the held-out set; appends and returns the evaluation row."""
         t0 = time.perf_counter()
@@ -413,16 +366,7 @@ class Trainer:
         rollouts = live.engine.sample(prompt_ids, 1, greedy, seed=0)
         completions = decode_completions(live.tokenizer, rollouts)
         scores = guarded_score(live.c.reward, completions, [e.reference for e in examples])
-        rewards = scores.values
-        row = {
-            "step": steps_done,
-            "eval/accuracy": sum(r > CORRECT_THRESHOLD for r in rewards) / len(rewards),
-            "eval/mean_reward": sum(rewards) / len(rewards),
-            "eval/mean_completion_length": float(rollouts.lengths_PG.float().mean()),
-            "eval/examples": len(examples),
-            **scores.fractions("eval/reward_"),
-            "eval_time_s": time.perf_counter() - t0,
-        }
+        row = eval_row(steps_done, scores, rollouts, time.perf_counter() - t0)
         self._emit(live, row)
         live.evals.append(row)
         return row
@@ -445,72 +389,3 @@ class Trainer:
             "config": live.c.config,
         }
         live.checkpoints.save(steps_done, live.backend.save, state, final=final)
-
-
-def guarded_score(reward: Reward, completions: Sequence[str], references: Sequence[str]) -> Scores:
-    """The verifier's `Scores`, with one bad completion never stopping the run: a verifier that raises on
-    the batch, or returns the wrong number of rewards or a non-finite one, is asked again one completion
-    at a time; a completion it still fails on scores 0.0 and counts as an error. A ConfigError stops the run."""
-    try:
-        scores = reward.score(completions, references)
-        if len(scores.values) == len(completions) and all(math.isfinite(v) for v in scores.values):
-            return scores
-        raise ValueError(f"{len(scores.values)} rewards for {len(completions)} completions, or one not finite")
-    except ConfigError:  # not a bad completion: the verifier cannot work at all (no API key)
-        raise
-    except Exception as err:  # noqa: BLE001 - any verifier failure is contained here and counted
-        log.warning("reward %s failed on the batch (%r): scoring one completion at a time", type(reward).__name__, err)
-    parts = []
-    for completion, reference in zip(completions, references):
-        try:
-            part = reward.score([completion], [reference])
-            if len(part.values) != 1 or not math.isfinite(part.values[0]):
-                raise ValueError(part.values)
-            parts.append(part)
-        except Exception:  # noqa: BLE001
-            parts.append(Scores([0.0], errors=1))
-    return Scores(
-        [p.values[0] for p in parts],
-        timeouts=sum(p.timeouts for p in parts),
-        errors=sum(p.errors for p in parts),
-        parse_failures=sum(p.parse_failures for p in parts),
-    )
-
-
-def prompts_at(data: DataSource, step: int, position: int, size: int) -> list[Example]:
-    """The `size` training examples at positions position, position+1, … of the data stream, so a run whose
-    batch size changes (back pressure) still sees every example once per epoch, in order. While every step
-    had `size` prompts (position = step·size) this is `data.batch(step, size)`, the source's own call;
-    otherwise position k is `data.batch(k, 1)`, which is position k for every source that orders by
-    `rlvr.data.order.batch_indices` (all built-in ones): k = step·size + i with size 1."""
-    if position == step * size:
-        return data.batch(step, size)
-    return [data.batch(k, 1)[0] for k in range(position, position + size)]
-
-
-def token_pieces(tokenizer, rollouts: Rollouts) -> list[list[str]]:
-    """Each completion's tokens as the tokenizer's raw pieces (what the planning detector reads)."""
-    lengths = rollouts.lengths_PG.tolist()
-    return [tokenizer.convert_ids_to_tokens(row[:n]) for row, n in zip(rollouts.tokens_PG_T.tolist(), lengths)]
-
-
-def decode_completions(tokenizer, rollouts: Rollouts) -> list[str]:
-    """Completion text without the EOS and padding (special tokens are dropped)."""
-    rows = [
-        [t for t, m in zip(tokens, mask, strict=True) if m]
-        for tokens, mask in zip(rollouts.tokens_PG_T.tolist(), rollouts.mask_PG_T.tolist(), strict=True)
-    ]
-    return tokenizer.batch_decode(rows, skip_special_tokens=True)
-
-
-def _console_line(row: dict, evaluation: dict | None) -> str:
-    parts = [
-        f"step {row['step'] + 1}",
-        f"reward {row['mean_reward']:.3f}",
-        f"correct {row['correct_rate']:.3f}",
-        f"loss {row['loss']:+.4f}",
-        f"{row['step_time_s']:.3f} s/step",
-    ]
-    if evaluation is not None:
-        parts.insert(3, f"eval {evaluation['eval/accuracy']:.3f}")
-    return " | ".join(parts)

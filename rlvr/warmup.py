@@ -1,5 +1,6 @@
-"""The SFT warm-up phase (spec §1.9, reshaped): supervised steps on the data source's demonstrations,
+"""The SFT warm-up phase (retrain's, reshaped): supervised steps on the data source's demonstrations,
 run before RL on all weights of the base model, cached so a second run with the same inputs skips it.
+retrain's warm-up is described in docs/predecessor.md#the-training-step.
 
 Each step draws `batch_size` demonstrations in the seeded order of rlvr/data/order.py, tokenizes
 `prompt + completion + EOS`, and minimises the mean cross-entropy over completion tokens (EOS
@@ -27,15 +28,19 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
-
-import torch
-from safetensors.torch import load_model, save_model
-from torch import nn
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from rlvr.data.order import batch_indices
+from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import encode_prompts
 from rlvr.types import Demonstration
+
+if TYPE_CHECKING:
+    from torch import nn
+    from transformers import PreTrainedTokenizerBase
+
+torch = lazy_import("torch")
+safetensors_torch = lazy_import("safetensors.torch")
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,7 @@ class Warmup:
         """Train `model` in place (or load it from the cache); returns facts for summary.json."""
         entry = Path(os.path.expanduser(self.cache_dir)) / key if self.cache_dir else None
         if entry is not None and (entry / "model.safetensors").exists():
-            load_model(model, entry / "model.safetensors")
+            safetensors_torch.load_model(model, entry / "model.safetensors")
             log_row({"step": self.steps, "cached": str(entry)})
             return {"steps": self.steps, "cached": True, "cache_entry": str(entry), "seconds": 0.0}
         t0 = time.perf_counter()
@@ -86,7 +91,7 @@ class Warmup:
         if entry is not None:
             tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
             tmp.mkdir(parents=True, exist_ok=True)
-            save_model(model, str(tmp / "model.safetensors"))
+            safetensors_torch.save_model(model, str(tmp / "model.safetensors"))
             try:
                 tmp.rename(entry)
             except OSError:  # another run filled the same entry first: identical content, keep theirs

@@ -7,11 +7,16 @@ import torch
 from torch import Tensor
 
 from rlvr.algorithm.loss import PolicyLoss
+from rlvr.protocols import Needs
 from rlvr.types import Scores
 
 
 class NaNOnCalls:
     """GRPO advantages, except that the calls listed in `calls` (0-based) return NaN."""
+
+    @classmethod
+    def needs(cls, settings) -> Needs:
+        return PolicyLoss.needs(settings["loss"])
 
     def __init__(self, loss: PolicyLoss, calls: list[int]) -> None:
         self.loss, self.calls, self.seen = loss, set(calls), 0
@@ -27,6 +32,10 @@ class NaNOnCalls:
 
 class FlakyReward:
     """Exact match, but raises on any completion that starts with `poison`."""
+
+    @classmethod
+    def needs(cls, settings) -> Needs:
+        return Needs()
 
     def __init__(self, poison: str) -> None:
         self.poison = poison

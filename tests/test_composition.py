@@ -7,7 +7,9 @@ from hydra.utils import get_class, get_method, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from composing import CONF_DIR, compose_config, groups, options
-from rlvr.run import ConfigError, check, check_components, condition_label
+from rlvr.protocols import Needs
+from rlvr.requirements import EnvVar
+from rlvr.run import ConfigError, build_all, check, check_components, condition_label
 
 GROUPS = groups()  # read from conf/ (nested groups as algorithm/loss), so a new option file is tested here
 OPTIONS = [(g, o) for g in GROUPS for o in options(g)]
@@ -118,30 +120,32 @@ def test_all_mistakes_are_reported_together():
 
 
 class EntropyHungry:
-    needs_entropy = True
-    needs_planning = False
+    """A new transform with a new requirement: it declares it in its own `needs`, nothing else changes."""
+
+    @classmethod
+    def needs(cls, settings):
+        return Needs(requires={"entropy": "it reads the whole distribution"}, machine=(
+            EnvVar("RLVR_TEST_NO_SUCH_KEY", "transform.key_env"),))
 
 
-class NoEntropyEngine:
-    provides_entropy = False
-
-
-def test_entropy_transform_with_an_engine_that_cannot_give_it_fails_early():
-    from types import SimpleNamespace
-
-    cfg = compose_config([])
-    cfg.engine._target_ = f"{__name__}.NoEntropyEngine"
-    c = SimpleNamespace(transform=EntropyHungry(), data=SimpleNamespace(demonstrations=lambda: [1]),
-                        preset=instantiate(cfg.model), reward=instantiate(cfg.reward))
-    with pytest.raises(ConfigError, match="needs full-distribution entropy"):
-        check_components(cfg, c)
+def test_what_a_component_declares_is_checked_before_anything_is_built(monkeypatch):
+    monkeypatch.delenv("RLVR_TEST_NO_SUCH_KEY", raising=False)
+    cfg = compose_config(["engine=vllm"])
+    cfg.transform = OmegaConf.create({"_target_": f"{__name__}.EntropyHungry"})
+    with pytest.raises(ConfigError) as err:
+        build_all(cfg)
+    assert str(err.value).splitlines()[1:] == [
+        f"  transform <{__name__}.EntropyHungry> needs full-distribution entropy at each sampled position (it reads "
+        "the whole distribution), which no chosen component gives: choose engine=pytorch",
+        f"  transform <{__name__}.EntropyHungry>: needs an API key in $RLVR_TEST_NO_SUCH_KEY: $RLVR_TEST_NO_SUCH_KEY "
+        "is not set (transform.key_env names it)",
+    ]
 
 
 def test_warmup_without_demonstrations_fails_early():
     from types import SimpleNamespace
 
     cfg = compose_config(["data=math"])  # trainer=cpu warms up; MATH has no demonstrations
-    c = SimpleNamespace(transform=instantiate(cfg.transform), data=SimpleNamespace(demonstrations=lambda: []),
-                        preset=instantiate(cfg.model), reward=instantiate(cfg.reward))
+    c = SimpleNamespace(data=SimpleNamespace(demonstrations=lambda: []))
     with pytest.raises(ConfigError, match="trainer.warmup.steps=800"):
         check_components(cfg, c)

@@ -1,13 +1,20 @@
 """Wrong invocations of `python train.py`, as a user types them: each fails before any model loads,
-says which key or path is wrong and what was expected, and leaves no run folder behind."""
+says which key or path is wrong and what was expected, and leaves no run folder behind.
+
+The cases run in this process (composed as train.py composes them, then `rlvr.run.run`); one runs as the
+real command, to check what the user sees and that torch was never imported."""
 
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+from composing import compose_config
+from rlvr.errors import ConfigError
+from rlvr.run import run
+from rlvr.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU = ["trainer=gpu", "trainer.max_steps=1"]  # no warm-up: these cases fail elsewhere
@@ -67,20 +74,20 @@ CASES = [
 ]
 
 
-def invoke(case, tmp: Path):
-    index, (overrides, _) = case
-    run_dir = tmp / f"run{index}"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RLVR_TEST": "1"}
-    proc = subprocess.run([sys.executable, "train.py", *overrides, f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env=env)
-    return proc, run_dir
+def model_loaded(*args, **kwargs):
+    raise AssertionError("the run started (a model would load now): the mistake was not caught early")
 
 
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("errors")
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(lambda case: invoke(case, tmp), enumerate(CASES)))
+def outcome(overrides: list[str], run_dir: Path) -> str:
+    """What `python train.py <overrides>` reports, run in this process: the error's message."""
+    try:
+        cfg = compose_config(overrides)
+    except Exception as err:  # noqa: BLE001 - Hydra's own composition errors
+        return str(err)
+    with pytest.raises(Exception) as err:  # noqa: PT011 - each case names its own message below
+        run(cfg, run_dir)
+    assert isinstance(err.value, ConfigError), repr(err.value)  # the user's input, reported as such
+    return str(err.value)
 
 
 def test_there_are_at_least_30_cases():
@@ -88,14 +95,36 @@ def test_there_are_at_least_30_cases():
 
 
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[" ".join(c[0]) for c in CASES])
-def test_wrong_invocation_fails_early_and_clearly(index, outcomes):
-    proc, run_dir = outcomes[index]
-    expected = CASES[index][1]
-    output = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    assert expected in output, output[-2500:]
-    assert "loading policy" not in output  # failed before any model was loaded
+def test_wrong_invocation_fails_early_and_clearly(index, tmp_path, monkeypatch, caplog):
+    monkeypatch.delenv("RLVR_TEST_NO_SUCH_KEY", raising=False)
+    monkeypatch.setattr(Trainer, "fit", model_loaded)  # a case that gets this far fails now, not after a run
+    overrides, expected = CASES[index]
+    run_dir = tmp_path / "run"
+    message = outcome(overrides, run_dir)
+    assert expected in message, message[-2500:]
+    assert "loading policy" not in caplog.text  # failed before any model was loaded
     assert not run_dir.exists(), f"left {sorted(p.name for p in run_dir.iterdir())}"
+
+
+def test_as_typed_a_config_error_is_a_message_in_about_a_second(tmp_path):
+    """The real command: exit status 2, the message without a traceback, no run folder left (not even Hydra's
+    .hydra/), and neither torch nor transformers imported (their import is ~6 s of CPU here)."""
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPROFILEIMPORTTIME": "1"}
+    env.pop("TINKER_API_KEY", None)
+    proc = subprocess.run([sys.executable, "train.py", "backend=tinker", "trainer.warmup.steps=0",
+                           "trainer.group_size=1", f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    message = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+    start = message.index("rlvr.errors.ConfigError: invalid config:")  # then every problem, one a line
+    assert "  trainer.group_size=1: every group's rewards tie, so no step would train (need >= 2)" in message[start:]
+    assert ("  backend <rlvr.backend.tinker.TinkerBackend>: needs an API key in $TINKER_API_KEY: $TINKER_API_KEY is "
+            "not set (backend.api_key_env names it)") in message[start:]
+    assert "Traceback" not in proc.stderr
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert not imported & {"torch", "transformers", "peft", "tinker", "vllm"}, sorted(imported)[:20]
+    assert not run_dir.exists()
 
 
 def test_an_unwritable_run_folder_is_named(tmp_path):

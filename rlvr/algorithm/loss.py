@@ -1,4 +1,4 @@
-"""The policy loss every algorithm trains with (spec §4.2, §4.5, §4.6).
+"""The policy loss every algorithm trains with (docs/algorithms.md#policy-loss).
 
 Per completion token t with advantage A ≠ 0:
 
@@ -14,17 +14,24 @@ both the sum and the count. Both log-probabilities are of the temperature-scaled
 sampler drew from (see rlvr/types.py Rollouts), so an on-policy step has r = 1 and the gradient is
 REINFORCE's. There is no KL term.
 
-`adv_clip_max` > 0 caps non-zero token advantages to [−cap, cap] before the loss (§4.6; not ratio
-clipping). Metrics: adv_cap_fraction (capped / non-zero), adv_cap_magnitude (mean |a| of the capped
-values before the clamp).
+`adv_clip_max` > 0 caps non-zero token advantages to [−cap, cap] before the loss (not ratio clipping;
+docs/algorithms.md#advantage-cap). Metrics: adv_cap_fraction (capped / non-zero), adv_cap_magnitude
+(mean |a| of the capped values before the clamp).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor
+from rlvr.lazy import lazy_import
+from rlvr.protocols import Needs
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_import("torch")
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,12 @@ class PolicyLoss:
     clip_eps: float
     clip_eps_high: float
     adv_clip_max: float
+
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        if settings["clip_eps"] > 0:
+            return Needs(requires={"ratio_clipping": f"algorithm.loss.clip_eps={settings['clip_eps']}"})
+        return Needs()
 
     def __post_init__(self) -> None:
         if self.clip_eps < 0 or self.clip_eps_high < 0 or self.adv_clip_max < 0:

@@ -1,4 +1,4 @@
-"""MaxRL episode advantages (spec §2.2):
+"""MaxRL episode advantages (docs/algorithms.md#maxrl):
 
     μ = mean(r) over the group
     A_i = (r_i − μ) / (μ + eps)     if μ > eps
@@ -6,23 +6,33 @@
 
 eps = 1e-6 (YAML). Dividing by the success rate weights rare successes heavily: 1 correct of 16
 (μ = 0.0625) gives the correct sample ≈ +15.0 and each wrong one ≈ −1.0, which is why an advantage
-cap (`loss.adv_clip_max`, §4.6) exists.
+cap (`loss.adv_clip_max`, rlvr/algorithm/loss.py) exists.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from rlvr.algorithm.loss import PolicyLoss
+from rlvr.lazy import lazy_import
+from rlvr.protocols import Needs
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_import("torch")
 
 
 @dataclass(frozen=True)
 class MaxRL:
     loss: PolicyLoss
     eps: float
+
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return PolicyLoss.needs(settings["loss"])
 
     def advantages(self, rewards_P_G: Tensor) -> Tensor:
         mean_P_1 = rewards_P_G.mean(-1, keepdim=True)

@@ -1,4 +1,4 @@
-"""REINFORCE++ (spec §2.3–2.4): GRPO's group baseline A_i = r_i − mean(r), then, when `batch_norm` is
+"""REINFORCE++ (docs/algorithms.md#reinforce_pp): GRPO's group baseline A_i = r_i − mean(r), then, when `batch_norm` is
 on, a batch-level z-score of the token advantages after the token transform:
 
     values = every token advantage of the step that is ≠ 0          (token-weighted; 0 = no signal)
@@ -12,12 +12,18 @@ Metrics: batch_adv_count, batch_adv_mean, batch_adv_std (before normalisation).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from rlvr.algorithm.loss import PolicyLoss
+from rlvr.lazy import lazy_import
+from rlvr.protocols import Needs
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_import("torch")
 
 STD_EPS = 1e-8
 
@@ -26,6 +32,10 @@ STD_EPS = 1e-8
 class ReinforcePP:
     loss: PolicyLoss
     batch_norm: bool
+
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return PolicyLoss.needs(settings["loss"])
 
     def advantages(self, rewards_P_G: Tensor) -> Tensor:
         return rewards_P_G - rewards_P_G.mean(-1, keepdim=True)

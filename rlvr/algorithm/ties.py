@@ -1,4 +1,4 @@
-"""Reward ties (spec §1.3, §4.7): groups whose rewards all tie carry no learning signal.
+"""Reward ties (docs/algorithms.md#reward-ties): groups whose rewards all tie carry no learning signal.
 
 Rewards within 1e-6 of a bucket's first (sorted) value are one bucket. A group is *uniform* when it has
 one bucket; the trainer zeroes its advantages so it leaves the loss (the predecessor's "skipped"
@@ -7,7 +7,11 @@ group). Step metrics keep the predecessor's names.
 
 from __future__ import annotations
 
-from torch import Tensor
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
 
 TIE_EPS = 1e-6
 

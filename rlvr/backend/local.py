@@ -9,9 +9,9 @@ logits at the position before it, divided by the rollouts' sampling temperature:
 the distribution the sampler drew from (see rlvr/types.py Rollouts). Optimizer: AdamW with the betas,
 eps and weight decay of `conf/backend/local.yaml`; the learning rate is set by the trainer each step
 (constant unless a schedule is configured there). `grad_clip_norm` > 0 clips the global gradient norm
-(the predecessor had no clipping locally, spec §1.7); the pre-clip norm is always reported. One
-optimizer update per step; micro-batches accumulate gradients with the token-share scaling of
-spec §4.5, so `micro_batch_size` changes memory, not the objective.
+(the predecessor had no clipping locally); the pre-clip norm is always reported. One optimizer update
+per step; each micro-batch adds Σ ℓ over its tokens / the whole step's count of tokens with a non-zero
+advantage (rlvr/algorithm/loss.py), so `micro_batch_size` changes memory, not the objective.
 
 A step whose loss or gradient norm is not finite leaves the weights and the optimizer untouched and
 reports `train/nonfinite_skip: 1` (the trainer stops the run after too many in a row).
@@ -26,16 +26,23 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
-
-import torch
-from peft import PeftModel, get_peft_model, set_peft_model_state_dict
-from safetensors.torch import load_file, load_model, save_model
-from torch import Tensor, nn
+from typing import TYPE_CHECKING, Any
 
 from rlvr.algorithm.loss import PolicyLoss
+from rlvr.lazy import lazy_import
 from rlvr.model.lora import LoraSpec
+from rlvr.protocols import Needs
+from rlvr.requirements import CudaDevice
 from rlvr.types import TrainBatch
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+
+torch = lazy_import("torch")
+peft = lazy_import("peft")
+safetensors_torch = lazy_import("safetensors.torch")
 
 LOGIT_CHUNK = 2**28
 """fp32 logit elements materialised at once when computing training log-probabilities (1 GiB)."""
@@ -48,6 +55,12 @@ def resolve_device(device: str) -> torch.device:
 
 
 class LocalBackend:
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        device = settings["device"]
+        machine = (CudaDevice(device),) if device == "auto" or device.startswith("cuda") else ()
+        return Needs(provides=frozenset({"local_policy", "ratio_clipping"}), machine=machine)
+
     def __init__(
         self,
         model: nn.Module,
@@ -69,7 +82,7 @@ class LocalBackend:
             model.config.use_cache = False
         if lora is not None:
             torch.manual_seed(lora_seed)  # LoRA A matrices are drawn at wrap time
-            model = get_peft_model(model, lora.to_peft())
+            model = peft.get_peft_model(model, lora.to_peft())
         self._policy = model
         self.pad_id = pad_id
         self.grad_clip_norm = grad_clip_norm
@@ -169,20 +182,20 @@ class LocalBackend:
         """The adapter (`save_pretrained`: adapter_model.safetensors + adapter_config.json) or the full
         weights (model.safetensors + config.json, loadable by `from_pretrained`), plus `optimizer.pt`."""
         path.mkdir(parents=True, exist_ok=True)
-        if isinstance(self._policy, PeftModel):
+        if isinstance(self._policy, peft.PeftModel):
             self._policy.save_pretrained(path)
         else:
-            save_model(self._policy, str(path / "model.safetensors"))  # tied weights are stored once
+            safetensors_torch.save_model(self._policy, str(path / "model.safetensors"))  # tied weights are stored once
             self._policy.config.save_pretrained(path)
         torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
 
     def load(self, path: Path) -> None:
         """Restore what `save` wrote: weights and optimizer moments, exactly."""
-        if isinstance(self._policy, PeftModel):
-            state = load_file(path / "adapter_model.safetensors", device=str(self.device))
-            result = set_peft_model_state_dict(self._policy, state)
+        if isinstance(self._policy, peft.PeftModel):
+            state = safetensors_torch.load_file(path / "adapter_model.safetensors", device=str(self.device))
+            result = peft.set_peft_model_state_dict(self._policy, state)
             if result.unexpected_keys:
                 raise ValueError(f"{path}: adapter does not fit this model ({result.unexpected_keys[:3]} …)")
         else:
-            load_model(self._policy, str(path / "model.safetensors"), device=str(self.device))
+            safetensors_torch.load_model(self._policy, str(path / "model.safetensors"), device=str(self.device))
         self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device))

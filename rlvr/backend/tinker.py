@@ -1,4 +1,4 @@
-"""`backend=tinker`: LoRA training on the Tinker service (spec §4.8, §5.5); `engine=tinker` samples from it.
+"""`backend=tinker`: LoRA training on the Tinker service; `engine=tinker` samples from it.
 
 Nothing of the model is loaded here: the trainer loads only the tokenizer (`remote = True`). At start,
 `ServiceClient(api_key=…, base_url=…).create_lora_training_client(base_model, rank, seed)` opens one
@@ -20,17 +20,18 @@ sequence (tinker docs "Loss functions"; tinker-cookbook `trajectory_to_data`):
 N = the step's tokens with a non-zero advantage (over all rows). Prompt positions carry advantage 0 and
 so add nothing to the loss. The 1/N makes the service's summed loss the local backend's token-level mean
 (rlvr/algorithm/loss.py; the predecessor sent raw advantages and divided the reported loss by the number of
-datums, spec §4.8): `grad_clip_norm` and the learning rate mean what they mean locally, and the reported
-`loss` is the service's `loss:sum`. (This holds for losses linear in the advantages: importance_sampling,
-ppo, cispo.) Rows whose advantages are all 0 are not sent; a completion is never empty (a sampled row has at
-least one token), and a prompt must have at least one token.
+datums, docs/predecessor.md#tinker): `grad_clip_norm` and the learning rate mean what they mean locally,
+and the reported `loss` is the service's `loss:sum`. (This holds for losses linear in the advantages:
+importance_sampling, ppo, cispo.) Rows whose advantages are all 0 are not sent; a completion is never
+empty (a sampled row has at least one token), and a prompt must have at least one token.
 
 Losses: `backend.loss_fn` is any of the SDK's `LossFnType` but `custom`/`cross_entropy` (RL needs
 advantages). `algorithm.loss.clip_eps` > 0 needs a clipping loss (ppo, cispo): the service gets
 `clip_low_threshold = 1 − ε`, `clip_high_threshold = 1 + ε_high`. The service computes training
 log-probabilities at temperature 1, so sample at trainer.sampling.temperature=1 for an on-policy ratio of 1
-(a warning says so otherwise; spec §4.1 [verify]). A non-finite loss is reported, not skipped: gradients
-accumulate on the service until `optim_step`, so there is nothing clean to skip to.
+(a warning says so otherwise; the predecessor sampled at T = 0.7 against these T = 1 log-probabilities).
+A non-finite loss is reported, not skipped: gradients accumulate on the service until `optim_step`, so
+there is nothing clean to skip to.
 
 LoRA: rank from `model.lora.rank`; `train_attn`/`train_mlp`/`train_unembed` from whether
 `model.lora.target_modules` names attention projections, MLP projections, or `lm_head`. Tinker has no alpha
@@ -38,19 +39,19 @@ or dropout knob: `model.lora.alpha`/`dropout` do not apply. Full fine-tuning is 
 
 Every SDK call goes through `Calls`: inside the campaign's `Throttle` (a no-op for a single run), on a
 daemon thread that the caller waits for at most `call_timeout_s` (the SDK can block silently for minutes
-against an unreachable service, notes/environment.md §4), retried `retries` times after `backoff_s`, 2·…,
+against an unreachable service, docs/environment.md#tinker-sdk), retried `retries` times after `backoff_s`, 2·…,
 4·… seconds on connection errors, timeouts, HTTP 429/5xx and server-side request failures; any other error,
 or the last failure, raises `TinkerCallError` naming the call. forward_backward and optim_step change state
 on the service, so once sent they are retried only after a 429 (see `Calls.call_all`).
 
-Checkpoints (`save`/`load`): `save_state(name)` — weights *and* optimizer state, which a resume needs (spec
-§5.5 [verify]: the predecessor resumed with `load_state`, weights only, so Adam restarted from zero) — and
+Checkpoints (`save`/`load`): `save_state(name)` — weights *and* optimizer state, which a resume needs (the
+predecessor resumed with `load_state`, weights only, so Adam restarted from zero) — and
 `save_weights_for_sampler(name)`; their `tinker://` paths go to `tinker_state.json` in the checkpoint folder.
 `load` calls `load_state_with_optimizer(state_path)` on the run's training client and refreshes the sampler.
 
 The API key is read from the environment variable `api_key_env` and passed to the client; it is never kept
 on this object, logged, or written anywhere. A missing key is a `ConfigError` before anything loads
-(`check_available`, called by rlvr/run.py).
+(an `EnvVar` requirement in `needs`, checked by rlvr/run.py at start).
 """
 
 from __future__ import annotations
@@ -61,25 +62,29 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, get_args
-
-import tinker
-import torch
-from tinker import types
+from typing import Any
 
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.throttle import Throttle
 from rlvr.errors import ConfigError
+from rlvr.lazy import lazy_import
 from rlvr.model.lora import LoraSpec
+from rlvr.protocols import Needs
+from rlvr.requirements import EnvVar, Package, Setting
 from rlvr.types import TrainBatch
+
+tinker = lazy_import("tinker")  # the SDK's import costs ~5 s (it imports torch)
+torch = lazy_import("torch")
 
 log = logging.getLogger("rlvr")
 
 STATE_FILE = "tinker_state.json"
-RL_LOSSES = tuple(name for name in get_args(types.LossFnType) if name not in ("custom", "cross_entropy"))
+RL_LOSSES = ("importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce")
+"""The SDK's `LossFnType` but custom and cross_entropy (tests/backend/test_tinker_backend.py checks it against the
+installed SDK): named here so that checking a config need not import the SDK."""
 CLIPPING_LOSSES = ("ppo", "cispo")
 ATTENTION = {"q_proj", "k_proj", "v_proj", "o_proj"}
 MLP = {"gate_proj", "up_proj", "down_proj"}
@@ -196,8 +201,22 @@ class TinkerPolicy:
 
 
 class TinkerBackend:
-    remote: ClassVar[bool] = True
-    """The policy lives on the service: the trainer loads only the tokenizer."""
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        loss_fn, base_model = settings["loss_fn"], settings["base_model"]
+        clipping = frozenset({"ratio_clipping"}) if loss_fn in CLIPPING_LOSSES else frozenset()
+        return Needs(
+            provides=frozenset({"remote_policy"}) | clipping,
+            requires={"lora": "it trains LoRA adapters only"},
+            machine=(
+                Package("tinker", "pip install -e '.[tinker]'"),
+                EnvVar(settings["api_key_env"], "backend.api_key_env"),
+                Setting("backend.base_model", bool(base_model), "backend.base_model is null: name the Tinker base "
+                        "model (e.g. Qwen/Qwen3-4B-Instruct-2507; presets with model.name_or_path fill it in)"),
+                Setting("backend.loss_fn", loss_fn in RL_LOSSES, f"backend.loss_fn={loss_fn!r}: expected one of "
+                        f"{', '.join(RL_LOSSES)}"),
+            ),
+        )
 
     def __init__(
         self,
@@ -218,9 +237,12 @@ class TinkerBackend:
         client: Callable[..., Any],
         throttle_dir: str | None = None,
     ) -> None:
-        self.check_available(api_key_env, base_model, loss_fn)
+        settings = {"loss_fn": loss_fn, "base_model": base_model, "api_key_env": api_key_env}
+        problems = [f.detail for r in self.needs(settings).machine if (f := r.check()).status == "missing"]
         if lora is None:
-            raise ConfigError("model.lora=null: backend=tinker trains LoRA adapters only; choose a preset with lora")
+            problems.append("model.lora=null: backend=tinker trains LoRA adapters only; choose a preset with lora")
+        if problems:
+            raise ConfigError("; ".join(problems))
         if call_timeout_s <= 0 or retries < 0 or backoff_s < 0:
             raise ConfigError(f"backend.call_timeout_s={call_timeout_s} must be > 0, backend.retries={retries} and "
                               f"backend.backoff_s={backoff_s} >= 0")
@@ -238,22 +260,6 @@ class TinkerBackend:
         ))
         self._policy = self._new_policy()
         log.info("tinker training run on %s, LoRA rank %d, loss %s", base_model, lora.rank, loss_fn)
-
-    @staticmethod
-    def check_available(api_key_env: str, base_model: str | None, loss_fn: str) -> None:
-        """Config checks that need no service (run.py calls this before anything loads): the API key's
-        variable is set, a base model is named, the loss is one the SDK knows for RL."""
-        errors = []
-        if not os.environ.get(api_key_env):
-            errors.append(f"backend.api_key_env={api_key_env!r}: the environment variable {api_key_env} is not set "
-                          "(export your Tinker API key under that name)")
-        if not base_model:
-            errors.append("backend.base_model is null: name the Tinker base model (e.g. Qwen/Qwen3-4B-Instruct-2507; "
-                          "presets with model.name_or_path fill it in)")
-        if loss_fn not in RL_LOSSES:
-            errors.append(f"backend.loss_fn={loss_fn!r}: expected one of {', '.join(RL_LOSSES)}")
-        if errors:
-            raise ConfigError("; ".join(errors))
 
     @property
     def policy(self) -> TinkerPolicy:
@@ -280,7 +286,7 @@ class TinkerBackend:
         datums, tokens = datums_of(batch)
         fwd = self.calls.call("forward_backward", lambda: self.training.forward_backward(
             datums, loss_fn=self.loss_fn, loss_fn_config=config), idempotent=False)
-        adam = types.AdamParams(learning_rate=lr, beta1=self.betas[0], beta2=self.betas[1], eps=self.eps,
+        adam = tinker.types.AdamParams(learning_rate=lr, beta1=self.betas[0], beta2=self.betas[1], eps=self.eps,
                                 weight_decay=self.weight_decay, grad_clip_norm=self.grad_clip_norm)
         opt = self.calls.call("optim_step", lambda: self.training.optim_step(adam), idempotent=False)
         self.steps += 1
@@ -327,7 +333,7 @@ class TinkerBackend:
         log.info("tinker state %s loaded (%d optimizer steps)", record["state_path"], self.steps)
 
 
-def datums_of(batch: TrainBatch) -> tuple[list[types.Datum], int]:
+def datums_of(batch: TrainBatch) -> tuple[list[tinker.types.Datum], int]:
     """One Datum per completion row with a non-zero advantage (alignment in the module docstring), and N,
     the number of completion tokens with a non-zero advantage."""
     ro = batch.rollouts
@@ -342,8 +348,8 @@ def datums_of(batch: TrainBatch) -> tuple[list[types.Datum], int]:
         n = int(ro.mask_PG_T[r].sum())
         completion = ro.tokens_PG_T[r, :n].tolist()
         pad = [0.0] * (len(prompt) - 1)
-        datums.append(types.Datum(
-            model_input=types.ModelInput.from_ints(prompt + completion[:-1]),
+        datums.append(tinker.types.Datum(
+            model_input=tinker.types.ModelInput.from_ints(prompt + completion[:-1]),
             loss_fn_inputs={
                 "target_tokens": tensor(prompt[1:] + completion, torch.int64),
                 "logprobs": tensor(pad + ro.logprobs_PG_T[r, :n].tolist(), torch.float32),
@@ -353,5 +359,5 @@ def datums_of(batch: TrainBatch) -> tuple[list[types.Datum], int]:
     return datums, total
 
 
-def tensor(values: list, dtype: torch.dtype) -> types.TensorData:
-    return types.TensorData.from_torch(torch.tensor(values, dtype=dtype))
+def tensor(values: list, dtype: torch.dtype) -> tinker.types.TensorData:
+    return tinker.types.TensorData.from_torch(torch.tensor(values, dtype=dtype))

@@ -6,10 +6,17 @@ nothing, so a run without back pressure writes exactly the rows it wrote before 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from rlvr.protocols import Needs
 
 
 class NoBackPressure:
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return Needs()
+
     def batch_size(self, step: int, configured: int) -> int:
         return configured
 

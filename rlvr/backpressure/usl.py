@@ -1,4 +1,4 @@
-"""`backpressure=usl`: adapt the prompts per step to the throughput the machine shows (spec §11).
+"""`backpressure=usl`: adapt the prompts per step to the throughput the machine shows (after retrain's controller).
 
 Model (Gunther's Universal Scalability Law), with p = completions per step = batch size · group size G:
 
@@ -47,7 +47,7 @@ bp_regime (warmup | retrograde | memory_bound | optimal), bp_p_star (in completi
 bp_sigma, bp_kappa, bp_utilization = EMA / (λ·C(p*)) (0 in the sweep, 1.0 before a fit), bp_throughput = the
 EMA in tokens/s.
 
-Deliberate differences from spec §11 (retrain's controller):
+Deliberate differences from retrain's controller (whose knobs' defaults the YAML keeps):
 - the fit is recomputed from the window each step with p scaled by the window's largest p, instead of
   running sums of p⁰ … p⁴ updated incrementally: at p ~ 10³ the p⁴ sums reach 10¹⁴–10¹⁶, where adding and
   subtracting loses the digits Cramer's rule needs; re-summing ≤ `window` points costs nothing;
@@ -68,9 +68,11 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from rlvr.protocols import Needs
 
 EPS = 1e-8
 MEMORY_BOUND_RATIO = 1.1
@@ -173,6 +175,10 @@ def classify(p: float, fit: USLFit | None, ema: float, throttle_margin: float) -
 
 class USLBackPressure:
     """Warm-up sweep, windowed USL fit, throttle/increase with hysteresis; see the module docstring."""
+
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return Needs()
 
     def __init__(
         self,

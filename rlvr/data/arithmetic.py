@@ -8,16 +8,20 @@ Warm-up demonstrations come from a deliberately noisy supervisor: a fraction `ca
 them is labelled with the digit-wise sum without carries (47+38 → "75"), the rest with the true sum. The
 warmed-up policy then answers no-carry problems well and samples the right carry only some of the time,
 which is the regime where RL with the exact-answer verifier visibly lifts held-out accuracy within a few
-hundred steps on a CPU (notes/cpu-learning.md, "design B").
+hundred steps on a CPU (in the prototype, mean held-out greedy accuracy of 3 seeds went 0.39 → 0.87 in
+300 GRPO steps; docs/cpu-recipe.md#design-b).
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from rlvr.data.order import batch_indices
+from rlvr.protocols import Needs
 from rlvr.types import Demonstration, Example
 
 
@@ -37,6 +41,10 @@ class Arithmetic:
     eval_size: int
     split_seed: int
     carryless_fraction: float
+
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return Needs()
 
     def __post_init__(self) -> None:
         total = 10 ** (2 * self.digits)

@@ -3,16 +3,19 @@ run sees exactly the prompts it would have seen.
 
 Position k of the stream (k = step·batch_size + i) is example `perm_e[k mod N]` of epoch e = k // N,
 where `perm_e` is a permutation drawn from `random.Random(f"{seed}:{e}")`: every example is seen once
-per epoch, and each epoch has its own order. The predecessor walked MATH subject by subject with no
-shuffle (spec §1.3 step 5); a seeded shuffle avoids training on one subject at a time, and
+per epoch, and each epoch has its own order. The predecessor walked the examples round-robin in source
+order with no shuffle, i.e. MATH subject by subject; a seeded shuffle avoids training on one subject at a time, and
 `data.shuffle: false` keeps the old order for a like-for-like replication.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from functools import lru_cache
+from typing import Any
 
+from rlvr.protocols import DataSource, Needs
 from rlvr.types import Demonstration, Example
 
 
@@ -44,6 +47,10 @@ class ExampleList:
     _train: list[Example]
     _eval: list[Example]
 
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return Needs()
+
     def batch(self, step: int, size: int) -> list[Example]:
         return [self._train[i] for i in batch_indices(step, size, len(self._train), self.seed, self.shuffle)]
 
@@ -52,3 +59,14 @@ class ExampleList:
 
     def demonstrations(self) -> list[Demonstration]:
         return []
+
+
+def prompts_at(data: DataSource, step: int, position: int, size: int) -> list[Example]:
+    """The `size` training examples at positions position, position+1, … of the data stream, so a run whose
+    batch size changes (back pressure) still sees every example once per epoch, in order. While every step
+    had `size` prompts (position = step·size) this is `data.batch(step, size)`, the source's own call;
+    otherwise position k is `data.batch(k, 1)`, which is position k for every source that orders by
+    `rlvr.data.order.batch_indices` (all built-in ones): k = step·size + i with size 1."""
+    if position == step * size:
+        return data.batch(step, size)
+    return [data.batch(k, 1)[0] for k in range(position, position + size)]

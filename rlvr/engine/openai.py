@@ -61,7 +61,7 @@ reach the server exactly (|Δ| ≈ 2e-7 in fp32).
 
 The API key: `api_key_env: null` sends none (a local server); otherwise the key is read from that
 environment variable at each request and only ever put in the `Authorization: Bearer` header, never on the
-object, in a message or in a file. The engine gives no entropy (`provides_entropy = False`). Every setting
+object, in a message or in a file. The engine gives no entropy (its `needs` do not provide `entropy`). Every setting
 comes from conf/engine/openai.yaml: the constructor has no defaults of its own.
 """
 
@@ -73,18 +73,25 @@ import tempfile
 import time
 import uuid
 import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
-
-import torch
-from torch import Tensor, nn
+from typing import TYPE_CHECKING, Any
 
 from rlvr.engine.policy_files import is_lora, save_adapter, save_base, save_full
 from rlvr.engine.rows import rollouts_from_rows
 from rlvr.errors import ConfigError
-from rlvr.openai_api import OpenAIClient, ServerError, excerpt, read_api_key
+from rlvr.lazy import lazy_import, no_grad
+from rlvr.openai_api import OpenAIClient, ServerError, excerpt, probe_models
+from rlvr.protocols import Finding, Needs
+from rlvr.requirements import EnvVar
 from rlvr.seeds import sub_seed
 from rlvr.types import Rollouts, SamplingParams
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+
+torch = lazy_import("torch")
 
 log = logging.getLogger("rlvr")
 
@@ -101,8 +108,44 @@ class PolicySyncError(RuntimeError):
     """The server cannot be made to sample from the current policy, or does not."""
 
 
+SERVER_CHECK_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class ServerServes:
+    """The server answers `GET {base_url}/models` and lists `model` (checked by `rlvr doctor`; a run checks the
+    same in `connect`)."""
+
+    base_url: str
+    model: str
+    api_key_env: str | None
+    item: str = "server"
+    at_start: bool = False
+
+    def check(self) -> Finding:
+        listing = probe_models(self.base_url, self.api_key_env, SERVER_CHECK_TIMEOUT_S)
+        if listing.status == 401:
+            which = f"${self.api_key_env}" if self.api_key_env else "no key (engine.api_key_env is null)"
+            return Finding("missing", f"GET {listing.url} answered HTTP 401: the server refuses {which}")
+        if listing.status is None:
+            return Finding("missing", f"GET {listing.url} is not answering ({listing.failure})")
+        if listing.failure is not None:
+            return Finding("missing", f"GET {listing.url} answered {listing.failure}")
+        if self.model not in listing.models:
+            return Finding("missing", f"{self.base_url} does not serve engine.model={self.model!r} (it serves "
+                                      f"{list(listing.models)})")
+        return Finding("ok", f"{self.base_url} answers and serves {self.model!r}")
+
+
 class OpenAIEngine:
-    provides_entropy: ClassVar[bool] = False
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        key = settings["api_key_env"]
+        return Needs(
+            requires={"local_policy": "it pushes the trained module's weights to the server after each step"},
+            machine=(*((EnvVar(key, "engine.api_key_env"),) if key else ()),
+                     ServerServes(settings["base_url"], settings["model"], key)),
+        )
 
     def __init__(
         self,
@@ -193,7 +236,7 @@ class OpenAIEngine:
         with_entropy: bool = False,
     ) -> Rollouts:
         if with_entropy:
-            raise ValueError("engine=openai cannot give full-distribution entropy (provides_entropy = False)")
+            raise ValueError("engine=openai cannot give full-distribution entropy")
         self._check_logprobs_available(params)
         bodies = [
             self._body(ids, group_size, params, sub_seed(seed, f"prompt/{p}"))
@@ -339,7 +382,7 @@ class OpenAIEngine:
         gen = torch.Generator().manual_seed(PROBE_SEED)
         return [allowed[torch.randint(len(allowed), (4,), generator=gen)].tolist() for _ in range(2)]
 
-    @torch.no_grad()
+    @no_grad
     def probe(self, module: nn.Module, base_pushed: bool, temperature: float = PROBE_TEMPERATURE) -> dict[str, float]:
         """Sample from the server and compare its logprobs with `module`'s own; raise PolicySyncError when they
         disagree. Returns {"mean", "max", "tokens"} of |Δ|. At temperature 1 both logprobs modes agree, so
@@ -380,12 +423,6 @@ class OpenAIEngine:
         )
 
     # ---- the server -----------------------------------------------------------------------------------------
-
-    @staticmethod
-    def check_available(api_key_env: str | None) -> str | None:
-        """The API key (None when `api_key_env` is null); a ConfigError naming the variable when it is unusable.
-        `rlvr.run` calls it before anything loads."""
-        return read_api_key(api_key_env, "engine=openai", "engine.api_key_env")
 
     def _check_model_listed(self) -> int | None:
         """The served model's max_model_len (None if not reported); raises if `model` is not served."""

@@ -13,8 +13,11 @@ Each call writes a new folder; engines never load a folder that is being written
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from torch import nn
+if TYPE_CHECKING:
+    from torch import nn
+
 
 
 def is_lora(policy: nn.Module) -> bool:

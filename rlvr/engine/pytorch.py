@@ -2,7 +2,7 @@
 
 Each prompt is repeated G times, rows are left-padded, and decoding runs with a KV cache one token per
 step for all rows at once, until every row has emitted an EOS id or `max_tokens` is reached. At each
-step (spec §6.1, with one deliberate change):
+step (the predecessor's sampler, with one deliberate change):
 
     scaled = logits / max(T, 1e-7);  p = softmax(scaled)
     top_p < 1: keep the smallest prefix of tokens sorted by p whose mass reaches top_p, renormalise,
@@ -12,7 +12,8 @@ step (spec §6.1, with one deliberate change):
     entropy (on request) = −Σ p log p of the same distribution
 
 The predecessor returned the truncated distribution's logprob and trained at T=1, so its importance
-ratio was not 1 on-policy (spec §4.1 [verify]). Here sampler and backend agree on one distribution.
+ratio was not 1 on-policy (docs/predecessor.md#the-training-step). Here sampler and backend agree on one
+distribution.
 
 Sampling draws from a `torch.Generator` seeded per call, so a run's rollouts depend on (seed, step) and
 the weights alone.
@@ -28,17 +29,26 @@ and `sync` has nothing to copy.
 from __future__ import annotations
 
 import copy
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor, nn
-from transformers import DynamicCache
-
+from rlvr.lazy import lazy_import, no_grad
+from rlvr.protocols import Needs
 from rlvr.types import Rollouts, SamplingParams
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+
+torch = lazy_import("torch")
+transformers = lazy_import("transformers")
 
 
 class PyTorchEngine:
-    provides_entropy: ClassVar[bool] = True
+
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return Needs(provides=frozenset({"entropy"}),
+                     requires={"local_policy": "it samples from the trained module in this process"})
 
     def __init__(self, module: nn.Module, eos_ids: list[int], pad_id: int, max_batch_rows: int, merge_lora: bool):
         self.eos_ids = eos_ids
@@ -54,7 +64,7 @@ class PyTorchEngine:
     def sync(self, policy: nn.Module) -> None:
         self.module = self.merged.refresh() if self.merged is not None else policy
 
-    @torch.no_grad()
+    @no_grad
     def sample(
         self,
         prompt_ids_P: list[list[int]],
@@ -80,7 +90,7 @@ class PyTorchEngine:
         T = max(c[0].shape[1] for c in chunks)
 
         def cat(i: int, fill: float | int) -> Tensor:
-            return torch.cat([nn.functional.pad(c[i], (0, T - c[i].shape[1]), value=fill) for c in chunks]).cpu()
+            return torch.cat([torch.nn.functional.pad(c[i], (0, T - c[i].shape[1]), value=fill) for c in chunks]).cpu()
 
         return Rollouts(
             prompt_ids_P=prompt_ids_P,
@@ -106,7 +116,7 @@ class PyTorchEngine:
         eos = torch.tensor(self.eos_ids, device=device)
         finished = torch.zeros(N, dtype=torch.bool, device=device)
         tokens, logprobs, masks, entropies = [], [], [], []
-        cache = DynamicCache()
+        cache = transformers.DynamicCache()
         out = self.module(
             input_ids=input_ids, attention_mask=attn, position_ids=position, past_key_values=cache,
             use_cache=True, logits_to_keep=1,
@@ -185,7 +195,7 @@ class MergedLora:
         base = policy.get_base_model()
         layers = {name: m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
         for m in layers.values():
-            if not isinstance(m.base_layer, nn.Linear) or len(m.active_adapters) != 1 or any(m.use_dora.values()):
+            if not isinstance(m.base_layer, torch.nn.Linear) or len(m.active_adapters) != 1 or any(m.use_dora.values()):
                 return None
         adapted = {id(m.base_layer.weight) for m in layers.values()}
         shared = {id(t): t for t in [*base.parameters(), *base.buffers()] if id(t) not in adapted}
@@ -199,7 +209,7 @@ class MergedLora:
             pairs.append((live, merged))
         return cls(plain, pairs)
 
-    @torch.no_grad()
+    @no_grad
     def refresh(self) -> nn.Module:
         for live, merged in self.pairs:
             name = live.active_adapters[0]

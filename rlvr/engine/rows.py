@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
+from rlvr.lazy import lazy_import
 from rlvr.types import Rollouts
+
+torch = lazy_import("torch")
 
 
 def rollouts_from_rows(

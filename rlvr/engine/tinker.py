@@ -18,30 +18,35 @@ than given an EOS with an invented log-probability.
 Seeds: each prompt gets its own seed derived from the step's sampler seed, so rollouts depend on (seed,
 step) as on the local engine; whether the service reproduces a seeded draw exactly is its business.
 
-Shannon entropy is not available (the service returns sampled-token logprobs only): `provides_entropy` is
-False, so a transform that needs it fails at config time. The service's logprobs are those of the
+Shannon entropy is not available (the service returns sampled-token logprobs only): its `needs` do not
+provide `entropy`, so a transform that needs it fails at config time. The service's logprobs are those of the
 distribution it sampled from; at temperature ≠ 1 they need not match training's (see rlvr/backend/tinker.py).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import ClassVar
-
-from tinker import types
+from collections.abc import Mapping
+from typing import Any
 
 from rlvr.backend.tinker import TinkerPolicy
 from rlvr.engine.rows import rollouts_from_rows
+from rlvr.lazy import lazy_import
+from rlvr.protocols import Needs
 from rlvr.seeds import sub_seed
 from rlvr.types import Rollouts, SamplingParams
+
+tinker = lazy_import("tinker")
 
 log = logging.getLogger("rlvr")
 
 
 class TinkerEngine:
-    provides_entropy: ClassVar[bool] = False
-    for_remote_backend: ClassVar[bool] = True
     """Samples from a remote backend's policy handle (pairs with `backend=tinker`)."""
+
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return Needs(requires={"remote_policy": "it samples from the service's latest weights"})
 
     def __init__(self, policy: TinkerPolicy, eos_ids: list[int], pad_id: int) -> None:
         self.eos_ids = list(eos_ids)
@@ -69,11 +74,11 @@ class TinkerEngine:
         sampler = self.policy.sampler
 
         def request(p: int, prompt: list[int]):
-            sampling = types.SamplingParams(
+            sampling = tinker.types.SamplingParams(
                 max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
                 seed=sub_seed(seed, f"prompt/{p}"), stop=self.eos_ids,
             )
-            return lambda: sampler.sample(prompt=types.ModelInput.from_ints(prompt), num_samples=group_size,
+            return lambda: sampler.sample(prompt=tinker.types.ModelInput.from_ints(prompt), num_samples=group_size,
                                           sampling_params=sampling)
 
         responses = self.policy.calls.call_all("sample", [request(p, ids) for p, ids in enumerate(prompt_ids_P)])

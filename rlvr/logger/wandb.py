@@ -13,10 +13,44 @@ from __future__ import annotations
 
 import hashlib
 import math
+import netrc
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from rlvr.protocols import Finding, Needs
+from rlvr.requirements import Package
+
+
+@dataclass(frozen=True)
+class WandbKey:
+    """logger.mode=online needs a W&B key ($WANDB_API_KEY or a netrc entry for api.wandb.ai); offline does not."""
+
+    mode: str
+    item: str = "wandb key"
+    at_start: bool = False
+
+    def check(self) -> Finding:
+        if os.environ.get("WANDB_API_KEY", "").strip():
+            return Finding("ok", "$WANDB_API_KEY is set (the value is never shown)")
+        try:
+            if netrc.netrc(os.environ.get("NETRC")).authenticators("api.wandb.ai"):
+                return Finding("ok", "a netrc entry for api.wandb.ai")
+        except (OSError, netrc.NetrcParseError):
+            pass
+        if self.mode == "online":
+            return Finding("missing", "logger.mode=online needs a W&B key: $WANDB_API_KEY or `wandb login` "
+                                      "(or logger.mode=offline)")
+        return Finding("ok", f"logger.mode={self.mode} needs no key")
 
 
 class WandbLogger:
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return Needs(machine=(Package("wandb", "pip install -e '.[wandb]'"), WandbKey(settings["mode"])))
+
     def __init__(self, project: str, entity: str | None, mode: str, dir: str | None) -> None:
         if mode not in ("online", "offline", "disabled"):
             raise ValueError(f"logger.mode={mode!r}: expected online, offline or disabled")

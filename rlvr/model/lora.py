@@ -4,8 +4,14 @@ dtypes a preset may ask for."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from peft import LoraConfig
+from rlvr.lazy import lazy_import
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
+
+peft = lazy_import("peft")
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -30,7 +36,7 @@ class LoraSpec:
             raise ValueError("model.lora.target_modules is empty: name the projections LoRA adapts")
 
     def to_peft(self) -> LoraConfig:
-        return LoraConfig(
+        return peft.LoraConfig(
             task_type="CAUSAL_LM", r=self.rank, lora_alpha=self.alpha, lora_dropout=self.dropout,
             target_modules=list(self.target_modules),
         )

@@ -8,8 +8,13 @@ With a chat template: `[{"role": "user", "content": prompt}]` rendered with `add
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from transformers import PreTrainedTokenizerBase
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from rlvr.types import Rollouts
+
 
 
 def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]) -> list[list[int]]:
@@ -40,3 +45,18 @@ def eos_ids(tokenizer: PreTrainedTokenizerBase, model_eos: int | list[int] | Non
     if not ids:
         raise ValueError("the tokenizer and the model's generation_config define no EOS token")
     return sorted(ids)
+
+
+def token_pieces(tokenizer, rollouts: Rollouts) -> list[list[str]]:
+    """Each completion's tokens as the tokenizer's raw pieces (what the planning detector reads)."""
+    lengths = rollouts.lengths_PG.tolist()
+    return [tokenizer.convert_ids_to_tokens(row[:n]) for row, n in zip(rollouts.tokens_PG_T.tolist(), lengths)]
+
+
+def decode_completions(tokenizer, rollouts: Rollouts) -> list[str]:
+    """Completion text without the EOS and padding (special tokens are dropped)."""
+    rows = [
+        [t for t, m in zip(tokens, mask, strict=True) if m]
+        for tokens, mask in zip(rollouts.tokens_PG_T.tolist(), rollouts.mask_PG_T.tolist(), strict=True)
+    ]
+    return tokenizer.batch_decode(rows, skip_special_tokens=True)

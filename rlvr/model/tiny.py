@@ -4,18 +4,25 @@ One builder serves `conf/model/tiny.yaml` and the tests. The tokenizer is a `tok
 (`<pad>`, `<eos>`, `<unk>`, then one entry per alphabet character) with a split-every-character
 pre-tokenizer and a Fuse decoder; it has no BOS and no chat template, so prompts are encoded as plain
 text. Llama (not Qwen2) because AutoTokenizer would swap a Qwen2 model's tokenizer for a byte-level one
-that silently drops characters (notes/environment.md §2).
+that silently drops characters: "1+2=3 ab" → "1+2=3ab" (docs/environment.md#transformers-5).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
+from rlvr.lazy import lazy_import
 from rlvr.model.lora import LoraSpec, check_dtype
+from rlvr.protocols import Needs
+
+if TYPE_CHECKING:
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+torch = lazy_import("torch")
+tokenizers = lazy_import("tokenizers")
+transformers = lazy_import("transformers")
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 
@@ -23,10 +30,10 @@ PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 def build_char_tokenizer(alphabet: str) -> PreTrainedTokenizerFast:
     chars = list(dict.fromkeys(alphabet))  # keep order, drop repeats
     vocab = {tok: i for i, tok in enumerate([PAD, EOS, UNK, *chars])}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab=vocab, unk_token=UNK))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Split(tokenizers.Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = tokenizers.decoders.Fuse()
+    return transformers.PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK, padding_side="left"
     )
 
@@ -44,11 +51,12 @@ class TinyLlama:
     dtype: str
     lora: LoraSpec | None
 
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return Needs(provides=frozenset({"lora"}) if settings["lora"] is not None else frozenset())
+
     def __post_init__(self) -> None:
         check_dtype(self.dtype)
-
-    def check_available(self) -> None:
-        """Built from config: always available."""
 
     def load_tokenizer(self) -> tuple[PreTrainedTokenizerFast, list[int]]:
         tokenizer = build_char_tokenizer(self.alphabet)
@@ -56,7 +64,7 @@ class TinyLlama:
 
     def load(self, seed: int) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
         tokenizer = build_char_tokenizer(self.alphabet)
-        config = LlamaConfig(
+        config = transformers.LlamaConfig(
             vocab_size=len(tokenizer),
             hidden_size=self.hidden_size,
             intermediate_size=self.intermediate_size,
@@ -70,8 +78,8 @@ class TinyLlama:
             tie_word_embeddings=True,
         )
         torch.manual_seed(seed)
-        # eager attention: faster than sdpa at this size (notes/cpu-learning.md)
-        model = LlamaForCausalLM(config).to(getattr(torch, self.dtype))
+        # eager attention: measured faster than sdpa at this size (docs/cpu-recipe.md)
+        model = transformers.LlamaForCausalLM(config).to(getattr(torch, self.dtype))
         model.config._attn_implementation = "eager"
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         model.generation_config.eos_token_id = tokenizer.eos_token_id

@@ -1,5 +1,6 @@
 """Strategic-gram planning detector: a token is "planning" when it is part of a phrase such as "let me check"
-(spec §3.10, retrain's `planning = "regex"`; HICRA, arXiv 2509.03646, names these strategic grams).
+(retrain's `planning = "regex"`, docs/algorithms.md#planning-tokens; HICRA, arXiv 2509.03646, names these
+strategic grams).
 
 Input: one completion's tokens as the tokenizer's raw pieces — `tokenizer.convert_ids_to_tokens(ids)`
 — in order, one string per completion token (per-token decoded strings, `tokenizer.decode([id])`, work
@@ -39,11 +40,18 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import accumulate
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor
+from rlvr.lazy import lazy_import
+from rlvr.protocols import Needs
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_import("torch")
+
 
 DEFAULT_STRATEGIC_GRAMS: tuple[str, ...] = (
     "wait let me",
@@ -80,6 +88,10 @@ def piece_text(piece: str) -> str:
 
 class RegexPlanningDetector:
     """`RegexPlanningDetector(grams=None)`: see the module docstring."""
+
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return Needs(provides=frozenset({"planning_mask"}))
 
     def __init__(self, grams: Sequence[str] | None = None) -> None:
         if isinstance(grams, str):

@@ -11,14 +11,20 @@ as a parse failure.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from rlvr.protocols import Needs
 from rlvr.types import Scores
 
 
 @dataclass(frozen=True)
 class ExactMatch:
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return Needs()
+
     def score(self, completions: Sequence[str], references: Sequence[str]) -> Scores:
         check_pairs(completions, references)
         return Scores(

@@ -17,10 +17,12 @@ import asyncio
 import inspect
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from hydra.utils import get_method
 
+from rlvr.protocols import Needs
 from rlvr.reward.exact import check_pairs
 from rlvr.types import Scores
 
@@ -29,6 +31,10 @@ TIMEOUT = object()  # what a call past timeout_s yields
 
 
 class FunctionReward:
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return Needs()
+
     def __init__(self, function: str, timeout_s: float = 60.0) -> None:
         try:
             self.fn: Callable = get_method(function)

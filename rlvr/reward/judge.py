@@ -25,7 +25,7 @@ only completions and references).
 The API key is read from the environment variable named by `api_key_env` at each `score` call (composing
 or checking a config needs none) and only ever put in the `Authorization: Bearer` header: it is not kept
 on the object nor written in any message. A missing or empty variable is a `ConfigError`, not a per-item
-failure: the run checks for it before any model loads (`check_available`) and stops if it goes missing.
+failure: the run checks for it before any model loads (an `EnvVar` in `needs`) and stops if it goes missing.
 Every setting comes from conf/reward/judge.yaml: the constructor has no defaults of its own.
 """
 
@@ -36,11 +36,14 @@ import logging
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import httpx
 
 from rlvr.openai_api import OpenAIClient, Outcome, excerpt
+from rlvr.protocols import Needs
+from rlvr.requirements import EnvVar, Package
 from rlvr.reward.exact import check_pairs
 from rlvr.types import Scores
 
@@ -52,6 +55,11 @@ SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class ChatJudge:
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return Needs(machine=(Package("httpx", "pip install httpx"),
+                              EnvVar(settings["api_key_env"], "reward.api_key_env")))
+
     def __init__(
         self,
         model: str,
@@ -90,10 +98,6 @@ class ChatJudge:
 
     def __repr__(self) -> str:
         return f"ChatJudge(model={self.model!r}, base_url={self.base_url!r}, api_key_env={self.api_key_env!r})"
-
-    def check_available(self) -> str:
-        """The API key from the environment; a ConfigError naming the variable when there is no usable one."""
-        return self.client.read_key()
 
     def score(self, completions: Sequence[str], references: Sequence[str]) -> Scores:
         check_pairs(completions, references)

@@ -1,10 +1,10 @@
-r"""`match`: exact string match of the last boxed answer (spec §7 `match`, the default reward).
+r"""`match`: exact string match of the last boxed answer (the predecessor's default reward).
 
 Rule: reward 1.0 iff `extract_boxed(completion).strip() == reference.strip()`, else 0.0. No maths
 normalisation: `\frac{1}{2}` does not match `0.5`, `\dfrac12` does not match `\frac{1}{2}`, and
 `x = 3` does not match `3` (use `math` for that).
 
-Deviation from the predecessor (spec §7 [verify]): there, an empty reference (a MATH solution without
+Deviation from the predecessor (docs/predecessor.md#rewards): there, an empty reference (a MATH solution without
 `\boxed{`) gave 1.0 to every completion without a boxed answer, rewarding the policy for not answering.
 Here an empty (or all-whitespace) reference never scores 1.0. The data sources drop such rows anyway.
 A completion with no (or an empty) boxed answer counts as a parse failure.
@@ -12,9 +12,11 @@ A completion with no (or an empty) boxed answer counts as a parse failure.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from rlvr.protocols import Needs
 from rlvr.reward.boxed import extract_boxed
 from rlvr.reward.exact import check_pairs
 from rlvr.types import Scores
@@ -22,6 +24,10 @@ from rlvr.types import Scores
 
 @dataclass(frozen=True)
 class BoxedMatch:
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return Needs()
+
     def score(self, completions: Sequence[str], references: Sequence[str]) -> Scores:
         check_pairs(completions, references)
         answers = [extract_boxed(comp) for comp in completions]

@@ -1,4 +1,5 @@
-"""`transform=entropy_mask`: GTPO, then only each group's most uncertain tokens keep credit (spec §3.8).
+"""`transform=entropy_mask`: GTPO, then only each group's most uncertain tokens keep credit
+(docs/algorithms.md#entropy_mask).
 
 retrain's "Yue et al. replication" of the high-entropy-minority rule (train on the top ρ fraction of
 tokens by uncertainty; "Beyond the 80/20 Rule", arXiv 2506.01939, keeps the top 20 %):
@@ -24,16 +25,21 @@ rlvr.transform.uncertainty_stats for why that set). ρ ≥ 1 reports a threshold
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor
-
+from rlvr.lazy import lazy_import
+from rlvr.protocols import Needs
 from rlvr.transform.gtpo import check_beta, gtpo_token_advantages
 from rlvr.transform.signals import as_weights, check_step
-from rlvr.transform.uncertainty import check_uncertainty, token_uncertainty, uses_entropy
+from rlvr.transform.uncertainty import check_uncertainty, signal_needs, token_uncertainty
 from rlvr.transform.uncertainty_stats import groups_with_signal, uncertainty_stats
 from rlvr.types import TokenSignals
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_import("torch")
 
 
 def group_thresholds(u_PG_T: Tensor, mask_PG_T: Tensor, group_size: int, rho: float) -> Tensor:
@@ -52,9 +58,10 @@ def group_thresholds(u_PG_T: Tensor, mask_PG_T: Tensor, group_size: int, rho: fl
 class EntropyMask:
     """`EntropyMask(beta, rho, uncertainty)`: see the module docstring."""
 
-    needs_entropy: ClassVar[bool] = False
-    """Shadowed per instance: True when uncertainty == 'shannon_entropy'."""
-    needs_planning: ClassVar[bool] = False
+
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return signal_needs(settings["uncertainty"], planning=False)
 
     def __init__(self, *, beta: float, rho: float, uncertainty: str) -> None:
         if not 0.0 <= rho <= 1.0:
@@ -62,7 +69,6 @@ class EntropyMask:
         self.beta = check_beta(beta)
         self.rho = float(rho)
         self.uncertainty = check_uncertainty(uncertainty)
-        self.needs_entropy = uses_entropy(uncertainty)  # type: ignore[misc]  # instance shadows the ClassVar
 
     def __call__(self, adv_PG: Tensor, signals: TokenSignals) -> tuple[Tensor, dict[str, float]]:
         check_step(adv_PG, signals)

@@ -1,4 +1,4 @@
-"""`transform=gtpo`: entropy-weighted token credit (GTPO, arXiv 2508.04349; spec §3.4).
+"""`transform=gtpo`: entropy-weighted token credit (GTPO, arXiv 2508.04349; docs/algorithms.md#gtpo).
 
 Each completion i with episode advantage A_i and token uncertainties u_{i,t} (rlvr.transform.uncertainty)
 gets, on its n_i real tokens,
@@ -25,14 +25,17 @@ the paper's own reward-shaping formula.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from torch import Tensor
-
+from rlvr.protocols import Needs
 from rlvr.transform.signals import as_weights, check_step
-from rlvr.transform.uncertainty import MAX_UNCERTAINTY, check_uncertainty, token_uncertainty, uses_entropy
+from rlvr.transform.uncertainty import MAX_UNCERTAINTY, check_uncertainty, signal_needs, token_uncertainty
 from rlvr.transform.uncertainty_stats import uncertainty_stats
 from rlvr.types import TokenSignals
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 GTPO_EPS = 1e-8
 """Added to μ_i in the weight's denominator."""
@@ -67,14 +70,14 @@ def gtpo_token_advantages(adv_PG: Tensor, u_PG_T: Tensor, mask_PG_T: Tensor, bet
 class GTPO:
     """`GTPO(beta, uncertainty)`: see the module docstring."""
 
-    needs_entropy: ClassVar[bool] = False
-    """Shadowed per instance: True when uncertainty == 'shannon_entropy'."""
-    needs_planning: ClassVar[bool] = False
+
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return signal_needs(settings["uncertainty"], planning=False)
 
     def __init__(self, *, beta: float, uncertainty: str) -> None:
         self.beta = check_beta(beta)
         self.uncertainty = check_uncertainty(uncertainty)
-        self.needs_entropy = uses_entropy(uncertainty)  # type: ignore[misc]  # instance shadows the ClassVar
 
     def __call__(self, adv_PG: Tensor, signals: TokenSignals) -> tuple[Tensor, dict[str, float]]:
         check_step(adv_PG, signals)

@@ -1,12 +1,12 @@
 """`transform=hicra` (retrain's `gtpo_hicra`): GTPO, then planning-token credit raised (HICRA,
-arXiv 2509.03646; spec §3.5).
+arXiv 2509.03646; docs/algorithms.md#hicra).
 
     A_{i,t}  = GTPO token advantage (rlvr.transform.gtpo)
     A'_{i,t} = A_{i,t} + α·|A_{i,t}|·m_{i,t}
 
 where m is the planning-token mask (rlvr.planning). On planning tokens positive credit grows by a factor
 (1 + α) and negative credit shrinks in magnitude by (1 − α): planning is rewarded more and penalised
-less (the spec's "pushed further in the direction of A" holds for A > 0 only). Execution tokens are
+less (retrain's own description, "pushed further in the direction of A", holds for A > 0 only). Execution tokens are
 exactly GTPO's; α = 0 is GTPO. α is restricted to [0, 1] so the sign of A is never flipped (α > 1
 would turn negative planning credit positive; retrain did not check). Zero advantages stay zero, so
 tied groups and padding stay exactly 0; a completion without planning tokens is plain GTPO.
@@ -18,15 +18,18 @@ reshape the signal) and `planning_token_fraction`.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from torch import Tensor
-
+from rlvr.protocols import Needs
 from rlvr.transform.gtpo import check_beta, gtpo_token_advantages
 from rlvr.transform.signals import as_weights, check_step, planning_mask
-from rlvr.transform.uncertainty import check_uncertainty, token_uncertainty, uses_entropy
+from rlvr.transform.uncertainty import check_uncertainty, signal_needs, token_uncertainty
 from rlvr.transform.uncertainty_stats import planning_token_fraction, uncertainty_stats
 from rlvr.types import TokenSignals
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 def hicra_token_advantages(adv_PG_T: Tensor, planning_PG_T: Tensor, alpha: float) -> Tensor:
@@ -39,9 +42,10 @@ def hicra_token_advantages(adv_PG_T: Tensor, planning_PG_T: Tensor, alpha: float
 class HICRA:
     """`HICRA(beta, alpha, uncertainty)`: see the module docstring."""
 
-    needs_entropy: ClassVar[bool] = False
-    """Shadowed per instance: True when uncertainty == 'shannon_entropy'."""
-    needs_planning: ClassVar[bool] = True
+
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return signal_needs(settings["uncertainty"], planning=True)
 
     def __init__(self, *, beta: float, alpha: float, uncertainty: str) -> None:
         if not 0.0 <= alpha <= 1.0:
@@ -49,7 +53,6 @@ class HICRA:
         self.beta = check_beta(beta)
         self.alpha = float(alpha)
         self.uncertainty = check_uncertainty(uncertainty)
-        self.needs_entropy = uses_entropy(uncertainty)  # type: ignore[misc]  # instance shadows the ClassVar
 
     def __call__(self, adv_PG: Tensor, signals: TokenSignals) -> tuple[Tensor, dict[str, float]]:
         check_step(adv_PG, signals)

@@ -7,16 +7,21 @@ where m is the completion mask, so padding stays exactly 0.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from torch import Tensor
-
+from rlvr.protocols import Needs
 from rlvr.types import TokenSignals
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 class NoTransform:
-    needs_entropy: ClassVar[bool] = False
-    needs_planning: ClassVar[bool] = False
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return Needs()
+
 
     def __call__(self, adv_PG: Tensor, signals: TokenSignals) -> tuple[Tensor, dict[str, float]]:
         return adv_PG[:, None] * signals.mask_PG_T, {}

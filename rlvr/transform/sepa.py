@@ -1,6 +1,6 @@
 """`transform=sepa` (retrain's `gtpo_sepa`) and its amplifying variants `sepa_amp`, `sepa_amp_c`: reshape
-the uncertainty of execution tokens, then GTPO (spec §3.6; SEPA comes from retrain itself, the spec cites
-no paper).
+the uncertainty of execution tokens, then GTPO (docs/algorithms.md#sepa; SEPA comes from retrain itself, there is
+no paper for it).
 
 Per completion, with u its token uncertainties (rlvr.transform.uncertainty), m its planning mask,
 λ = clamp(λ_t, 0, 1) from the SEPA controller (rlvr.transform.sepa_controller), v = min(u, 50) and
@@ -32,17 +32,22 @@ ema_decay, var_threshold, warmup_sequences`. Metrics: `sepa_lambda` (the λ used
 from __future__ import annotations
 
 import warnings
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-from torch import Tensor
-
+from rlvr.lazy import lazy_import
+from rlvr.protocols import Needs
 from rlvr.transform.gtpo import check_beta, gtpo_token_advantages
 from rlvr.transform.sepa_controller import SEPAController
 from rlvr.transform.signals import as_weights, check_step, planning_mask
-from rlvr.transform.uncertainty import MAX_UNCERTAINTY, check_uncertainty, token_uncertainty, uses_entropy
+from rlvr.transform.uncertainty import MAX_UNCERTAINTY, check_uncertainty, signal_needs, token_uncertainty
 from rlvr.transform.uncertainty_stats import planning_token_fraction, uncertainty_stats
 from rlvr.types import TokenSignals
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_import("torch")
 
 
 def reshape_execution(u_PG_T: Tensor, exec_PG_T: Tensor, lam: float, variant: str) -> Tensor:
@@ -71,10 +76,11 @@ class SEPA:
     """`SEPA(beta, uncertainty, steps, schedule, delay_steps, correct_rate_gate, ema_decay, var_threshold,
     warmup_sequences)`: pooling; see the module docstring."""
 
-    needs_entropy: ClassVar[bool] = False
-    """Shadowed per instance: True when uncertainty == 'shannon_entropy'."""
-    needs_planning: ClassVar[bool] = True
     variant: ClassVar[str] = "pool"
+
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return signal_needs(settings["uncertainty"], planning=True)
 
     def __init__(
         self,
@@ -91,7 +97,6 @@ class SEPA:
     ) -> None:
         self.beta = check_beta(beta)
         self.uncertainty = check_uncertainty(uncertainty)
-        self.needs_entropy = uses_entropy(uncertainty)  # type: ignore[misc]  # instance shadows the ClassVar
         self.controller = SEPAController(
             steps=steps,
             schedule=schedule,

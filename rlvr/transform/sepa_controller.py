@@ -1,4 +1,5 @@
-"""The SEPA controller: how strongly SEPA reshapes execution-token uncertainty at each step (spec §3.7).
+"""The SEPA controller: how strongly SEPA reshapes execution-token uncertainty at each step
+(docs/algorithms.md#sepa-controller).
 
     linear(step) = 0                                  if steps ≤ 0 or step − delay_steps ≤ 0
                  = min((step − delay_steps) / steps, 1)
@@ -10,8 +11,9 @@
 
 eps = 1e-8. Gate: open from the start when `correct_rate_gate` ≤ 0; otherwise it opens the first time a
 step's correct rate (fraction of completions with reward > 0.5) is ≥ the gate, and stays open (sticky);
-a None/NaN/inf correct rate is ignored. The retrain defaults (YAML, spec §16) give λ = 0 up to step 50,
-then (step − 50)/500, reaching 1 at step 550, once some step has reached a 10 % correct rate.
+a None/NaN/inf correct rate is ignored. retrain's defaults, which the YAML states (steps 500, delay_steps
+50, correct_rate_gate 0.1), give λ = 0 up to step 50, then (step − 50)/500, reaching 1 at step 550, once
+some step has reached a 10 % correct rate.
 
 Auto state, per completion (only with schedule == "auto"): the completion's execution tokens' sampled
 surprisals s = −logprob (not clipped; values that are non-finite, negative or above sqrt(float max)
@@ -47,10 +49,15 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor
+from rlvr.lazy import lazy_import
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_import("torch")
+
 
 SEPA_EPS = 1e-8
 SCHEDULES = ("linear", "auto")

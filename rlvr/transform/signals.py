@@ -11,10 +11,15 @@ finite x) and, on CPU, several times faster than `torch.where` with a bool condi
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
+from rlvr.lazy import lazy_import
 from rlvr.types import TokenSignals
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_import("torch")
 
 
 def check_step(adv_PG: Tensor, signals: TokenSignals) -> None:
@@ -41,7 +46,7 @@ def planning_mask(signals: TokenSignals) -> Tensor:
     planning = signals.planning_PG_T
     if planning is None:
         raise ValueError(
-            "this transform needs signals.planning_PG_T (needs_planning is True), but the trainer gave none"
+            "this transform needs signals.planning_PG_T (its needs require planning_mask), but none was given"
         )
     if tuple(planning.shape) != tuple(signals.mask_PG_T.shape):
         raise ValueError(

@@ -1,4 +1,5 @@
-"""Per-token uncertainty u_{i,t}: the signal GTPO-family transforms weight token credit by (spec §3.3).
+"""Per-token uncertainty u_{i,t}: the signal GTPO-family transforms weight token credit by
+(docs/algorithms.md#uncertainty).
 
     surprisal            u = min(−logp, 50)
     predictive_variance  p = clamp(exp(max(logp, −50)), 0, 1);   u = p·(1 − p)
@@ -9,10 +10,9 @@
 distribution (`signals.entropy_PG_T`), which only some engines provide. 50 is retrain's `MAX_SURPRISAL`.
 
 Each transform that uses a signal takes it as a constructor knob `uncertainty: str`, checked at construction
-by `check_uncertainty` (an unknown name fails there, naming the allowed ones). The `Transform` protocol
-declares `needs_entropy` as a ClassVar; a transform built with `uncertainty="shannon_entropy"` sets an
-*instance* attribute `needs_entropy = True` that shadows its class's False, so the trainer, which reads
-`transform.needs_entropy`, asks the engine for entropies exactly when the chosen signal needs them.
+by `check_uncertainty` (an unknown name fails there, naming the allowed ones). Its `needs` (`signal_needs`)
+requires the `entropy` capability exactly when the signal is `shannon_entropy`: the run then refuses an
+engine that cannot give it, and the trainer asks the engine for entropies only then.
 
 Everything is elementwise on the padded [P·G, T] tensors, in the input dtype; positions outside
 `mask_PG_T` are exactly 0 whatever the padding holds.
@@ -23,11 +23,17 @@ paths and a `varentropy` name that raised when used; here exactly the three cano
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
+from rlvr.lazy import lazy_import
+from rlvr.protocols import Needs
 from rlvr.transform.signals import as_weights
 from rlvr.types import TokenSignals
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_import("torch")
 
 MAX_UNCERTAINTY = 50.0
 """retrain's MAX_SURPRISAL: surprisal and entropy are clipped to min(x, 50)."""
@@ -42,9 +48,13 @@ def check_uncertainty(uncertainty: str) -> str:
     return uncertainty
 
 
-def uses_entropy(uncertainty: str) -> bool:
-    """Whether the signal needs the engine's full-distribution entropy (the transform's needs_entropy)."""
-    return uncertainty == "shannon_entropy"
+def signal_needs(uncertainty: str, planning: bool) -> Needs:
+    """A token transform's needs: the engine's full-distribution entropy when its signal is
+    `shannon_entropy`, and the planning-token mask when it treats planning tokens apart (`planning`)."""
+    requires = {"entropy": f"transform.uncertainty={uncertainty}"} if uncertainty == "shannon_entropy" else {}
+    if planning:
+        requires["planning_mask"] = "it treats planning tokens apart"
+    return Needs(requires=requires)
 
 
 def token_uncertainty(uncertainty: str, signals: TokenSignals, weights_PG_T: Tensor | None = None) -> Tensor:
@@ -63,8 +73,8 @@ def token_uncertainty(uncertainty: str, signals: TokenSignals, weights_PG_T: Ten
         if signals.entropy_PG_T is None:
             raise ValueError(
                 "uncertainty='shannon_entropy' needs signals.entropy_PG_T, which is absent: the engine "
-                "must be asked for entropies (the transform's needs_entropy is True) and be able to give "
-                "them (an engine with provides_entropy); use uncertainty='surprisal' otherwise"
+                "must be asked for entropies (the transform's needs require 'entropy') and be able to give "
+                "them (an engine that provides 'entropy'); use uncertainty='surprisal' otherwise"
             )
         u = signals.entropy_PG_T.to(logprobs.dtype, copy=True).clamp_(max=MAX_UNCERTAINTY)
     else:

@@ -1,4 +1,5 @@
-"""Step statistics of the uncertainty signal, split into execution and planning tokens (spec §3.2, §13.2).
+"""Step statistics of the uncertainty signal, split into execution and planning tokens
+(docs/metrics.md#uncertainty-statistics).
 
 For each prompt group g and token class c ∈ {exec, plan} (plan = planning mask 1, exec = the other
 completion tokens; without a planning mask every token is exec):
@@ -11,7 +12,7 @@ are the same statistics of the signal after SEPA's reshaping (equal to the pre v
 without one). Despite the names these are statistics of the *chosen* signal (predictive variance under
 `uncertainty=predictive_variance`), as in retrain.
 
-Metric names (spec §13.2): `exec_surprisal_mean, exec_surprisal_var, plan_surprisal_mean,
+Metric names (retrain's): `exec_surprisal_mean, exec_surprisal_var, plan_surprisal_mean,
 plan_surprisal_var`, their legacy aliases `exec_entropy_mean, exec_entropy_var, plan_entropy_mean,
 plan_entropy_var` (same values), and `post_exec_surprisal_mean, post_exec_surprisal_var,
 post_plan_surprisal_mean, post_plan_surprisal_var`. `planning_token_fraction` (planning tokens / all
@@ -31,11 +32,16 @@ Which groups count — deliberate deviations, because the trainer hands transfor
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
+from rlvr.lazy import lazy_import
 from rlvr.transform.signals import as_weights
 from rlvr.transform.uncertainty import MAX_UNCERTAINTY
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_import("torch")
 
 STAT_NAMES = (
     "exec_surprisal_mean",
@@ -83,7 +89,7 @@ def uncertainty_stats(
     adv_PG: Tensor,
     group_size: int,
 ) -> dict[str, float]:
-    """The §13.2 uncertainty stats of `u_PG_T` (pre) and `post_u_PG_T` (after SEPA's reshaping).
+    """The uncertainty stats of the module docstring, of `u_PG_T` (pre) and `post_u_PG_T` (after SEPA's reshaping).
 
     `exec_PG_T` marks execution tokens (completion tokens outside the planning mask; every completion
     token when `planning_PG_T` is None), `planning_PG_T` the planning tokens among completion tokens;

@@ -13,7 +13,7 @@ from tinker import types
 
 from composing import FAST, compose_config
 from rlvr.algorithm.loss import PolicyLoss
-from rlvr.backend.tinker import TinkerBackend, TinkerCallError, datums_of
+from rlvr.backend.tinker import RL_LOSSES, TinkerBackend, TinkerCallError, datums_of
 from rlvr.engine.tinker import TinkerEngine
 from rlvr.errors import ConfigError
 from rlvr.model.lora import LoraSpec
@@ -234,12 +234,15 @@ def test_missing_key_fails_before_anything_is_built(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("overrides,message", [
     (["transform=gtpo", "transform.uncertainty=shannon_entropy"], "needs full-distribution entropy"),
-    (["engine=pytorch"], "backend <rlvr.backend.tinker.TinkerBackend> keeps the policy on a service, which "
-                         "engine <rlvr.engine.pytorch.PyTorchEngine> cannot sample from"),
-    (["trainer.warmup.steps=5"], "trainer.warmup.steps=5: the SFT warm-up runs on a local model"),
-    (["model.lora=null"], "model.lora=null: backend <rlvr.backend.tinker.TinkerBackend> trains LoRA adapters only"),
+    (["engine=pytorch"], "engine <rlvr.engine.pytorch.PyTorchEngine> needs the policy as a module in this process"),
+    (["trainer.warmup.steps=5"], "trainer <rlvr.trainer.Trainer> needs the policy as a module in this process "
+                                 "(trainer.warmup.steps=5: the SFT warm-up trains it here)"),
+    (["model.lora=null"], "backend <rlvr.backend.tinker.TinkerBackend> needs a LoRA adapter to train (it trains LoRA "
+                          "adapters only), which no chosen component gives: choose a model preset with model.lora set"),
     (["backend.base_model=null"], "backend.base_model is null"),
-    (["algorithm.loss.clip_eps=0.2"], "set backend.loss_fn=ppo"),
+    (["algorithm.loss.clip_eps=0.2"], "needs PPO ratio clipping in the loss (algorithm.loss.clip_eps=0.2), which no "
+                                      "chosen component gives: choose backend=local, or backend=tinker with "
+                                      "backend.loss_fn=ppo or cispo"),
 ])
 def test_tinker_config_mistakes_fail_before_anything_is_built(overrides, message, tmp_path):
     with pytest.raises(ConfigError) as err:
@@ -249,8 +252,8 @@ def test_tinker_config_mistakes_fail_before_anything_is_built(overrides, message
 
 
 def test_a_tinker_engine_with_the_local_backend_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="backend <rlvr.backend.local.LocalBackend> keeps the policy in this "
-                                          "process, which engine <rlvr.engine.tinker.TinkerEngine> cannot"):
+    with pytest.raises(ConfigError, match="engine <rlvr.engine.tinker.TinkerEngine> needs a policy held by a service "
+                                          "to sample from .*: use backend=tinker with engine=tinker"):
         run(compose_config(FAST + ["engine=tinker"]), tmp_path / "run")
 
 
@@ -291,3 +294,12 @@ def test_a_run_trains_on_the_service_and_resumes_from_its_recorded_state(tmp_pat
     steps = [r["step"] for r in rows if "mean_reward" in r]
     assert steps == [0, 1, 2, 3, 4]
     assert "tk-test-secret" not in "".join(p.read_text(errors="ignore") for p in Path(out).rglob("*") if p.is_file())
+
+
+def test_the_loss_names_checked_without_the_sdk_are_the_sdks():
+    """RL_LOSSES is written out so that checking a config never imports the SDK (~5 s, it imports torch)."""
+    from typing import get_args
+
+    from tinker import types
+
+    assert set(RL_LOSSES) == set(get_args(types.LossFnType)) - {"custom", "cross_entropy"}

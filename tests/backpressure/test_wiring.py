@@ -13,10 +13,11 @@ import pytest
 from composing import FAST, compose_config
 from rlvr.backpressure.usl import USLBackPressure, usl_capacity
 from rlvr.data.arithmetic import Arithmetic
+from rlvr.data.order import prompts_at
 from rlvr.outputs import NONDETERMINISTIC_KEYS
 from rlvr.run import ConfigError, check, run
 from rlvr.seeds import Seeds
-from rlvr.trainer import Trainer, prompts_at
+from rlvr.trainer import Trainer
 
 METRICS = {"bp_warmup", "bp_action", "bp_regime", "bp_p_star", "bp_sigma", "bp_kappa", "bp_utilization",
            "bp_throughput"}

@@ -9,8 +9,8 @@ import pytest
 from openai_compatible_server import OpenAICompatibleServer, chat_judge, conf_values
 
 from rlvr.errors import ConfigError
+from rlvr.reward.guarded import guarded_score
 from rlvr.reward.judge import ChatJudge
-from rlvr.trainer import guarded_score
 
 KEY = "sk-fake-judge-0123456789abcdef"
 PROMPT = conf_values("reward/judge")["prompt"]

@@ -63,10 +63,10 @@ def test_unknown_signal_fails_naming_value_and_allowed():
         GTPO(beta=0.1, uncertainty="nll")
 
 
-def test_needs_entropy_follows_the_signal_per_instance():
-    assert GTPO(beta=0.1, uncertainty="shannon_entropy").needs_entropy is True
-    assert GTPO(beta=0.1, uncertainty="surprisal").needs_entropy is False
-    assert GTPO.needs_entropy is False  # the class attribute is untouched
+def test_entropy_is_required_exactly_for_the_shannon_signal():
+    assert GTPO.needs({"beta": 0.1, "uncertainty": "shannon_entropy"}).requires == {
+        "entropy": "transform.uncertainty=shannon_entropy"}
+    assert GTPO.needs({"beta": 0.1, "uncertainty": "surprisal"}).requires == {}
 
 
 def test_float32_stays_float32():

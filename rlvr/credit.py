@@ -1,0 +1,57 @@
+"""Credit assignment for one step: rewards [P, G] and the token signals → one advantage per completion token.
+
+    adv_P_G   = algorithm.advantages(rewards_P_G)          episode level (GRPO, MaxRL, REINFORCE++)
+    adv_P_G[uniform groups] = 0                            every reward of the group ties: no signal
+    adv_PG_T  = transform(adv_P_G.flatten(), signals)      token level (none, GTPO, HICRA, SEPA, …)
+    adv_PG_T  = algorithm.normalize(adv_PG_T, mask)        batch pass (REINFORCE++'s token z-score)
+    adv_PG_T  = algorithm.loss.cap(adv_PG_T)               |advantage| ≤ adv_clip_max when set
+
+Rows are prompt-major (row p·G + g is completion g of prompt p). The step trains nothing when no token
+has a non-zero advantage (`Credit.skipped`). The function is pure apart from a stateful transform's
+controller (SEPA's λ schedule advances once per call), so a researcher can run it on one group from a
+notebook, and a new transform is tested without a trainer:
+
+    >>> signals = TokenSignals(logprobs_PG_T=lp, mask_PG_T=mask, group_size=4, step=0, correct_rate=0.5)
+    >>> credit = assign_credit(torch.tensor([[1.0, 0.0, 0.0, 1.0]]), signals, GRPO(loss), GTPO(...))
+    >>> credit.adv_P_G        # tensor([[ 0.5, -0.5, -0.5,  0.5]])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rlvr.algorithm.ties import uniform_groups
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from rlvr.protocols import Algorithm, Transform
+    from rlvr.types import TokenSignals
+
+
+@dataclass(frozen=True)
+class Credit:
+    """One step's advantages and what computing them measured."""
+
+    adv_P_G: Tensor
+    """Episode advantages, uniform groups zeroed."""
+    adv_PG_T: Tensor
+    """Token advantages after the transform, the batch pass and the cap; 0 at padding."""
+    metrics: dict[str, float]
+    """The transform's, the batch pass's and the cap's metrics (names in docs/metrics.md)."""
+
+    @property
+    def skipped(self) -> bool:
+        """No token has a non-zero advantage: nothing to train on."""
+        return not bool((self.adv_PG_T != 0).any())
+
+
+def assign_credit(rewards_P_G: Tensor, signals: TokenSignals, algorithm: Algorithm, transform: Transform) -> Credit:
+    """The chain in the module docstring. `signals` must carry entropies/planning marks when the transform's
+    `needs` require them."""
+    adv_P_G = algorithm.advantages(rewards_P_G).masked_fill(uniform_groups(rewards_P_G)[:, None], 0.0)
+    adv_PG_T, transform_metrics = transform(adv_P_G.flatten(), signals)
+    adv_PG_T, norm_metrics = algorithm.normalize(adv_PG_T, signals.mask_PG_T)
+    adv_PG_T, cap_metrics = algorithm.loss.cap(adv_PG_T)
+    return Credit(adv_P_G, adv_PG_T, {**transform_metrics, **norm_metrics, **cap_metrics})

@@ -1,0 +1,157 @@
+"""Machine requirements that several components declare in their `needs` (rlvr/protocols.py: Requirement).
+
+A requirement particular to one component (vLLM's build, a server's model list, a hub preset's files) lives
+in that component's module. Checking imports nothing heavy unless the requirement is about that thing
+(`CudaDevice` imports torch); a child process or a request is only made by a requirement not `at_start`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from rlvr.protocols import Finding
+
+
+def api_key(var: str, key: str) -> tuple[str | None, str]:
+    """($var's value or None, why it cannot be used). `key` is the config key that names the variable. The
+    value never appears in a message."""
+    value = os.environ.get(var, "").strip()
+    if not value:
+        return None, f"${var} is not set ({key} names it)"
+    if not (value.isascii() and value.isprintable()):  # httpx would put the bad header, key and all, in its error
+        return None, f"${var} ({key}) holds characters an HTTP header cannot carry"
+    return value, ""
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """An API key in an environment variable, named by a config key; checked by every run at start."""
+
+    var: str
+    key: str
+    """The config key that names the variable (backend.api_key_env)."""
+    at_start: bool = True
+
+    @property
+    def item(self) -> str:
+        return f"${self.var}"
+
+    def check(self) -> Finding:
+        value, why = api_key(self.var, self.key)
+        if value is None:
+            return Finding("missing", f"needs an API key in ${self.var}: {why}")
+        return Finding("ok", f"${self.var} is set (the value is never shown)")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A setting the component cannot work without, checked from the config alone at start."""
+
+    item: str
+    """The config key."""
+    ok: bool
+    expected: str
+    at_start: bool = True
+
+    def check(self) -> Finding:
+        return Finding("ok", f"{self.item} is set") if self.ok else Finding("missing", self.expected)
+
+
+@dataclass(frozen=True)
+class Package:
+    """An importable Python package (looked up, not imported)."""
+
+    module: str
+    install: str
+    """How to get it (`pip install -e '.[tinker]'`)."""
+    distributions: tuple[str, ...] = ()
+    """Distribution names to read the version from; default: the module's name."""
+    at_start: bool = True
+
+    @property
+    def item(self) -> str:
+        return self.module
+
+    def check(self) -> Finding:
+        version = distribution_version(*(self.distributions or (self.module,)))
+        if version is None or importlib.util.find_spec(self.module) is None:
+            return Finding("missing", f"{self.module} is not installed: {self.install}")
+        return Finding("ok", f"{self.module} {version[1]}")
+
+
+def distribution_version(*names: str) -> tuple[str, str] | None:
+    """(name, version) of the first of these installed distributions, read without importing anything."""
+    for name in names:
+        try:
+            return name, importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+@dataclass(frozen=True)
+class ChildProbe:
+    """`python -c code` in a child process prints `expect` as its last line within `timeout_s`: a package that
+    imports, or works (math-verify's signal-based timeouts need a real main thread, so it is probed apart)."""
+
+    item: str
+    code: str
+    expect: str | None
+    """None: any output, as long as the code runs."""
+    timeout_s: float
+    at_start: bool = False
+
+    def check(self) -> Finding:
+        start = time.monotonic()
+        try:
+            proc = subprocess.run([sys.executable, "-c", self.code], capture_output=True, text=True,
+                                  timeout=self.timeout_s, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return Finding("missing", f"no answer within {self.timeout_s:g} s")
+        seconds = time.monotonic() - start
+        out = proc.stdout.strip().splitlines()
+        if proc.returncode != 0:
+            tail = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
+            return Finding("missing", f"fails in a child process: {tail[-1][-300:]}")
+        last = out[-1] if out else ""
+        if self.expect is not None and last != self.expect:
+            return Finding("missing", f"answered {last!r} (expected {self.expect!r}) in a child process")
+        return Finding("ok", f"{last} ({seconds:.1f} s in a child process)" if self.expect is None else
+                       f"works ({seconds:.1f} s in a child process)")
+
+
+@dataclass(frozen=True)
+class CudaDevice:
+    """A CUDA device torch can see (index `index`); `auto`: report where training lands."""
+
+    device: str
+    """cuda, cuda:N or auto (cuda when there is one, else the CPU)."""
+    at_start: bool = False
+
+    @property
+    def item(self) -> str:
+        return "device"
+
+    def check(self) -> Finding:
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            why = (f"torch {torch.__version__} is a CPU build" if torch.version.cuda is None else
+                   f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no device "
+                   f"(driver? CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+            if self.device == "auto":
+                return Finding("warning", f"backend.device=auto trains on the CPU: {why}")
+            return Finding("missing", f"backend.device={self.device} needs CUDA: {why}")
+        index = int(self.device.partition(":")[2] or 0)
+        if index >= count:
+            return Finding("missing", f"backend.device={self.device}: torch sees {count} CUDA device(s)")
+        props = torch.cuda.get_device_properties(index)
+        return Finding("ok", f"backend.device={self.device} trains on cuda:{index} {props.name}, "
+                             f"{props.total_memory / 2**30:.1f} GiB")

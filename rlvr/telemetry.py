@@ -1,0 +1,154 @@
+"""What a step and an evaluation leave for readers, as pure functions: the metrics row (`metrics.jsonl`; every
+name's meaning is in docs/metrics.md), the `samples/step_N.jsonl` records, and the console line. Nothing here
+updates the run's counters; the trainer does, and passes them in.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rlvr.algorithm.ties import tie_metrics
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from rlvr.credit import Credit
+    from rlvr.types import Example, Rollouts, Scores, TokenSignals
+
+CORRECT_THRESHOLD = 0.5
+"""A completion is correct when its reward exceeds this."""
+
+
+class Stopwatch:
+    """Seconds since the previous `lap` (or since it was made)."""
+
+    def __init__(self) -> None:
+        self.last = time.perf_counter()
+
+    def lap(self) -> float:
+        now = time.perf_counter()
+        seconds, self.last = now - self.last, now
+        return seconds
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Wall seconds of each phase of one step (`*_time_s` in the row)."""
+
+    sample: float
+    score: float
+    credit: float
+    train: float
+
+    @property
+    def total(self) -> float:
+        return self.sample + self.score + self.credit + self.train
+
+
+@dataclass(frozen=True)
+class StepCounts:
+    """What one step adds to the run's running totals."""
+
+    correct: int
+    completions: int
+    tokens: int
+    """Prompt tokens (once per completion) plus completion tokens."""
+
+    @classmethod
+    def of(cls, rollouts: Rollouts, rewards_P_G: Tensor) -> StepCounts:
+        G = rewards_P_G.shape[1]
+        tokens = sum(len(p) for p in rollouts.prompt_ids_P) * G + int(rollouts.lengths_PG.sum())
+        return cls(int((rewards_P_G > CORRECT_THRESHOLD).sum()), rewards_P_G.numel(), tokens)
+
+
+def step_row(step: int, condition: str, uncertainty_kind: str | None, rollouts: Rollouts, rewards_P_G: Tensor,
+             credit: Credit, train: dict[str, float], times: StepTimes, counts: StepCounts,
+             totals: dict[str, int]) -> dict:
+    """One training step's row; `totals` are the running counters with this step already added."""
+    (P, G), lengths = rewards_P_G.shape, rollouts.lengths_PG
+    return {
+        "step": step,
+        "condition": condition,
+        "uncertainty_kind": uncertainty_kind,
+        "skipped": credit.skipped,
+        "loss": train.get("loss", 0.0),
+        "mean_reward": float(rewards_P_G.mean()),
+        "correct_rate": counts.correct / counts.completions,
+        "running_correct_rate": totals["correct"] / totals["completions"],
+        **tie_metrics(rewards_P_G),
+        "num_datums": P * G,
+        "batch_size": P,
+        "group_size": G,
+        "mean_completion_length": float(lengths.float().mean()),
+        "max_token_hit_rate": float((~rollouts.finished_PG).float().mean()),
+        "rl/completion_tokens": float(lengths.sum()),
+        "rl/completion_surprisal_mean": float(-rollouts.logprobs_PG_T[rollouts.mask_PG_T].mean()),
+        "rl/nonzero_advantage_action_tokens": float(((credit.adv_PG_T != 0) & rollouts.mask_PG_T).sum()),
+        **credit.metrics,
+        **train,
+        "tokens_per_step": counts.tokens,
+        "step_time_s": times.total,
+        "sample_time_s": times.sample,
+        "score_time_s": times.score,
+        "advantage_time_s": times.credit,
+        "train_time_s": times.train,
+        "tokens_per_second": counts.tokens / times.total,
+        "sample_share": times.sample / times.total,
+        "train_share": times.train / times.total,
+        "process_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def eval_row(steps_done: int, scores: Scores, rollouts: Rollouts, seconds: float) -> dict:
+    """One evaluation's row (`step` = optimizer steps done)."""
+    rewards = scores.values
+    return {
+        "step": steps_done,
+        "eval/accuracy": sum(r > CORRECT_THRESHOLD for r in rewards) / len(rewards),
+        "eval/mean_reward": sum(rewards) / len(rewards),
+        "eval/mean_completion_length": float(rollouts.lengths_PG.float().mean()),
+        "eval/examples": len(rewards),
+        **scores.fractions("eval/reward_"),
+        "eval_time_s": seconds,
+    }
+
+
+def sample_groups(examples: list[Example], completions: list[str], rewards_P_G: Tensor, credit: Credit,
+                  signals: TokenSignals, pieces_PG: list[list[str]] | None) -> list[dict]:
+    """One `samples/` record per example given (the first groups of the step): its completions with rewards,
+    episode advantages and per-token advantages, plus each token's piece and planning mark when the
+    transform used them."""
+    G, out = rewards_P_G.shape[1], []
+    for p, example in enumerate(examples):
+        rows = range(p * G, (p + 1) * G)
+        lengths = [int(signals.mask_PG_T[r].sum()) for r in rows]
+        group = {
+            "prompt": example.prompt,
+            "reference": example.reference,
+            "completions": completions[p * G : (p + 1) * G],
+            "rewards": rewards_P_G[p].tolist(),
+            "advantages": credit.adv_P_G[p].tolist(),
+            "token_advantages": [credit.adv_PG_T[r, :n].tolist() for r, n in zip(rows, lengths)],
+        }
+        if pieces_PG is not None and signals.planning_PG_T is not None:
+            group["tokens"] = [pieces_PG[r] for r in rows]
+            group["planning"] = [signals.planning_PG_T[r, :n].int().tolist() for r, n in zip(rows, lengths)]
+        out.append(group)
+    return out
+
+
+def console_line(row: dict, evaluation: dict | None) -> str:
+    """`step 10 | reward 0.470 | correct 0.470 | eval 0.554 | loss -0.0124 | 0.046 s/step`."""
+    parts = [
+        f"step {row['step'] + 1}",
+        f"reward {row['mean_reward']:.3f}",
+        f"correct {row['correct_rate']:.3f}",
+        f"loss {row['loss']:+.4f}",
+        f"{row['step_time_s']:.3f} s/step",
+    ]
+    if evaluation is not None:
+        parts.insert(3, f"eval {evaluation['eval/accuracy']:.3f}")
+    return " | ".join(parts)
