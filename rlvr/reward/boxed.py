@@ -13,7 +13,10 @@ Edge cases:
 
 from __future__ import annotations
 
+import re
+
 MARKER = "\\boxed{"
+_BRACE = re.compile(r"[{}]")  # the scan jumps from brace to brace: a megabyte without braces costs ~1 ms, not 0.1 s
 
 
 def extract_boxed(text: str) -> str:
@@ -23,11 +26,11 @@ def extract_boxed(text: str) -> str:
         return ""
     start += len(MARKER)
     depth = 1
-    for i in range(start, len(text)):
-        if text[i] == "{":
+    for brace in _BRACE.finditer(text, start):
+        if brace.group() == "{":
             depth += 1
-        elif text[i] == "}":
+        else:
             depth -= 1
             if depth == 0:
-                return text[start:i].strip()
+                return text[start:brace.start()].strip()
     return text[start:].strip()
