@@ -1,6 +1,7 @@
 """A reward that puts hostile text through the trainer's real scoring path (tests/reward/hostile.py)."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from reward.hostile import CORPUS
 
@@ -11,6 +12,14 @@ SCORED: list[str] = []
 class HostileText:
     """Wraps a real reward: each batch's completions and references are replaced by the next corpus items
     (cycling), then graded by `reward` in one call, as the trainer grades a step."""
+
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]):
+        """What the wrapped reward needs."""
+        from hydra.utils import get_class
+
+        inner = settings["reward"]
+        return get_class(inner["_target_"]).needs(inner)
 
     def __init__(self, reward: object) -> None:
         self.reward = reward

@@ -4,13 +4,22 @@ A verifier running model output can hang in ways no in-process timeout stops: ma
 cannot interrupt one long C-level computation (a big-integer power), and a thread cannot be killed. So
 each item is graded in a worker process, in that process's main thread (where alarms work), and the
 parent watches the clock: a worker that has not answered `item_timeout_s` after it started an item is
-killed (SIGKILL) and replaced; that item is reported as a timeout and the rest of its chunk goes back in
-the queue. A worker that dies (out of memory under `memory_mb`, a segfault) costs its item an error.
+killed (SIGKILL) and replaced; that item is reported as a timeout and the items queued behind it go back
+to the front of the queue. A worker that dies (out of memory under `memory_mb`, a segfault) costs its
+item an error.
 
-Items go out in chunks of consecutive items that share a key (the trainer's G completions of one prompt
-share a reference, so a worker parses each reference once) and answers come back one item at a time, so
-the time bound is per item. Workers are spawned once, when the first batch comes, and live until `close`
-(or the end of the process); `grade` may be called from any thread, one call at a time.
+Scheduling: a worker claims a chunk of at most `chunk_items` consecutive items that share a key (the
+trainer's G completions of one prompt share a reference, so the worker parses it once and math-verify's
+caches see the repeats: a third less CPU per honest item than dealing items out one by one). Items go to
+it one at a time, each as soon as no more than `prefetch_items` of its items are unanswered, so it never
+waits for a round trip; answers come back one item at a time, so the time bound is per item. A worker
+with nothing left to claim takes the back half of the largest claim not yet sent, so a run of slow items
+spreads over the workers instead of holding up one of them while the others idle (as whole chunks sent at
+once did: set `prefetch_items` >= `chunk_items` to get that back).
+
+Workers are spawned once, when the first batch comes (each runs `warm_up`, if given, before it takes
+work: imports, caches), and live until `close` (or the end of the process); a replacement starts while
+the others keep grading. `grade` may be called from any thread, one call at a time.
 """
 
 from __future__ import annotations
@@ -31,16 +40,21 @@ log = logging.getLogger("rlvr")
 
 OK, PARSE_FAIL, TIMEOUT, ERROR = "ok", "parse_fail", "timeout", "error"
 """What happened to an item; a grader returns `(value, one of these)`."""
-MAX_CHUNK = 16
 STARTUP_TIMEOUT_S = 120.0
 
 
-def _serve(grader: Callable[..., tuple[float, str]], conn: Connection, memory_mb: int | None) -> None:
+def _serve(grader: Callable[..., tuple[float, str]], conn: Connection, memory_mb: int | None,
+           warm_up: Callable[[], None] | None) -> None:
     """A worker: grade chunks until the parent closes the pipe, answering `(index, value, status)` per item."""
     if memory_mb:
         limit = memory_mb * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    conn.send("ready")
+    if warm_up is not None:
+        warm_up()
+    try:
+        conn.send("ready")
+    except OSError:  # the pool closed while this worker was starting
+        return
     while True:
         try:
             chunk = conn.recv()
@@ -55,13 +69,16 @@ def _serve(grader: Callable[..., tuple[float, str]], conn: Connection, memory_mb
 
 
 class _Worker:
-    def __init__(self, context, grader: Callable, memory_mb: int | None) -> None:
+    def __init__(self, context, grader: Callable, memory_mb: int | None, warm_up: Callable[[], None] | None) -> None:
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(grader, child, memory_mb), daemon=True)
+        self.process = context.Process(target=_serve, args=(grader, child, memory_mb, warm_up), daemon=True)
         self.process.start()
         child.close()
+        self.ready = False
+        """It has sent "ready"; until then `deadline` is its start-up deadline."""
         self.outstanding: deque[int] = deque()  # items sent and not answered, in order
-        self.deadline = 0.0
+        self.claim: deque[int] = deque()  # items this worker is to grade next, not sent yet
+        self.deadline = time.monotonic() + STARTUP_TIMEOUT_S
 
     def kill(self) -> None:
         self.process.kill()
@@ -71,8 +88,12 @@ class _Worker:
 
 class GradingPool:
     def __init__(self, grader: Callable[..., tuple[float, str]], workers: int, item_timeout_s: float,
-                 memory_mb: int | None) -> None:
+                 memory_mb: int | None, chunk_items: int, prefetch_items: int,
+                 warm_up: Callable[[], None] | None = None) -> None:
+        if chunk_items < 1 or prefetch_items < 0:
+            raise ValueError(f"chunk_items={chunk_items} must be >= 1 and prefetch_items={prefetch_items} >= 0")
         self.grader, self.size, self.item_timeout_s, self.memory_mb = grader, workers, item_timeout_s, memory_mb
+        self.chunk_items, self.prefetch_items, self.warm_up = chunk_items, prefetch_items, warm_up
         self._context = get_context("spawn")  # forking a process that holds torch's threads can deadlock
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
@@ -85,54 +106,82 @@ class GradingPool:
         with self._lock:
             if not self._workers:
                 self._start(self.size)
+                for worker in self._workers:
+                    self._wait_ready(worker)
             return self._run(items, keys)
 
     def close(self) -> None:
         self._finalizer()
 
     def _start(self, n: int) -> None:
-        fresh = [_Worker(self._context, self.grader, self.memory_mb) for _ in range(n)]
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        for worker in fresh:
-            try:
-                started = worker.conn.poll(max(0.0, deadline - time.monotonic())) and worker.conn.recv() == "ready"
-            except (EOFError, OSError):
-                started = False
-            if not started:
-                for w in fresh:
-                    w.kill()
-                raise RuntimeError(f"a grading worker did not start within {STARTUP_TIMEOUT_S:.0f} s "
-                                   f"(exit code {worker.process.exitcode}; its error, if any, is printed above)")
-        self._workers.extend(fresh)
+        self._workers.extend(_Worker(self._context, self.grader, self.memory_mb, self.warm_up) for _ in range(n))
+
+    def _wait_ready(self, worker: _Worker) -> None:
+        """Block until `worker` says "ready"; past its start-up deadline, or dead, stop every worker and raise."""
+        try:
+            started = (worker.conn.poll(max(0.0, worker.deadline - time.monotonic()))
+                       and worker.conn.recv() == "ready")
+        except (EOFError, OSError):
+            started = False
+        if not started:
+            worker.process.join(timeout=1)  # a worker that just died: its exit code
+            code = worker.process.exitcode
+            _stop(self._workers)
+            raise RuntimeError(f"a grading worker did not start within {STARTUP_TIMEOUT_S:.0f} s "
+                               f"(exit code {code}; its error, if any, is printed above)")
+        worker.ready = True
 
     def _run(self, items: Sequence[tuple], keys: Sequence[Any]) -> list[tuple[float, str]]:
         results: list[tuple[float, str] | None] = [None] * len(items)
-        queue = deque(_chunks(keys))
-        while queue or any(w.outstanding for w in self._workers):
+        queue = deque(_chunks(keys, self.chunk_items))
+        for worker in self._workers:
+            worker.claim.clear()
+        while queue or any(w.outstanding or w.claim for w in self._workers):
             for worker in list(self._workers):
-                if not worker.outstanding and queue:
-                    self._send(worker, items, queue)
-            busy = [w for w in self._workers if w.outstanding]
-            if not busy:  # every send found its worker dead: the replacements take the queue next round
+                while worker.ready and len(worker.outstanding) <= self.prefetch_items:
+                    index = self._next_item(worker, queue)
+                    if index is None or not self._send(worker, index, items, results, queue):
+                        break
+            watched = [w for w in self._workers if w.outstanding or not w.ready]
+            if not watched:  # every send found its worker dead: the replacements take the queue next round
                 continue
-            ready = wait([w.conn for w in busy], timeout=max(0.0, min(w.deadline for w in busy) - time.monotonic()))
-            for worker in busy:
-                if worker.conn in ready:
+            next_deadline = min(w.deadline for w in watched)
+            ready = wait([w.conn for w in watched], timeout=max(0.0, next_deadline - time.monotonic()))
+            for worker in watched:
+                if worker.conn in ready and not worker.ready:
+                    self._wait_ready(worker)
+                elif worker.conn in ready:
                     self._receive(worker, results, queue)
                 elif time.monotonic() > worker.deadline:
+                    if not worker.ready:
+                        self._wait_ready(worker)  # raises
                     self._replace(worker, results, queue, TIMEOUT)
         return results  # type: ignore[return-value]
 
-    def _send(self, worker: _Worker, items: Sequence[tuple], queue: deque) -> None:
-        chunk = queue.popleft()
+    def _next_item(self, worker: _Worker, queue: deque[list[int]]) -> int | None:
+        """The next item for `worker`: from its claim; else it claims the next chunk; else it takes the back
+        half of the largest claim another worker has not been sent yet. None: nothing is left to send."""
+        if not worker.claim:
+            if queue:
+                worker.claim.extend(queue.popleft())
+            else:
+                victim = max(self._workers, key=lambda w: len(w.claim))
+                stolen = [victim.claim.pop() for _ in range((len(victim.claim) + 1) // 2)]
+                worker.claim.extend(reversed(stolen))
+        return worker.claim.popleft() if worker.claim else None
+
+    def _send(self, worker: _Worker, index: int, items: Sequence[tuple], results: list, queue: deque) -> bool:
+        """Send item `index` to `worker`; False when it turned out dead (replaced, the item requeued)."""
         try:
-            worker.conn.send([(i, items[i]) for i in chunk])
-        except OSError:  # died while idle: nothing of this batch is lost
-            queue.appendleft(chunk)
-            self._replace(worker, [], queue, ERROR)
-            return
-        worker.outstanding.extend(chunk)
-        worker.deadline = time.monotonic() + self.item_timeout_s
+            worker.conn.send([(index, items[index])])
+        except OSError:  # died: the item goes back, the one it was on (if any) is lost
+            worker.claim.appendleft(index)
+            self._replace(worker, results, queue, ERROR)
+            return False
+        if not worker.outstanding:  # idle until now: its next item starts now
+            worker.deadline = time.monotonic() + self.item_timeout_s
+        worker.outstanding.append(index)
+        return True
 
     def _receive(self, worker: _Worker, results: list, queue: deque) -> None:
         try:
@@ -140,30 +189,31 @@ class GradingPool:
                 index, value, status = worker.conn.recv()
                 results[index] = (value, status)
                 worker.outstanding.popleft()
-                worker.deadline = time.monotonic() + self.item_timeout_s
+                worker.deadline = time.monotonic() + self.item_timeout_s  # it starts the next item now
         except (EOFError, OSError):  # died (memory, a crash): the item it was on is lost
             self._replace(worker, results, queue, ERROR)
 
     def _replace(self, worker: _Worker, results: list, queue: deque, status: str) -> None:
-        """Kill `worker` and start another; the item it was on gets `status`, the rest of its chunk goes back."""
+        """Kill `worker` and start another (which takes work once it is ready); the item it was on gets
+        `status`, the items queued behind it and the rest of its claim go back to the front of the queue."""
         if worker.outstanding:
             index = worker.outstanding.popleft()
             results[index] = (0.0, status)
             log.warning("grading worker %s on item %d (bound %.0f s): replaced",
                         "timed out" if status == TIMEOUT else "died", index, self.item_timeout_s)
-        if worker.outstanding:
-            queue.appendleft(list(worker.outstanding))
+        if worker.outstanding or worker.claim:
+            queue.appendleft([*worker.outstanding, *worker.claim])
         worker.kill()
         self._workers.remove(worker)
         self.replaced += 1
         self._start(1)
 
 
-def _chunks(keys: Sequence[Any]) -> list[list[int]]:
-    """Runs of consecutive indices with equal keys, at most MAX_CHUNK long."""
+def _chunks(keys: Sequence[Any], max_items: int) -> list[list[int]]:
+    """Runs of consecutive indices with equal keys, at most `max_items` long."""
     chunks: list[list[int]] = []
     for i, key in enumerate(keys):
-        if chunks and keys[chunks[-1][-1]] == key and len(chunks[-1]) < MAX_CHUNK:
+        if chunks and keys[chunks[-1][-1]] == key and len(chunks[-1]) < max_items:
             chunks[-1].append(i)
         else:
             chunks.append([i])

@@ -7,6 +7,11 @@ right verdict is certain *and* math-verify 0.9.0 was seen to reach it (or the an
 math-verify: no box, empty box), or where the right verdict is 0.0 so that a timeout scores it right too.
 Cases math-verify gets wrong are left undefined, with a comment.
 
+The attack categories (issue 12: power tower, integral, huge sum, factorial, deep nesting, megabyte box,
+radical) are answers built to keep sympy busy, each against references math-verify must compare
+symbolically (`ATTACK_REFERENCES`). Before the structural guards and CPU budgets of `reward=math`, 227 of
+the corpus's 573 items ran into math-verify's 5 s alarm and grading it took 635 s with 2 workers.
+
 Everything is deterministic (a seeded generator for the "random" text) so a failure names the same item twice.
 """
 
@@ -14,19 +19,27 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 
 MB = 1 << 20
-ITEM_TIMEOUT_S = 5.0
 POOL_WORKERS = 2
+MATH_YAML = Path(__file__).resolve().parents[2] / "conf" / "reward" / "math.yaml"
+
+
+def math_settings(**overrides) -> dict:
+    """conf/reward/math.yaml's values (what a run gets), with POOL_WORKERS workers and `overrides`."""
+    from omegaconf import OmegaConf
+
+    settings = OmegaConf.to_container(OmegaConf.load(MATH_YAML))
+    del settings["_target_"]
+    return {**settings, "pool_workers": POOL_WORKERS, **overrides}
 
 
 def math_reward(**overrides):
-    """The MathVerify under test, built in this one place."""
+    """The MathVerify under test, built in this one place, from `math_settings(**overrides)`."""
     from rlvr.reward.math import MathVerify
 
-    knobs = {"parsing_timeout_s": 2, "verify_timeout_s": 2, "item_timeout_s": ITEM_TIMEOUT_S,
-             "pool_workers": POOL_WORKERS, "worker_memory_mb": 4096, **overrides}
-    return MathVerify(**knobs)
+    return MathVerify(**math_settings(**overrides))
 
 
 WRONG = {"exact": 0.0, "match": 0.0, "math": 0.0}
@@ -191,13 +204,16 @@ def _unicode() -> list[Hostile]:
     return out
 
 
-def _sympy_traps() -> list[Hostile]:
-    def nest(template: str, depth: int, seed: str) -> str:
-        text = seed
-        for _ in range(depth):
-            text = template.replace("@", text)
-        return text
+def _nest(template: str, depth: int, seed: str) -> str:
+    """`template` with "@" replaced by itself `depth` times, innermost `seed`."""
+    text = seed
+    for _ in range(depth):
+        text = template.replace("@", text)
+    return text
 
+
+def _sympy_traps() -> list[Hostile]:
+    nest = _nest
     rows = (" & ".join(str(i * j) for j in range(60)) for i in range(60))
     matrix = r"\begin{pmatrix}" + r"\\".join(rows) + r"\end{pmatrix}"
     traps = {
@@ -301,6 +317,111 @@ def _empty() -> list[Hostile]:
     return out
 
 
+ATTACK_REFERENCES = (r"\frac{1}{2}", r"\sqrt{2}", "x^2+1")
+"""What the attack categories are graded against: references math-verify must really compare symbolically
+(an integer reference is often settled by a cheap numeric test), which is what makes a hostile answer slow."""
+
+
+def _attacks() -> list[Hostile]:
+    """Answers built to make sympy work for ever, each graded against every ATTACK_REFERENCES entry. None of
+    them equals any reference, so the right verdict is 0.0 whatever happens (a timeout gives it too)."""
+    rng = random.Random(12)
+    payloads = {
+        "power tower": {
+            "2^2^2^2^2^2": r"2^{2^{2^{2^{2^{2}}}}}",
+            "10^10^10^10": r"10^{10^{10^{10}}}",
+            "3^3^3^3": r"3^{3^{3^{3}}}",
+            "7^7^7^7": r"7^{7^{7^{7}}}",
+            "2^3^4^5": r"2^{3^{4^{5}}}",
+            "(2^2^2^2)^(2^2^2^2)": r"\left(2^{2^{2^{2}}}\right)^{2^{2^{2^{2}}}}",
+            "x^x^x^x^x^x": r"x^{x^{x^{x^{x^{x}}}}}",
+            "half to a tower": r"\left(\frac{1}{2}\right)^{10^{10^{10}}}",
+            "sqrt2 tower": r"\sqrt{2}^{\sqrt{2}^{\sqrt{2}^{10^{10}}}}",
+            "e^e^e^e^e": r"e^{e^{e^{e^{e}}}}",
+            "1.0000001^10^12": r"1.0000001^{10^{12}}",
+            "(1+10^-9)^10^10": r"\left(1+10^{-9}\right)^{10^{10}}",
+            "10^10^10 - 1/2": r"10^{10^{10}}-\frac{1}{2}",
+            "2^2^10^3": r"2^{2^{10^{3}}}",
+        },
+        "integral": {
+            "gaussian": r"\int_0^\infty e^{-x^2}dx",
+            "log over quadratic": r"\int_0^1 \frac{\ln(1+x)}{1+x^2}\,dx",
+            "no closed form": r"\int e^{x^2}\sin(x^3)\,dx",
+            "x^x to 10^10": r"\int_0^{10^{10}} x^{x}\,dx",
+            "septic denominator": r"\int \frac{1}{x^{7}+x+1}\,dx",
+            "sinc": r"\int_{-\infty}^{\infty}\frac{\sin x}{x}\,dx",
+            "double": r"\int_0^1\int_0^1 \frac{1}{1-xy}\,dx\,dy",
+            "tower integrand": r"\int_0^1 x^{10^{10^{10}}}\,dx",
+            "nested integral": _nest(r"\int_0^1 @\,dx", 12, "x"),
+            "oscillating": r"\int_0^\infty \sin(x^{10})\,e^{-x}\,dx",
+        },
+        "huge sum": {
+            "k^k to 10^12": r"\sum_{k=1}^{10^{12}} k^{k}",
+            "1/k^2 to 10^6": r"\sum_{k=1}^{10^{6}} \frac{1}{k^2}",
+            "exponential series": r"\sum_{n=0}^{\infty} \frac{x^n}{n!}",
+            "binomials of a googol": r"\sum_{k=0}^{10^{100}} \binom{10^{100}}{k}",
+            "product to 10^9": r"\prod_{k=1}^{10^{9}} \left(1+\frac{1}{k^2}\right)",
+            "telescoping product": r"\prod_{k=2}^{10^{6}} \frac{k^3-1}{k^3+1}",
+            "double sum": r"\sum_{i=1}^{1000}\sum_{j=1}^{1000} ij",
+            "harmonic 10^12": r"\sum_{k=1}^{10^{12}}\frac{1}{k}",
+            "sum of towers": r"\sum_{k=1}^{100} k^{k^{k}}",
+            "product of k^k": r"\prod_{k=1}^{10^{5}} k^{k}",
+        },
+        "factorial": {
+            "(10^6)!": r"(10^{6})!",
+            "1000000!!": r"1000000!!",
+            "(10^10)!!": r"(10^{10})!!",
+            "100000!": r"100000!",
+            "(2^64)!": r"(2^{64})!",
+            "(10!)!": r"((10)!)!",
+            "(((3!)!)!)!": r"(((3!)!)!)!",
+            "Gamma(10^8)": r"\Gamma(10^{8})",
+            "binom(10^9, 10^8)": r"\binom{10^{9}}{10^{8}}",
+            "binom(2^100, 2^99)": r"\binom{2^{100}}{2^{99}}",
+            "(10^6)! - (10^6)!": r"(10^{6})!-(10^{6})!",
+            "(10^5)!/(10^5-1)!": r"\frac{(10^{5})!}{(10^{5}-1)!}",
+            "dfrac of factorials": r"\dfrac{(10^{7})!}{2}",
+            "factorial tower": r"10^{10}!^{10}",
+        },
+        "deep nesting": {
+            "frac 300": _nest(r"\frac{@}{2}", 300, "1"),
+            "frac in denominators 300": _nest(r"\frac{1}{@}", 300, "2"),
+            "sqrt 300": _nest(r"\sqrt{@}", 300, "2"),
+            "parentheses 1000": "(" * 1000 + "x" + ")" * 1000,
+            "left-right 200": _nest(r"\left(@\right)", 200, "x"),
+            "braces 2000": "{" * 2000 + "x" + "}" * 2000,
+            "brackets 500": "[" * 500 + "1" + "]" * 500,
+            "x tower 100": _nest("x^{@}", 100, "x"),
+            "sqrt of sums 60": _nest(r"\sqrt{2+@}", 60, "2"),
+            "continued fraction 200": _nest(r"1+\frac{1}{@}", 200, "x"),
+        },
+        "megabyte box": {
+            "1 MB of x+": "x+" * (MB // 2) + "x",
+            "1 MB of 1+": "+".join(["1"] * (MB // 2)),
+            "1 MB of sqrt2": "+".join([r"\sqrt{2}"] * (MB // 9)),
+            "1 MB polynomial": "+".join(f"{rng.randint(1, 99)}x^{{{k}}}" for k in range(MB // 12)),
+            "1 MB of frac": r"\cdot".join([r"\frac{1}{2}"] * (MB // 16)),
+            "1 MB random latex": "".join(rng.choices("x+-*/^_{}()0123456789", k=MB)),
+        },
+        "radical": {
+            "10^10-th root": r"\sqrt[10^{10}]{2}",
+            "cardano": r"\sqrt[3]{2+\sqrt{5}}+\sqrt[3]{2-\sqrt{5}}",
+            "(sqrt2+sqrt3+sqrt5)^100": r"\left(\sqrt{2}+\sqrt{3}+\sqrt{5}\right)^{100}",
+            "(1+sqrt2)^10^6": r"\left(1+\sqrt{2}\right)^{10^{6}}",
+            "nested sqrt 40": _nest(r"\sqrt{1+@}", 40, r"\sqrt{2}"),
+            "sum of 200 radicals": "+".join(rf"\sqrt{{{k}}}" for k in range(2, 202)),
+            "root of a tower": r"\sqrt{10^{10^{10}}+1}",
+            "radical ladder": _nest(r"\sqrt[3]{@+\sqrt{2}}", 25, "1"),
+        },
+    }
+    out = []
+    for category, named in payloads.items():
+        for name, latex in named.items():
+            for reference in ATTACK_REFERENCES:
+                out.append(Hostile(category, f"{name} vs {reference}", boxed(latex), reference, WRONG))
+    return out
+
+
 CORPUS: list[Hostile] = [
-    *_towers(), *_braces(), *_huge(), *_unicode(), *_sympy_traps(), *_formats(), *_tricks(), *_empty(),
+    *_towers(), *_braces(), *_huge(), *_unicode(), *_sympy_traps(), *_formats(), *_tricks(), *_empty(), *_attacks(),
 ]

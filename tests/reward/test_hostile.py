@@ -7,14 +7,13 @@ import time
 from collections import Counter
 
 import pytest
-from openai_compatible_server import OpenAICompatibleServer
-from reward.hostile import CORPUS, ITEM_TIMEOUT_S, POOL_WORKERS, math_reward
+from openai_compatible_server import OpenAICompatibleServer, chat_judge
+from reward.hostile import CORPUS, POOL_WORKERS, math_reward
 
 from rlvr.reward.exact import ExactMatch
 from rlvr.reward.function import FunctionReward
-from rlvr.reward.judge import ChatJudge
+from rlvr.reward.guarded import guarded_score
 from rlvr.reward.match import BoxedMatch
-from rlvr.trainer import guarded_score
 from rlvr.types import Scores
 
 COMPLETIONS = [h.completion for h in CORPUS]
@@ -60,7 +59,7 @@ def test_string_rewards(name: str, reward, bound_s: float) -> None:
 
 
 def test_math_verify() -> None:
-    reward = math_reward(parsing_timeout_s=1, verify_timeout_s=1)  # a quarter of the corpus runs into them
+    reward = math_reward()  # the defaults: guards, CPU budgets, one item at a time
     try:
         guarded_score(reward, ["\\boxed{1}"], ["1"])  # start the workers outside the clock
         start = time.monotonic()
@@ -69,10 +68,12 @@ def test_math_verify() -> None:
     finally:
         reward.close()
     check("math", scores, [h.expected.get("math") for h in CORPUS])
-    # Measured: 44 s with 2 workers, 78 timeouts, all math-verify's own 1 s alarms (no worker was killed).
-    # Each timeout may cost up to item_timeout_s of one worker; the slack is for sharing the cores.
-    bound_s = scores.timeouts * ITEM_TIMEOUT_S / POOL_WORKERS + 60.0
-    assert elapsed < bound_s, f"math took {elapsed:.0f} s on {len(CORPUS)} items ({scores.timeouts} timeouts)"
+    # Measured with 2 workers on a 2-core machine at load 5: 15-25 s, a handful of budget timeouts, no worker
+    # killed (before the guards and budgets: 635 s, 227 of math-verify's 5 s alarms). The slack is for
+    # sharing the cores.
+    assert reward.pool.replaced == 0, "a hostile item got past the guards and the budgets into the hard bound"
+    assert scores.timeouts <= 20, f"{scores.timeouts} timeouts: the guards let slow items through"
+    assert elapsed < 90.0, f"math took {elapsed:.0f} s on {len(CORPUS)} items ({scores.timeouts} timeouts)"
 
 
 def test_judge(monkeypatch) -> None:
@@ -80,7 +81,7 @@ def test_judge(monkeypatch) -> None:
     texts are sent as valid JSON; the server's verdict is "yes" iff the reference is inside the response."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-hostile")
     with OpenAICompatibleServer(api_key="sk-fake-hostile") as server:
-        reward = ChatJudge(base_url=server.base_url, timeout_s=10.0, max_concurrency=16)
+        reward = chat_judge(base_url=server.base_url, timeout_s=10.0, max_concurrency=16)
         start = time.monotonic()
         scores = guarded_score(reward, COMPLETIONS, REFERENCES)
         elapsed = time.monotonic() - start
@@ -102,16 +103,15 @@ def test_the_trainer_survives_hostile_text(tmp_path, reward: str) -> None:
     from composing import FAST, compose_config
     from rlvr.run import run
 
-    overrides = FAST + [f"reward={reward}", "trainer.max_steps=2", "trainer.batch_size=16"]
+    overrides = FAST + [f"reward={reward}", "trainer.max_steps=2", "trainer.batch_size=32"]
     if reward == "math":
-        overrides += ["reward.parsing_timeout_s=1", "reward.verify_timeout_s=1",
-                      f"reward.item_timeout_s={ITEM_TIMEOUT_S}", f"reward.pool_workers={POOL_WORKERS}"]
+        overrides += [f"reward.pool_workers={POOL_WORKERS}"]
     cfg = compose_config(overrides)
     with open_dict(cfg):
         cfg.reward = {"_target_": "hostile_rewards.HostileText", "reward": cfg.reward}
     hostile_rewards.SCORED.clear()
     assert run(cfg, tmp_path)["steps"] == 2
-    # Two evaluations (start and end) of 64 prompts and two steps of 16x8 completions: the whole corpus.
+    # Two evaluations (start and end) of 64 prompts and two steps of 32x8 completions: the whole corpus.
     assert set(hostile_rewards.SCORED) == {h.id for h in CORPUS}
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows and all(math.isfinite(v) for row in rows for v in row.values() if isinstance(v, float))

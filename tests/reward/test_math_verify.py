@@ -5,8 +5,9 @@ import time
 from collections.abc import Callable
 
 import pytest
+from reward.hostile import math_reward
 
-from rlvr.reward.math import MathVerify
+from rlvr.reward.math import MathVerify, OverBudget, budget
 
 # (completion, reference, reward) as models write them.
 CASES = [
@@ -41,8 +42,7 @@ def score_in_thread(reward: MathVerify, completions: list[str], references: list
 
 @pytest.fixture(scope="module")
 def reward() -> MathVerify:
-    reward = MathVerify(parsing_timeout_s=5, verify_timeout_s=1, item_timeout_s=20, pool_workers=2,
-                        worker_memory_mb=4096)
+    reward = math_reward()  # conf/reward/math.yaml's values, 2 workers
     yield reward
     reward.close()
 
@@ -59,17 +59,46 @@ def test_math_verify_cases(reward: MathVerify, call: Callable[..., list[float]])
 
 def test_statuses_are_counted(reward: MathVerify) -> None:
     # no box and an empty box: parse failures; a reference math-verify cannot read: an error;
-    # comparing 10^(10^10) with 1 makes sympy work until the 1 s alarm: a timeout
-    scores = reward.score(["no box", r"\boxed{}", r"\boxed{1}", r"\boxed{1}", r"\boxed{2}"],
-                          ["1", "1", "}{", r"10^{10^{10}}", "2"])
+    # expanding (x+y+z)^1000 keeps sympy busy past the 1 s CPU budget: a timeout
+    scores = reward.score(["no box", r"\boxed{}", r"\boxed{1}", r"\boxed{(x+y+z)^{1000}}", r"\boxed{2}"],
+                          ["1", "1", "}{", "-17", "2"])
     assert scores.values == [0.0, 0.0, 0.0, 0.0, 1.0]
     assert (scores.parse_failures, scores.errors, scores.timeouts) == (2, 1, 1)
 
 
+def test_an_answer_math_verify_could_not_parse_is_a_parse_failure(reward: MathVerify) -> None:
+    """math-verify falls back to the raw string when it cannot make a sympy object of an answer; such an
+    answer is compared as text only, and counted as a parse failure unless that text is the reference."""
+    scores = reward.score([r"\boxed{50\%}", r"\boxed{0.\overline{3}}", r"\boxed{50\%}", r"\boxed{\frac{1}{3}}"],
+                          ["0.5", r"\frac{1}{3}", r"50\%", r"\frac{1}{2}"])
+    assert scores.values == [0.0, 0.0, 1.0, 0.0]
+    assert (scores.parse_failures, scores.errors, scores.timeouts) == (2, 0, 0)  # the last one parsed: wrong
+
+
+def test_guarded_answers_are_parse_failures_and_references_errors(reward: MathVerify) -> None:
+    towers = [r"10^{10^{10^{10}}}", r"2^{2^{2^{2^{2^{2}}}}}", r"(10^{6})!", r"\int_0^\infty e^{-x^2}dx",
+              "{" * 50 + "}" * 50]
+    n = len(towers)
+    start = time.monotonic()
+    scores = reward.score([rf"\boxed{{{t}}}" for t in towers] + [r"\boxed{1}"] * n + [rf"\boxed{{{towers[0]}}}"],
+                          [r"\frac{1}{2}"] * n + towers + [towers[0]])
+    assert time.monotonic() - start < 10  # each refused before sympy sees it (measured: 0.1 s in all)
+    assert scores.values == [0.0] * 2 * n + [1.0]  # the same text as the reference is that reference
+    assert (scores.parse_failures, scores.errors, scores.timeouts) == (n, n, 0)
+
+
 def test_verify_timeout_scores_zero(reward: MathVerify) -> None:
     start = time.monotonic()
-    assert reward.score([r"\boxed{1}", r"\boxed{2}"], [r"10^{10^{10}}", "2"]).values == [0.0, 1.0]
+    assert reward.score([r"\boxed{(x+y+z)^{1000}}", r"\boxed{2}"], ["-17", "2"]).values == [0.0, 1.0]
     assert time.monotonic() - start < 30
+
+
+def test_the_budget_stops_python_code_after_its_cpu_time() -> None:
+    start = time.process_time()
+    with pytest.raises(OverBudget), budget(0.2):
+        while True:
+            pass
+    assert 0.15 <= time.process_time() - start < 1.0  # the kernel accounts CPU time in ticks of a few ms
 
 
 def test_the_pool_starts_once(reward: MathVerify) -> None:
@@ -85,11 +114,17 @@ def test_length_mismatch_names_both_lengths(reward: MathVerify) -> None:
         reward.score([r"\boxed{1}", r"\boxed{2}"], ["1"])
 
 
-@pytest.mark.parametrize("bad", [0, None, 1.5, True])
-def test_timeouts_must_be_whole_positive_seconds(bad: object) -> None:
+@pytest.mark.parametrize("bad", [0, None, -1.5, True, "1"])
+def test_timeouts_must_be_positive_seconds(bad: object) -> None:
     with pytest.raises(ValueError, match="reward.verify_timeout_s"):
-        MathVerify(parsing_timeout_s=5, verify_timeout_s=bad, item_timeout_s=20, pool_workers=1,  # type: ignore
-                   worker_memory_mb=None)
+        math_reward(verify_timeout_s=bad)
+
+
+@pytest.mark.parametrize(("key", "bad"), [("max_nesting", 0), ("refused_commands", "\\int"),
+                                          ("refused_commands", ["int"]), ("chunk_items", 0), ("prefetch_items", -1)])
+def test_guard_and_scheduling_settings_are_checked(key: str, bad: object) -> None:
+    with pytest.raises(ValueError, match=f"reward.{key}"):
+        math_reward(**{key: bad})
 
 
 def test_the_thread_trap_is_real() -> None:

@@ -1,5 +1,6 @@
 """The grading pool with real worker processes: a worker stuck in C is killed at the time bound and
-replaced, one that dies or runs out of memory costs only its item, and the workers start once."""
+replaced (while the others keep grading), one that dies or runs out of memory costs only its item, the
+workers start once, and a run of slow items spreads over the workers."""
 
 import threading
 import time
@@ -13,7 +14,8 @@ from rlvr.reward.pool import ERROR, OK, TIMEOUT, GradingPool, _chunks
 def pool():
     import pool_graders
 
-    pool = GradingPool(pool_graders.grade, workers=2, item_timeout_s=2.0, memory_mb=1024)
+    pool = GradingPool(pool_graders.grade, workers=2, item_timeout_s=2.0, memory_mb=1024, chunk_items=1,
+                       prefetch_items=1)
     yield pool
     pool.close()
 
@@ -31,9 +33,16 @@ def test_a_worker_stuck_in_c_is_killed_at_the_bound_and_replaced(pool):
     assert grade(pool, ["1", "0"]) == [(1.0, OK), (0.0, OK)]  # the replacement grades
 
 
-def test_the_rest_of_a_stuck_workers_chunk_is_graded_elsewhere(pool):
-    # one key → one chunk → one worker; it hangs on the second item
-    assert grade(pool, ["1", "spin", "1", "0"], keys=["q"] * 4) == [(1.0, OK), (0.0, TIMEOUT), (1.0, OK), (0.0, OK)]
+def test_the_rest_of_a_stuck_workers_chunk_is_graded_elsewhere():
+    import pool_graders
+
+    pool = GradingPool(pool_graders.grade, workers=2, item_timeout_s=2.0, memory_mb=None, chunk_items=16,
+                       prefetch_items=16)
+    try:  # one key → one chunk, sent whole to one worker; it hangs on the second item
+        assert grade(pool, ["1", "spin", "1", "0"], keys=["q"] * 4) == [(1.0, OK), (0.0, TIMEOUT), (1.0, OK),
+                                                                        (0.0, OK)]
+    finally:
+        pool.close()
 
 
 def test_a_worker_that_dies_costs_only_its_item(pool):
@@ -49,7 +58,8 @@ def test_running_out_of_memory_is_an_error_not_a_dead_node(pool):
 def test_workers_start_once_and_any_thread_may_call():
     import pool_graders
 
-    pool = GradingPool(pool_graders.pid, workers=2, item_timeout_s=10.0, memory_mb=None)
+    pool = GradingPool(pool_graders.pid, workers=2, item_timeout_s=10.0, memory_mb=None, chunk_items=1,
+                       prefetch_items=1)
     try:
         pids = {v for v, _ in grade(pool, list("abcdefgh"))}
         seen = []
@@ -64,8 +74,73 @@ def test_workers_start_once_and_any_thread_may_call():
 
 
 def test_chunks_are_runs_of_one_key_capped():
-    assert _chunks(["a", "a", "b", "a"]) == [[0, 1], [2], [3]]
-    assert [len(c) for c in _chunks(["a"] * 40)] == [16, 16, 8]
+    assert _chunks(["a", "a", "b", "a"], 16) == [[0, 1], [2], [3]]
+    assert [len(c) for c in _chunks(["a"] * 40, 16)] == [16, 16, 8]
+    assert _chunks(["a"] * 3, 1) == [[0], [1], [2]]
+
+
+@pytest.mark.parametrize(("chunk_items", "prefetch_items", "balanced"), [(16, 1, True), (1, 1, True), (16, 16, False)])
+def test_a_run_of_slow_items_spreads_over_the_workers(chunk_items: int, prefetch_items: int, balanced: bool):
+    """Eight slow items in a row for one reference (a prompt whose G completions are all hostile), then eight
+    fast ones. One worker claims all sixteen; the other, with nothing to claim, takes the back half of the
+    claim not yet sent, then half of what is left, and so on: the two share the slow ones, in about half
+    the slow time. Sent as one chunk (as before issue 12) all eight stay with the worker that claimed them."""
+    import pool_graders
+
+    pool = GradingPool(pool_graders.grade, workers=2, item_timeout_s=10.0, memory_mb=None,
+                       chunk_items=chunk_items, prefetch_items=prefetch_items)
+    try:
+        grade(pool, ["1"])  # workers started
+        start = time.monotonic()
+        assert grade(pool, ["sleep 0.4"] * 8 + ["1"] * 8, keys=["q"] * 16) == [(0.0, OK)] * 8 + [(1.0, OK)] * 8
+        elapsed = time.monotonic() - start
+    finally:
+        pool.close()
+    slow_total = 8 * 0.4
+    if balanced:
+        assert elapsed < 0.75 * slow_total, f"{elapsed:.1f} s: the slow items did not spread"
+    else:
+        assert elapsed >= slow_total
+
+
+def test_the_time_bound_is_per_item_with_items_queued_behind():
+    """A worker with items queued behind the one it grades gets `item_timeout_s` for each item in turn,
+    not for the whole queue: four items of 0.6 s on one worker, under a 1.5 s bound, all finish."""
+    import pool_graders
+
+    pool = GradingPool(pool_graders.grade, workers=1, item_timeout_s=1.5, memory_mb=None, chunk_items=1,
+                       prefetch_items=3)
+    try:
+        assert grade(pool, ["sleep 0.6"] * 4) == [(0.0, OK)] * 4
+        assert pool.replaced == 0
+    finally:
+        pool.close()
+
+
+def test_the_other_workers_grade_on_while_a_replacement_starts():
+    """A replacement's start-up (here 2 s of warm-up) does not hold up the batch: the killed worker's
+    item is reported at the bound and the other worker has graded the rest by then."""
+    import pool_graders
+
+    pool = GradingPool(pool_graders.grade, workers=2, item_timeout_s=1.0, memory_mb=None, chunk_items=1,
+                       prefetch_items=1, warm_up=pool_graders.slow_warm_up)
+    try:
+        grade(pool, ["1"])  # both workers started (2 s of warm-up each, side by side)
+        start = time.monotonic()
+        assert grade(pool, ["spin"] + ["1"] * 4) == [(0.0, TIMEOUT)] + [(1.0, OK)] * 4
+        assert time.monotonic() - start < 1.0 + 1.5, "the batch waited for the replacement to start"
+        assert pool.replaced == 1 and len(pool._workers) == 2
+        assert grade(pool, ["1", "0"] * 3) == [(1.0, OK), (0.0, OK)] * 3  # the replacement, once ready, grades
+    finally:
+        pool.close()
+
+
+def test_chunk_and_prefetch_sizes_are_checked():
+    import pool_graders
+
+    with pytest.raises(ValueError, match="chunk_items=0"):
+        GradingPool(pool_graders.grade, workers=1, item_timeout_s=1.0, memory_mb=None, chunk_items=0,
+                    prefetch_items=0)
 
 
 def test_a_worker_that_died_while_idle_is_replaced_and_nothing_is_lost():
@@ -74,7 +149,8 @@ def test_a_worker_that_died_while_idle_is_replaced_and_nothing_is_lost():
 
     import pool_graders
 
-    pool = GradingPool(pool_graders.grade, workers=1, item_timeout_s=10.0, memory_mb=None)
+    pool = GradingPool(pool_graders.grade, workers=1, item_timeout_s=10.0, memory_mb=None, chunk_items=1,
+                       prefetch_items=1)
     try:
         grade(pool, ["1"])
         (worker,) = pool._workers
