@@ -135,8 +135,8 @@ class Algorithm(Protocol):
         ...
 
     def normalize(self, adv_PG_T: Tensor, mask_PG_T: Tensor) -> tuple[Tensor, dict[str, float]]:
-        """Batch-level pass over token advantages after the transform (REINFORCE++'s §2.4 batch
-        normalisation); the identity for algorithms without one."""
+        """Batch-level pass over token advantages after the transform (REINFORCE++'s z-score of the step's
+        non-zero token advantages, docs/algorithms.md#reinforce_pp); the identity for algorithms without one."""
         ...
 
 

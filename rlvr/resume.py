@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 from rlvr.checkpoint import Checkpoints
+from rlvr.errors import ConfigError
 
 SAFE_TO_CHANGE = (
     "trainer.max_steps", "trainer.save_every", "trainer.eval_every", "trainer.log_every", "trainer.keep_last",
@@ -25,8 +26,8 @@ SAFE_TO_CHANGE = (
 )
 
 
-class ResumeError(ValueError):
-    """The run folder and the `resume` setting disagree; the message says how."""
+class ResumeError(ConfigError):
+    """The run folder and the `resume` setting disagree; the message says how (printed as a config error)."""
 
 
 def flatten(config: dict, prefix: str = "") -> dict[str, object]:

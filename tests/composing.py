@@ -120,3 +120,7 @@ FAST = [
     "data.eval_size=64",
     "threads=1",
 ]
+
+# An untrained policy with a verifier that pays about half of its completions: mixed groups, so steps train,
+# without the 800-step warm-up that only the learning test needs.
+MIXED = ["trainer.warmup.steps=0", "reward=function", "reward.function=tests.backpressure.mixed_rewards.parity"]

@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
-from composing import CONF_DIR, FAST, compose_config, composer, option_defaults, options
+from composing import CONF_DIR, FAST, MIXED, compose_config, composer, option_defaults, options
 from rlvr.run import run
 
 CONDITIONS = options("condition")  # every file in conf/condition/, so a new one is tested without editing a list
@@ -51,15 +51,15 @@ def test_campaign_grids_name_existing_conditions():
 
 
 @pytest.mark.parametrize("condition", CONDITIONS)
-def test_every_condition_trains(condition, warm, tmp_path):
+def test_every_condition_trains(condition, tmp_path):
     transform = compose_config([f"condition={condition}"]).transform
     scheduled = "delay_steps" in transform  # SEPA's λ schedule
     # its gate and delay would keep λ = 0 for 50 steps: open them so that the pooling really runs here
     extra = ["transform.delay_steps=0", "transform.correct_rate_gate=0", "transform.steps=4"] if scheduled else []
-    run(compose_config(FAST + warm + [f"condition={condition}", "trainer.max_steps=4"] + extra), tmp_path)
+    run(compose_config(FAST + MIXED + [f"condition={condition}", "trainer.max_steps=4"] + extra), tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "loss" in r and not r["skipped"]]
-    assert steps, "the warmed-up policy gives mixed groups, so steps train"
+    assert steps, "mixed rewards: steps train"
     assert all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) and r["grad_norm"] > 0 for r in steps)
     adapter = load_file(tmp_path / "checkpoints/step_4/adapter_model.safetensors")
     assert any(v.abs().max() > 0 for k, v in adapter.items() if "lora_B" in k)  # LoRA B starts at 0: it moved

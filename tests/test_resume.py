@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from composing import MIXED
 from rlvr.checkpoint import Checkpoints
 from rlvr.outputs import NONDETERMINISTIC_KEYS
 from rlvr.preemption import REQUEUE_EXIT_CODE
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPS = 12
 BASE = [
     f"trainer.max_steps={STEPS}", "trainer.save_every=2", "trainer.eval_every=4", "trainer.log_every=1",
-    "data.eval_size=64", "threads=1",
+    "data.eval_size=64", "threads=1", *MIXED,
 ]
 VARIANTS = {
     "lora": [],
@@ -66,23 +67,23 @@ def kill_after(run_dir, overrides, steps_done):
 
 
 @pytest.fixture(scope="module")
-def reference(warm, tmp_path_factory):
+def reference(tmp_path_factory):
     """One uninterrupted run per variant."""
     out = {}
     for name, overrides in VARIANTS.items():
         run_dir = tmp_path_factory.mktemp(f"reference-{name}")
-        proc = train(run_dir, warm + overrides)
+        proc = train(run_dir, overrides)
         assert proc.returncode == 0, proc.output[-3000:]
         out[name] = comparable(run_dir)
     return out
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_killed_at_a_random_step_then_resumed_is_exact(variant, warm, reference, tmp_path):
+def test_killed_at_a_random_step_then_resumed_is_exact(variant, reference, tmp_path):
     at = random.Random().randint(1, STEPS - 2)
-    kill_after(tmp_path, warm + VARIANTS[variant], at)
+    kill_after(tmp_path, VARIANTS[variant], at)
     checkpoint = Checkpoints(tmp_path / "checkpoints", 0).latest()  # the kill may land before the next one
-    proc = train(tmp_path, warm + VARIANTS[variant])
+    proc = train(tmp_path, VARIANTS[variant])
     assert proc.returncode == 0, proc.output[-3000:]
     assert ("resumed from" in proc.output) == (checkpoint is not None), f"killed after {at} steps"
     assert comparable(tmp_path) == reference[variant], f"killed after {at} steps"
@@ -90,20 +91,20 @@ def test_killed_at_a_random_step_then_resumed_is_exact(variant, warm, reference,
     assert steps == list(range(STEPS)), "a step is missing or logged twice"
 
 
-def test_killed_while_writing_a_checkpoint_then_resumed_is_exact(warm, reference, tmp_path):
+def test_killed_while_writing_a_checkpoint_then_resumed_is_exact(reference, tmp_path):
     # RLVR_FAULT kills the process inside its 3rd checkpoint write, after the weights, before the state
-    died = train(tmp_path, warm, env={"RLVR_FAULT": "checkpoint:3"})
+    died = train(tmp_path, [], env={"RLVR_FAULT": "checkpoint:3"})
     assert died.returncode == -signal.SIGKILL
     assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step_4"
     assert list((tmp_path / "checkpoints").glob(".step_6.tmp"))  # the half-written one
-    proc = train(tmp_path, warm)
+    proc = train(tmp_path, [])
     assert proc.returncode == 0, proc.output[-3000:]
     assert comparable(tmp_path) == reference["lora"]
     assert not list((tmp_path / "checkpoints").glob(".*.tmp"))
 
 
-def test_stop_signal_checkpoints_and_asks_for_a_requeue(warm, reference, tmp_path):
-    proc = subprocess.Popen(command(tmp_path, warm), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+def test_stop_signal_checkpoints_and_asks_for_a_requeue(reference, tmp_path):
+    proc = subprocess.Popen(command(tmp_path, []), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
     metrics = tmp_path / "metrics.jsonl"
     while proc.poll() is None and not (metrics.exists() and '"step": 2,' in metrics.read_text()):
@@ -114,15 +115,15 @@ def test_stop_signal_checkpoints_and_asks_for_a_requeue(warm, reference, tmp_pat
     state = Checkpoints.read_state(Checkpoints(tmp_path / "checkpoints", 0).latest())
     assert state["step"] == max(r["step"] + 1 for r in rows(tmp_path) if "loss" in r)  # the step it was in
     assert json.loads((tmp_path / "status.json").read_text())["state"] == "preempted"
-    again = train(tmp_path, warm)
+    again = train(tmp_path, [])
     assert again.returncode == 0, again.output[-3000:]
     assert comparable(tmp_path) == reference["lora"]
 
 
-def test_a_stop_signal_while_the_job_is_still_starting_is_not_fatal(warm, tmp_path):
+def test_a_stop_signal_while_the_job_is_still_starting_is_not_fatal(tmp_path):
     """SLURM may signal a requeued task while it is still importing torch: the request is remembered and
     acted on after the first step (checkpoint, exit 75), not the default action of SIGUSR1 (death)."""
-    proc = subprocess.Popen(command(tmp_path, warm), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(command(tmp_path, []), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
     while proc.poll() is None and not (tmp_path / "train.log").exists():  # Hydra made the job's log: main is next
         time.sleep(0.01)
@@ -137,26 +138,26 @@ def test_a_stop_signal_while_the_job_is_still_starting_is_not_fatal(warm, tmp_pa
 
 def test_resume_must_without_a_checkpoint_fails(tmp_path):
     proc = train(tmp_path / "empty", ["resume=must", "trainer.warmup.steps=0"])
-    assert proc.returncode == 1 and "resume=must" in proc.output and "no complete checkpoint" in proc.output
+    assert proc.returncode == 2 and "resume=must" in proc.output and "no complete checkpoint" in proc.output
     assert not (tmp_path / "empty").exists()  # nothing half-written left behind
 
 
-def test_resume_with_a_changed_config_lists_the_keys(warm, tmp_path):
+def test_resume_with_a_changed_config_lists_the_keys(tmp_path):
     fast = ["trainer.max_steps=2", "trainer.eval_every=0"]
-    assert train(tmp_path, warm + fast).returncode == 0
-    proc = train(tmp_path, warm + fast + ["trainer.lr=0.5", "trainer.group_size=4"])
-    assert proc.returncode == 1
+    assert train(tmp_path, fast).returncode == 0
+    proc = train(tmp_path, fast + ["trainer.lr=0.5", "trainer.group_size=4"])
+    assert proc.returncode == 2 and "Traceback" not in proc.output
     assert "trainer.group_size, trainer.lr" in proc.output and "resume_allow_changes" in proc.output
-    more = train(tmp_path, warm + ["trainer.max_steps=4", "trainer.eval_every=0"])  # more steps is fine
+    more = train(tmp_path, ["trainer.max_steps=4", "trainer.eval_every=0"])  # more steps is fine
     assert more.returncode == 0, more.output[-3000:]
     assert [r["step"] for r in rows(tmp_path) if "loss" in r] == [0, 1, 2, 3]
 
 
-def test_resume_never_starts_fresh_in_a_new_folder(warm, tmp_path):
+def test_resume_never_starts_fresh_in_a_new_folder(tmp_path):
     fast = ["trainer.max_steps=1", "trainer.eval_every=0"]
     run_dir = tmp_path / "run"
-    assert train(run_dir, warm + fast).returncode == 0
+    assert train(run_dir, fast).returncode == 0
     before = (run_dir / "metrics.jsonl").read_text()
-    assert train(run_dir, warm + fast + ["resume=never"]).returncode == 0
+    assert train(run_dir, fast + ["resume=never"]).returncode == 0
     assert (run_dir / "metrics.jsonl").read_text() == before  # untouched
     assert (tmp_path / "run.1" / "summary.json").is_file() and (tmp_path / "run.1" / ".hydra").is_dir()

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from rlvr.campaign import MANIFEST, record
-from rlvr.logger.wandb import WandbLogger
+from rlvr.logger.wandb import WandbLogger, run_id
 
 
 class FakeLogger:
@@ -97,5 +97,8 @@ def test_a_logger_that_fails_does_not_lose_the_manifest_entry(tmp_path):
     assert json.loads((tmp_path / MANIFEST).read_text())["squeeze"]["recommended_rank"] == 2
 
 
-def test_wandb_update_summary_runs_offline_when_disabled(tmp_path):
-    WandbLogger("p", None, "disabled", str(tmp_path)).update_summary(tmp_path, {"squeeze/recommended_rank": 2})
+def test_wandb_update_summary_reaches_the_folders_own_run(tmp_path):
+    folder = tmp_path / "run"
+    WandbLogger("p", None, "offline", str(tmp_path)).update_summary(folder, {"squeeze/recommended_rank": 2})
+    (log,) = (tmp_path / "wandb").glob(f"offline-run-*/run-{run_id(folder)}.wandb")  # the run of that folder
+    assert b"squeeze/recommended_rank" in log.read_bytes()  # the summary record, in wandb's own run log

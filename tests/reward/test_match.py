@@ -26,7 +26,8 @@ def test_boxed_match(completion: str, reference: str, reward: float) -> None:
 
 
 def test_empty_reference_never_scores() -> None:
-    # The predecessor gave 1.0 to the first two (spec §7 [verify]); we give 0.0 to all.
+    # The predecessor gave 1.0 to the first two (an empty reference paid any completion without a boxed answer;
+    # docs/predecessor.md#rewards); we give 0.0 to all.
     scores = BoxedMatch().score(["no box", r"\boxed{}", r"\boxed{1}"], ["", "  ", ""])
     assert (scores.values, scores.parse_failures) == ([0.0, 0.0, 0.0], 2)  # no box, empty box: no answer
 

@@ -1,6 +1,7 @@
 """Every conf/transform option builds its transform, states every constructor knob, and aliases match."""
 
 import inspect
+import json
 
 import pytest
 from hydra.utils import get_class, instantiate
@@ -35,7 +36,10 @@ def test_option_builds_and_states_every_knob(name, composed):
     name_of_class = cfg._target_.rsplit(".", 1)[-1]
     if name_of_class in NEEDS_PLANNING:
         assert ("planning_mask" in requires(cfg)) is NEEDS_PLANNING[name_of_class]
-    assert transform.state_dict() is not None
+    state = transform.state_dict()  # what a checkpoint stores (JSON) and a resume gives back
+    assert json.loads(json.dumps(state)) == state
+    transform.load_state_dict(state)
+    assert transform.state_dict() == state
 
 
 def aliases() -> list[tuple[str, str]]:
