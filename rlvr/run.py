@@ -180,9 +180,10 @@ def check(cfg: DictConfig) -> dict[str, Needs]:
 
 def type_errors(cfg: DictConfig) -> list[str]:
     """Mandatory values left unset (`???`), and values of the wrong type or for no constructor argument."""
-    missing = [f"{key}=??? must be set (e.g. {key}=...)" for key in sorted(OmegaConf.missing_keys(cfg))
-               if not key.startswith("hydra.")]
-    return missing + [e for group in GROUPS if group in cfg for e in check_types(cfg[group], group)]
+    groups = [group for group in GROUPS if group in cfg]
+    missing = [f"{key}=??? must be set (e.g. {key}=...)" for group in groups  # full keys (data.path)
+               for key in sorted(OmegaConf.missing_keys(cfg[group]))]
+    return missing + [e for group in groups for e in check_types(cfg[group], group)]
 
 
 def value_errors(cfg: DictConfig) -> list[str]:

@@ -80,7 +80,8 @@ def test_self_comes_first_in_train_yaml():
     assert defaults[0] == "_self_"
 
 
-def test_real_model_composition_is_valid():
+def test_real_model_composition_is_valid(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # online, weights not cached: downloaded at start, not an error
     cfg = compose_config(["model=qwen3_4b", "data=math", "reward=math", "trainer=gpu"])
     check(cfg)
     preset = instantiate(cfg.model, _convert_="all")  # lazy: nothing is downloaded or loaded
