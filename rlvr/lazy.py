@@ -27,11 +27,23 @@ class LazyModule(ModuleType):
 
     def __getattr__(self, attr: str):
         real = importlib.import_module(self.__name__)
-        self.__dict__.update(vars(real))  # later reads hit the instance dict: no __getattr__ call
-        return getattr(real, attr)  # also what the module sets after this (torch.distributed, …)
+        self.__dict__.update(vars(real))
+        # From now on a read is a plain module's dict lookup (this class's __getattr__ made each one ~2.5x
+        # slower); what the real module gains later (torch.distributed, …) is found through a module-level
+        # __getattr__ (PEP 562).
+        self.__dict__["__getattr__"] = lambda name: getattr(real, name)
+        self.__class__ = LoadedModule
+        return getattr(real, attr)
 
     def __repr__(self) -> str:
         return f"<lazy module {self.__name__!r}>"
+
+
+class LoadedModule(ModuleType):
+    """A `LazyModule` whose module has been imported."""
+
+    def __repr__(self) -> str:
+        return f"<loaded lazy module {self.__name__!r}>"
 
 
 def lazy_import(name: str) -> ModuleType:
