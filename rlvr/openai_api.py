@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 
 from rlvr.errors import ConfigError
+from rlvr.requirements import header_safe
 
 Body = Mapping[str, Any] | bytes
 """A request body: a JSON object, or one already encoded."""
@@ -92,10 +93,6 @@ def read_api_key(api_key_env: str | None, needed_by: str, named_by: str | None) 
     if not header_safe(key):  # httpx would put the bad header, key and all, in its error
         raise ConfigError(f"${api_key_env}{where} holds characters an HTTP header cannot carry")
     return key
-
-
-def header_safe(value: str) -> bool:
-    return value.isascii() and value.isprintable()
 
 
 def probe_models(base_url: str, api_key_env: str | None, timeout_s: float) -> ModelListing:

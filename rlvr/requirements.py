@@ -24,9 +24,14 @@ def api_key(var: str, key: str) -> tuple[str | None, str]:
     value = os.environ.get(var, "").strip()
     if not value:
         return None, f"${var} is not set ({key} names it)"
-    if not (value.isascii() and value.isprintable()):  # httpx would put the bad header, key and all, in its error
+    if not header_safe(value):  # httpx would put the bad header, key and all, in its error
         return None, f"${var} ({key}) holds characters an HTTP header cannot carry"
     return value, ""
+
+
+def header_safe(value: str) -> bool:
+    """Whether `value` can be sent in an HTTP header."""
+    return value.isascii() and value.isprintable()
 
 
 @dataclass(frozen=True)

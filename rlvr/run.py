@@ -165,17 +165,25 @@ def condition_label(cfg: DictConfig) -> str:
 
 
 def check(cfg: DictConfig) -> dict[str, Needs]:
-    """Checks on the config alone (no component is built), every problem at once: types against each
-    `_target_`'s signature, then value ranges, cross-field rules and what the chosen components need of each
-    other and of this machine at start. Returns each group's declared needs."""
-    errors = type_errors(cfg)
-    if errors:  # the rules below assume the types are right
-        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
-    needs = {group: declared_needs(cfg, group) for group in GROUPS if group in cfg}
-    errors = value_errors(cfg) + unmet_needs(cfg, needs) + start_errors(cfg, needs)
+    """Checks on the config alone (no component is built), every problem at once, as a ConfigError; returns
+    each group's declared needs."""
+    needs, errors = config_problems(cfg)
     if errors:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
     return needs
+
+
+def config_problems(cfg: DictConfig, at_start: bool = True) -> tuple[dict[str, Needs], list[str]]:
+    """Each group's declared needs and every problem found: types against each `_target_`'s signature (alone
+    when there are any: the rules after them assume the types), then value ranges, cross-field rules, what
+    the chosen components need of each other and, with `at_start`, the machine requirements every run checks
+    at start (`rlvr doctor` reports those one by one instead)."""
+    errors = type_errors(cfg)
+    if errors:
+        return {}, errors
+    needs = {group: declared_needs(cfg, group) for group in GROUPS if group in cfg}
+    errors = value_errors(cfg) + unmet_needs(cfg, needs)
+    return needs, (errors + start_errors(cfg, needs) if at_start else errors)
 
 
 def type_errors(cfg: DictConfig) -> list[str]:

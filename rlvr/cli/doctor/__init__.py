@@ -38,15 +38,16 @@ SECRET_VARS = ("TINKER_API_KEY", "OPENAI_API_KEY", "WANDB_API_KEY", "HF_TOKEN")
 
 def run(overrides: list[str], conf: Path) -> tuple[str, int]:
     """The report and the exit status (0: the run can run here, 1: it cannot)."""
-    from rlvr.cli.doctor.machine import machine_lines
+    from rlvr.cli.doctor.machine import machine_lines, slurm_cluster
     from rlvr.cli.doctor.needs import compose_jobs, run_lines
 
     if not (conf / "train.yaml").is_file():
         raise CliError(f"{conf}: no train.yaml there (run from the repository root or pass --conf)")
     jobs, compose_error = compose_jobs(overrides, conf)
     with ThreadPoolExecutor(max_workers=4) as pool:  # child processes, sinfo and requests run side by side
-        needs = pool.submit(run_lines, jobs, pool) if compose_error is None else None
-        machine = machine_lines(pool, conf)
+        slurm = pool.submit(slurm_cluster)  # one `sinfo` for both parts
+        needs = pool.submit(run_lines, jobs, pool, slurm) if compose_error is None else None
+        machine = machine_lines(pool, conf, slurm)
         lines = needs.result() if needs is not None else [Line("error", "config", compose_error)]
     command = " ".join(["python train.py", *overrides])
     failing = [line for line in lines if line.status in FAILING]

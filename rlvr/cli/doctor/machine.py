@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,10 +28,10 @@ class Slurm:
     partitions: tuple[str, ...] = ()
 
 
-def machine_lines(pool: Executor, conf: Path) -> list[Line]:
+def machine_lines(pool: Executor, conf: Path, slurm: Future[Slurm]) -> list[Line]:
     from rlvr.reward.math import math_verify_works
 
-    math_verify, slurm = pool.submit(math_verify_works().check), pool.submit(slurm_cluster)
+    math_verify = pool.submit(math_verify_works().check)
     python = sys.version.split()[0]
     lines = [Line(OK if sys.version_info >= (3, 11) else MISSING, "python",
                   f"{python} ({sys.executable})" + ("" if sys.version_info >= (3, 11) else ": rlvr needs >= 3.11"))]

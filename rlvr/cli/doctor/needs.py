@@ -6,9 +6,12 @@ import shutil
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlvr.cli.doctor.report import ERROR, FAILING, MISSING, OK, Line
+
+if TYPE_CHECKING:
+    from rlvr.cli.doctor.machine import Slurm
 from rlvr.protocols import Finding, Requirement
 
 
@@ -55,9 +58,10 @@ def compose_jobs(overrides: list[str], conf: Path) -> tuple[list[Job], str | Non
     return jobs, None
 
 
-def run_lines(jobs: list[Job], pool: Executor) -> list[Line]:
+def run_lines(jobs: list[Job], pool: Executor, slurm: Future[Slurm]) -> list[Line]:
     """The config checks' findings, then one line per requirement of every job (each distinct line once).
-    Requirements run side by side in `pool`; one requirement shared by several jobs is checked once."""
+    Requirements run side by side in `pool`; one requirement shared by several jobs is checked once. `slurm`:
+    what `sinfo` answered."""
     checks: dict[Requirement, Future[Finding]] = {}
     rows: list[tuple[str, Requirement]] = []
     config: list[Line] = []
@@ -70,7 +74,7 @@ def run_lines(jobs: list[Job], pool: Executor) -> list[Line]:
                     checks[requirement] = pool.submit(requirement.check)
                 rows.append((label(job, group), requirement))
         if "SlurmLauncher" in str(job.cfg.hydra.launcher.get("_target_", "")):
-            config_slurm = slurm_needs(job)
+            config_slurm = slurm_needs(job, slurm.result())
             if config_slurm not in config:
                 config.append(config_slurm)
     lines = list(dict.fromkeys(config))
@@ -88,33 +92,27 @@ def job_needs(job: Job) -> tuple[dict, list[str]]:
     """Each group's declared needs, and rlvr.run's findings on the config alone: value checks and pairing
     (machine requirements are reported line by line instead)."""
     from rlvr.errors import ConfigError
-    from rlvr.run import GROUPS, declared_needs, type_errors, unmet_needs, value_errors
+    from rlvr.run import config_problems
 
     try:
-        errors = type_errors(job.cfg)
-        if errors:
-            return {}, errors
-        needs = {group: declared_needs(job.cfg, group) for group in GROUPS if group in job.cfg}
-        errors = value_errors(job.cfg)
+        return config_problems(job.cfg, at_start=False)
     except ConfigError as err:
         return {}, str(err).split("\n  ")[1:] or [str(err)]
     except Exception as err:  # noqa: BLE001 - anything the checks trip over is a config problem here
         return {}, [f"{type(err).__name__}: {err}"]
-    return needs, errors + unmet_needs(job.cfg, needs)
 
 
 def label(job: Job, group: str) -> str:
     return f"{group}={job.choices.get(group) or job.cfg[group]._target_.rsplit('.', 1)[-1]}"
 
 
-def slurm_needs(job: Job) -> Line:
-    from rlvr.cli.doctor.machine import SLURM_COMMANDS, slurm_cluster
+def slurm_needs(job: Job, cluster: Slurm) -> Line:
+    from rlvr.cli.doctor.machine import SLURM_COMMANDS
 
     item = f"hydra/launcher={job.choices.get('hydra/launcher')}"
     absent = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
     if absent:
         return Line(MISSING, item, f"not on PATH: {', '.join(absent)}")
-    cluster = slurm_cluster()
     if not cluster.ok:
         return Line(MISSING, item, cluster.detail)
     partition = job.cfg.hydra.launcher.get("partition")
