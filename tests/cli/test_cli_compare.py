@@ -1,11 +1,13 @@
-"""`rlvr compare`: per-condition means across seeds, bootstrap CIs, paired differences to a baseline."""
+"""`rlvr compare`: per-condition means across seeds, paired differences to a baseline, 95% t-intervals
+from at least 3 seeds (per-seed values and the reason below that)."""
 
 import json
 
 import numpy as np
 
-from rlvr.cli.compare import bootstrap_ci
+from rlvr.cli.compare import t_975, t_interval
 from rlvr.cli.main import main
+from tests.cli.conftest import make_run
 
 # final eval/accuracy per seed, as tests/cli/conftest.py writes them
 GRPO_FINAL = {0: 0.40, 1: 0.50, 2: 0.30}
@@ -29,14 +31,18 @@ def test_final_accuracy_means_and_the_paired_difference(campaign, capsys):
     diff = rows["maxrl_gtpo_sepa"]["diff"]
     per_seed = [SEPA_FINAL[s] - GRPO_FINAL[s] for s in (0, 1, 2)]
     assert abs(diff["mean"] - np.mean(per_seed)) < 1e-12 and abs(diff["mean"] - 0.15) < 1e-12
-    assert (diff["n_paired"], diff["wins"]) == (3, 3)
-    for ci, mean in ((rows["grpo+none"]["ci95"], 0.40), (rows["maxrl_gtpo_sepa"]["ci95"], 0.55),
-                     (diff["ci95"], 0.15)):
-        assert ci[0] <= mean <= ci[1]
-    # hicra's seeds 0, 1 each evaluated only at step 0 (0.2); paired with grpo seeds 0, 1
+    assert (diff["n"], diff["wins"]) == (3, 3) and diff["seeds"] == [0, 1, 2]
+    # differences 0.15, 0.10, 0.20: sd 0.05, half-width t(0.975, 2)·0.05/√3 = 4.3027·0.028868 = 0.124208
+    assert np.allclose(diff["ci95"], [0.15 - 0.124208, 0.15 + 0.124208], atol=1e-6)
+    assert diff["ci95"] == t_interval(diff["values"]) and diff["no_ci"] is None
+    for est, mean in ((rows["grpo+none"], 0.40), (rows["maxrl_gtpo_sepa"], 0.55)):
+        assert est["ci95"] == t_interval(est["values"]) and est["ci95"][0] < mean < est["ci95"][1]
+    # hicra's seeds 0, 1 each evaluated only at step 0 (0.2); paired with grpo seeds 0, 1: no intervals
     hicra = rows["gtpo+hicra"]
     assert hicra["n"] == 2 and abs(hicra["diff"]["mean"] - ((0.2 - 0.4) + (0.2 - 0.5)) / 2) < 1e-12
-
+    assert hicra["ci95"] is None and hicra["no_ci"] == "2 seeds; an interval needs at least 3"
+    assert hicra["diff"]["ci95"] is None and hicra["diff"]["no_ci"] == "2 paired seeds; an interval needs at least 3"
+    assert np.allclose(hicra["diff"]["values"], [0.2 - 0.4, 0.2 - 0.5])
 
 def test_output_is_reproducible(campaign, capsys):
     assert compare_json(campaign, capsys) == compare_json(campaign, capsys)
@@ -56,13 +62,43 @@ def test_last_k_averages_the_last_values_of_a_training_metric(campaign, capsys):
     assert out["baseline"] == "maxrl_gtpo_sepa" and "diff" not in rows["maxrl_gtpo_sepa"]
 
 
-def test_a_single_seed_has_no_interval():
-    assert bootstrap_ci([0.5]) is None
-    assert bootstrap_ci([0.5, 0.5]) == [0.5, 0.5]
+def test_fewer_than_three_values_have_no_interval():
+    assert t_interval([]) is None and t_interval([0.5]) is None and t_interval([0.045, 0.050]) is None
+    # [1, 2, 3]: mean 2, sd 1, half = 4.3027/√3 = 2.484165
+    assert np.allclose(t_interval([1.0, 2.0, 3.0]), [2 - 2.484165, 2 + 2.484165], atol=1e-6)
+    assert t_interval([0.5, 0.5, 0.5]) == [0.5, 0.5]
 
 
-def test_text_table_names_the_method_and_the_baseline(campaign, capsys):
+def test_t_quantiles():
+    # t(0.975, df) to 4 decimals: df 1, 2, 9, 30 from the table; 40, 120 from the expansion
+    for df, t in ((1, 12.7062), (2, 4.3027), (9, 2.2622), (30, 2.0423), (40, 2.0211), (120, 1.9799)):
+        assert abs(t_975(df) - t) < 5e-5, df
+    assert abs(t_975(31) - 2.0395) < 5e-5 and t_975(10**6) > 1.95996
+
+
+def test_text_table_names_the_method_and_n_beside_each_interval(campaign, capsys):
     assert main(["compare", str(campaign)]) == 0
     text = capsys.readouterr().out
-    assert "percentile bootstrap, 10000 resamples" in text and "baseline: grpo+none" in text
-    assert "maxrl_gtpo_sepa  3  0.5500" in text and "+0.1500" in text and "3/3" in text
+    assert "Student t, mean ± t(0.975, n−1)·sd/√n" in text and "baseline: grpo+none" in text
+    # sepa: mean 0.55, values 0.55, 0.60, 0.50 → sd 0.05 → ± 0.1242; Δ +0.15 ± 0.1242, won 3 of 3
+    assert "maxrl_gtpo_sepa  0.5500  [0.4258, 0.6742] (t, n=3)  +0.1500" in text
+    assert "[+0.0258, +0.2742] (t, n=3)  3/3" in text
+
+
+def test_two_seeds_print_their_values_and_why_there_is_no_interval(tmp_path, capsys):
+    """The issue's case: two seeds, Δ +0.0475 from per-seed differences 0.045 and 0.050; a percentile
+    bootstrap printed [0.045, 0.050]."""
+    for seed, (base, treated) in enumerate([(0.400, 0.445), (0.430, 0.480)]):
+        for condition, final in (("grpo", base), ("maxrl_gtpo_sepa", treated)):
+            make_run(tmp_path / condition / f"seed={seed}", seed=seed, algorithm=condition, transform="none",
+                     condition_choice=condition, steps_done=10, evals={0: 0.1, 10: final})
+    assert main(["compare", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "[0.0450, 0.0500]" not in text and "[" not in text.split("\n\n")[1]  # no interval anywhere in the table
+    assert "maxrl_gtpo_sepa  0.4625  none (n=2)  +0.0475     none (n=2)  2/2" in text
+    assert "No interval from fewer than 3 seeds: from 2, a 95% t-interval is the mean ± 12.7 × half their gap" in text
+    assert "maxrl_gtpo_sepa − grpo  seed 0: +0.0450, seed 1: +0.0500" in text
+    assert "grpo                    seed 0: 0.4000, seed 1: 0.4300" in text
+    diff = {r["condition"]: r for r in compare_json(tmp_path, capsys)["conditions"]}["maxrl_gtpo_sepa"]["diff"]
+    assert diff["ci95"] is None and diff["no_ci"] == "2 paired seeds; an interval needs at least 3"
+    assert diff["seeds"] == [0, 1] and np.allclose(diff["values"], [0.045, 0.050])
