@@ -33,6 +33,7 @@ from rlvr.preemption import Preempted, StopSignals
 from rlvr.protocols import CAPABILITIES, Needs
 from rlvr.resume import resume_point
 from rlvr.seeds import Seeds
+from rlvr.threads import resolve as resolve_threads
 from rlvr.trainer import Components, Trainer
 
 log = logging.getLogger("rlvr")
@@ -66,10 +67,12 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
         if campaign_root is not None:
             record(campaign_root, folder, state, reason)
 
-    if cfg.get("threads"):
+    threads = resolve_threads(cfg.get("threads"))
+    if threads is not None:
         import torch  # the job's first heavy import: everything above was checked without it
 
-        torch.set_num_threads(int(cfg.threads))
+        torch.set_num_threads(threads)
+        log.info("torch threads: %d (threads=%s)", threads, cfg.threads)
     status("running")
     try:
         with StopSignals() as stop:
@@ -222,6 +225,10 @@ def value_errors(cfg: DictConfig) -> list[str]:
     errors += check_backpressure(cfg)
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**63:
         errors.append(f"seed={cfg.seed!r} must be an integer in [0, 2**63)")
+    threads = cfg.get("threads")
+    if threads is not None and threads != "auto" and (not isinstance(threads, int) or isinstance(threads, bool)
+                                                      or threads < 1):
+        errors.append(f"threads={threads!r}: expected auto, a positive integer or null (torch's default)")
     if cfg.resume not in ("auto", "never", "must"):
         errors.append(f"resume={cfg.resume!r}: expected auto, never or must")
     return errors
@@ -356,7 +363,9 @@ def unmet_needs(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
 def check_components(cfg: DictConfig, c: Components) -> None:
     """Checks that need a built (but still light) component: still before any model loads."""
     if cfg.trainer.warmup.steps > 0 and not c.data.demonstrations():
+        file = ", or name a JSON-lines file of prompt/completion pairs with data.demonstrations_path=FILE" if (
+            "demonstrations_path" in cfg.data) else ""
         raise ConfigError(
             f"invalid config:\n  trainer.warmup.steps={cfg.trainer.warmup.steps} but data <{cfg.data._target_}> has no "
-            "warm-up demonstrations: set trainer.warmup.steps=0 (or trainer=gpu)"
+            f"warm-up demonstrations: set trainer.warmup.steps=0 (or trainer=gpu){file}"
         )
