@@ -1,8 +1,10 @@
 """The built-in verifiable task: two-digit addition, `"aa+bb="` → `str(a+b)`.
 
 Operands run over 0..10^digits−1, zero-padded, so every prompt has the same length. All pairs are split
-once, by the fixed `split_seed`, into a held-out set of `eval_size` pairs and the training pairs; the
-held-out set is therefore the same for every run seed.
+once, by the fixed `split_seed`, into `held_out` pairs set aside and the training pairs; evaluation reads the
+first `eval_size` of the held-out pairs. The split is therefore the same for every run seed, and a smaller
+`eval_size` (a quicker evaluation) changes neither the training pairs nor the warm-up demonstrations, so the
+warm-up cached for one evaluation size serves every other.
 
 Warm-up demonstrations come from a deliberately noisy supervisor: a fraction `carryless_fraction` of
 them is labelled with the digit-wise sum without carries (47+38 → "75"), the rest with the true sum. The
@@ -39,8 +41,11 @@ class Arithmetic:
     """Training-order seed (the run's data sub-seed; passed by the runner)."""
     digits: int
     eval_size: int
+    """Held-out pairs evaluated: the first `eval_size` of the `held_out` set aside."""
     split_seed: int
     carryless_fraction: float
+    held_out: int = 1000
+    """Pairs set aside from training and from the warm-up."""
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
@@ -48,8 +53,10 @@ class Arithmetic:
 
     def __post_init__(self) -> None:
         total = 10 ** (2 * self.digits)
-        if not 0 < self.eval_size < total:
-            raise ValueError(f"data.eval_size={self.eval_size} must be in (0, {total}) for digits={self.digits}")
+        if not 0 < self.held_out < total:
+            raise ValueError(f"data.held_out={self.held_out} must be in (0, {total}) for digits={self.digits}")
+        if not 0 < self.eval_size <= self.held_out:
+            raise ValueError(f"data.eval_size={self.eval_size} must be in [1, data.held_out={self.held_out}]")
         if not 0.0 <= self.carryless_fraction <= 1.0:
             raise ValueError(f"data.carryless_fraction={self.carryless_fraction} must be in [0, 1]")
 
@@ -61,7 +68,7 @@ class Arithmetic:
         n = 10**self.digits
         pairs = [(a, b) for a in range(n) for b in range(n)]
         random.Random(self.split_seed).shuffle(pairs)
-        return pairs[self.eval_size :], pairs[: self.eval_size]
+        return pairs[self.held_out :], pairs[: self.eval_size]
 
     def batch(self, step: int, size: int) -> list[Example]:
         train = self._pairs[0]

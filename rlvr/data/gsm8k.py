@@ -15,10 +15,13 @@ fixed-seed held-out sample of `eval_size` rows, the same for every run seed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
-from rlvr.data.jsonl import check_template, held_out
+from rlvr.data.jsonl import check_template, held_out, read_demonstrations
 from rlvr.data.order import ExampleList
-from rlvr.data.tables import read_hub, read_local
+from rlvr.data.tables import read_hub, read_local, table_needs
+from rlvr.protocols import Needs
 from rlvr.types import Example
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,10 @@ def final_answer(answer: str) -> str:
 
 
 class GSM8K(ExampleList):
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return table_needs(settings)
+
     def __init__(
         self,
         seed: int,
@@ -45,6 +52,7 @@ class GSM8K(ExampleList):
         max_examples: int,
         prompt_template: str,
         shuffle: bool,
+        demonstrations_path: str | None = None,
     ) -> None:
         check_template(prompt_template, "question")
         if max_examples < 0 or eval_size < 0:
@@ -54,6 +62,7 @@ class GSM8K(ExampleList):
         if max_examples:
             self._train = self._train[:max_examples]
         self._eval = held_out(self._load(eval_path, eval_split, "data.eval_path"), eval_size)
+        self._demos = read_demonstrations(demonstrations_path, prompt_template, "question")
 
     def _load(self, path: str | None, split: str, key: str) -> list[Example]:
         if path is not None:

@@ -9,6 +9,10 @@ Training order is `rlvr.data.order.batch_indices` over the kept rows in file ord
 `held_out(<kept rows of eval_path>, eval_size)`: a fixed subset, identical for every seed; with
 `eval_path: null` there is none (`eval_examples()` is []).
 
+Warm-up demonstrations (`demonstrations_path`, this source's and the other file-reading sources'): a
+JSON-lines file whose objects hold `prompt` (the problem text, put through `prompt_template` like a training
+prompt) and `completion` (the text the SFT warm-up teaches after it; the model's EOS is appended).
+
 A malformed file fails at construction, naming the config key, the file, the line and what was
 expected.
 """
@@ -22,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.data.order import ExampleList
-from rlvr.types import Example
+from rlvr.types import Demonstration, Example
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +71,22 @@ def read_jsonl(
     return rows
 
 
+def read_demonstrations(path: str | None, template: str, field: str) -> list[Demonstration]:
+    """`data.demonstrations_path`'s rows as demonstrations (none for a null path); `template` formats each
+    `prompt` through its `{field}`."""
+    if path is None:
+        return []
+    demos = []
+    for line_no, row in read_jsonl(path, ("prompt", "completion"), "data.demonstrations_path"):
+        if not isinstance(row["prompt"], str) or not isinstance(row["completion"], str) or not row["completion"]:
+            raise ValueError(f"data.demonstrations_path={path!r} line {line_no}: expected a string 'prompt' and a "
+                             f"non-empty string 'completion', got {row['prompt']!r} and {row['completion']!r}")
+        demos.append(Demonstration(template.format(**{field: row["prompt"]}), row["completion"]))
+    if not demos:
+        raise ValueError(f"data.demonstrations_path={path!r}: no rows (expected JSON lines with prompt and completion)")
+    return demos
+
+
 def check_template(template: str, field: str) -> None:
     """Fail unless `template` is a str.format template whose only field is `field`."""
     try:
@@ -90,6 +110,7 @@ class JSONL(ExampleList):
         eval_size: int,
         prompt_template: str,
         shuffle: bool,
+        demonstrations_path: str | None = None,
     ) -> None:
         check_template(prompt_template, "prompt")
         if eval_size < 0:
@@ -100,6 +121,7 @@ class JSONL(ExampleList):
         self.reference_key = reference_key
         self._train = self._load(path, "data.path")
         self._eval = [] if eval_path is None else held_out(self._load(eval_path, "data.eval_path"), eval_size)
+        self._demos = read_demonstrations(demonstrations_path, prompt_template, "prompt")
         for examples, key, file in (
             (self._train, "data.path", path),
             (self._eval, "data.eval_path", eval_path),

@@ -23,11 +23,13 @@ with a message naming the config key.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
-from rlvr.data.jsonl import check_template, held_out
+from rlvr.data.jsonl import check_template, held_out, read_demonstrations
 from rlvr.data.order import ExampleList
-from rlvr.data.tables import read_hub, read_local
+from rlvr.data.tables import read_hub, read_local, table_needs
+from rlvr.protocols import Needs
 from rlvr.reward.boxed import extract_boxed
 from rlvr.types import Example
 
@@ -38,6 +40,10 @@ COLUMNS = ("problem", "solution")
 
 
 class MATH(ExampleList):
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        return table_needs(settings)
+
     def __init__(
         self,
         seed: int,
@@ -50,6 +56,7 @@ class MATH(ExampleList):
         eval_size: int,
         prompt_template: str,
         shuffle: bool,
+        demonstrations_path: str | None = None,
     ) -> None:
         check_template(prompt_template, "problem")
         if max_examples < 0 or eval_size < 0:
@@ -77,6 +84,7 @@ class MATH(ExampleList):
             eval_rows = read_hub(HUB_DATASET, subjects, eval_split, COLUMNS, "data.eval_path")
             eval_source = f"{HUB_DATASET} split={eval_split!r}"
         self._eval = held_out(self._examples(eval_rows, eval_source), eval_size)
+        self._demos = read_demonstrations(demonstrations_path, prompt_template, "problem")
         for examples, source in ((self._train, train_source), (self._eval, eval_source)):
             if not examples:
                 raise ValueError(f"{source}: no rows with a \\boxed{{}} answer in `solution`")

@@ -40,12 +40,14 @@ def batch_indices(step: int, size: int, n: int, seed: int, shuffle: bool = True)
 
 class ExampleList:
     """The DataSource methods of a source that has read its examples into lists: `_train` drawn by
-    `batch_indices` under the source's `seed` and `shuffle`, `_eval` held out, no demonstrations."""
+    `batch_indices` under the source's `seed` and `shuffle`, `_eval` held out, `_demos` the warm-up's
+    demonstrations (none unless the source read a `data.demonstrations_path`)."""
 
     seed: int
     shuffle: bool
     _train: list[Example]
     _eval: list[Example]
+    _demos: list[Demonstration] = []
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
@@ -58,7 +60,7 @@ class ExampleList:
         return list(self._eval)
 
     def demonstrations(self) -> list[Demonstration]:
-        return []
+        return list(self._demos)
 
 
 def prompts_at(data: DataSource, step: int, position: int, size: int) -> list[Example]:

@@ -6,10 +6,31 @@ hub is read through `datasets` (the `[hub]` extra), imported only when a source 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rlvr.data.jsonl import read_jsonl
+from rlvr.protocols import Needs
+from rlvr.requirements import Package, pip_extra
+
+PATH_KEYS = ("path", "eval_path")
+"""The settings of a table-reading source that name local files; null reads the hub dataset instead."""
+
+
+def table_needs(settings: Mapping[str, Any]) -> Needs:
+    """What reading a source's tables needs: `datasets` (the `[hub]` extra) when a path is null, so a hub
+    dataset is read; pyarrow (which `datasets` brings) for a .parquet file. A source's `needs`."""
+    hub = [f"data.{key}" for key in PATH_KEYS if key in settings and settings[key] is None]
+    parquet = [f"data.{key}" for key in PATH_KEYS if str(settings.get(key) or "").endswith(".parquet")]
+    machine = []
+    if hub:
+        machine.append(Package("datasets", f"{pip_extra('hub')} ({' and '.join(hub)} null: the hub dataset is read), "
+                                           "or set them to local .jsonl/.parquet files"))
+    if parquet:
+        machine.append(Package("pyarrow", f"{pip_extra('hub')} ({' and '.join(parquet)}: a .parquet file), "
+                                          "or use .jsonl files"))
+    return Needs(machine=tuple(machine))
 
 
 def read_local(path: str, columns: tuple[str, ...], config_key: str) -> list[dict[str, Any]]:

@@ -53,3 +53,19 @@ def test_demonstrations_are_noisy_at_the_configured_rate():
 def test_bad_knobs_name_the_key(kw, key):
     with pytest.raises(ValueError, match=key):
         task(**kw)
+
+
+def test_eval_size_changes_the_evaluation_only():
+    """A quicker evaluation (campaign=smoke's 200 of the 1,000 held-out pairs) leaves the training pairs and the
+    warm-up demonstrations as they are, so the warm-up cached for the default serves it."""
+    full, quick = task(eval_size=1000), task(eval_size=200)
+    assert quick.eval_examples() == full.eval_examples()[:200]
+    assert quick.demonstrations() == full.demonstrations()
+    assert quick.batch(3, 8) == full.batch(3, 8)
+
+
+@pytest.mark.parametrize("kw, key", [({"eval_size": 1001}, "data.eval_size"), ({"held_out": 0}, "data.held_out"),
+                                     ({"held_out": 10_000}, "data.held_out")])
+def test_bad_split_sizes_name_the_key(kw, key):
+    with pytest.raises(ValueError, match=key):
+        task(**kw)

@@ -113,3 +113,22 @@ def test_empty_after_filtering_is_an_error(tmp_path: Path) -> None:
 def test_bad_template_names_the_key(tmp_path: Path, template: str) -> None:
     with pytest.raises(ValueError, match=r"data\.prompt_template="):
         make(tmp_path, ROWS, prompt_template=template)
+
+
+def test_demonstrations_file_goes_through_the_prompt_template(tmp_path: Path) -> None:
+    demos = write_jsonl(tmp_path / "demos.jsonl", [{"prompt": "2+2", "completion": "4"},
+                                                   {"prompt": "3+4", "completion": "7", "note": "extra keys are fine"}])
+    source = make(tmp_path, ROWS, prompt_template="Q: {prompt}=", demonstrations_path=demos)
+    assert [(d.prompt, d.completion) for d in source.demonstrations()] == [("Q: 2+2=", "4"), ("Q: 3+4=", "7")]
+
+
+@pytest.mark.parametrize("row, expected", [
+    ({"prompt": "2+2"}, "missing key(s) ['completion']"),
+    ({"prompt": "2+2", "completion": ""}, "non-empty string 'completion'"),
+    ({"prompt": 5, "completion": "4"}, "expected a string 'prompt'"),
+])
+def test_a_bad_demonstrations_file_names_the_key_and_line(tmp_path: Path, row, expected) -> None:
+    demos = write_jsonl(tmp_path / "demos.jsonl", [{"prompt": "1+1", "completion": "2"}, row])
+    with pytest.raises(ValueError) as err:
+        make(tmp_path, ROWS, demonstrations_path=demos)
+    assert f"data.demonstrations_path={demos!r} line 2" in str(err.value) and expected in str(err.value)
