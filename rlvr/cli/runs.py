@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 STALE_AFTER_S = 1800.0
-_WATCHED_FILES = ("metrics.jsonl", "status.json", "summary.json", "train.log")
+_WATCHED_FILES = ("metrics.jsonl", "warmup.jsonl", "status.json", "summary.json", "train.log")
 
 
 class CliError(Exception):
@@ -52,6 +52,8 @@ class Run:
     """Newest modification time of the run's files: the last sign of life."""
     bad_lines: int = 0
     """Lines of metrics.jsonl that did not parse (a run killed mid-write leaves one)."""
+    warmup: tuple[int, int] | None = None
+    """(steps done, steps) of the SFT warm-up, from warmup.jsonl's last row; None without one."""
 
     @property
     def steps_done(self) -> int:
@@ -138,6 +140,25 @@ def _read_json(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def read_warmup(path: Path) -> tuple[int, int] | None:
+    """(steps done, steps) from the last complete row of warmup.jsonl (rlvr/warmup.py writes `step` and
+    `steps` in each; a row naming where the result was loaded from counts as all steps done)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 4096))
+            tail = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(tail):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("steps"), int) and isinstance(row.get("step"), int):
+            return min(row["step"] + ("loss" in row), row["steps"]), row["steps"]
+    return None
+
+
 def read_metrics(path: Path) -> tuple[list[dict], list[dict], int]:
     """(training rows, evaluation rows, unparsable lines). A row with `eval/accuracy` is an evaluation row,
     as in `RunDir.truncate`."""
@@ -200,6 +221,7 @@ def load_run(path: Path) -> Run:
         summary=_read_json(path / "summary.json"),
         mtime=max(mtimes, default=path.stat().st_mtime),
         bad_lines=bad,
+        warmup=read_warmup(path / "warmup.jsonl"),
     )
 
 

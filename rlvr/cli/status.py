@@ -30,6 +30,8 @@ def run_row(run: Run, root: Path, now: float, stale_after_s: float) -> dict:
         "seed": run.seed,
         "step": run.steps_done,
         "max_steps": run.max_steps,
+        "warmup_step": run.warmup[0] if run.warmup else None,
+        "warmup_steps": run.warmup[1] if run.warmup else None,
         "reward_metric": reward_key,
         "reward": as_number(last.get(reward_key)),
         "eval_accuracy": evals[-1][1] if evals else None,
@@ -53,6 +55,8 @@ def render(rows: list[dict]) -> str:
     table = [header]
     for r in rows:
         step = f"{r['step']}/{r['max_steps'] if r['max_steps'] is not None else '?'}"
+        if r.get("warmup_steps") and r["warmup_step"] < r["warmup_steps"] and r["step"] == 0:
+            step = f"warm-up {r['warmup_step']}/{r['warmup_steps']}"
         acc = "—" if r["eval_accuracy"] is None else f"{r['eval_accuracy']:.3f} @{r['eval_step']}"
         state = r["state"] + (f" ({r['reason']})" if r["reason"] and r["state"] != "finished" else "")
         table.append((
@@ -78,6 +82,7 @@ def manifest_rows(path: Path, rows: list[dict]) -> list[dict]:
     return [
         {
             "condition": entry["condition"], "seed": entry["seed"], "step": 0, "max_steps": data.get("max_steps"),
+            "warmup_step": None, "warmup_steps": None,
             "reward_metric": None, "reward": None, "eval_accuracy": None, "eval_step": None,
             "state": entry.get("state") or "pending", "written_state": entry.get("state"), "reason": None,
             "age_s": round(time.time() - manifest.stat().st_mtime, 1), "slurm_job_id": entry.get("slurm_job_id"),

@@ -1,6 +1,7 @@
 """`rlvr status`: one row per run, states told apart by the rule in rlvr/cli/runs.py."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +84,31 @@ def test_runs_listed_in_a_campaign_manifest_but_not_started_are_pending(tmp_path
     out = _json.loads(status_cmd.run(tmp_path, as_json=True))
     assert [(r["condition"], r["state"], r["max_steps"]) for r in out["runs"]] == [
         ("grpo", "pending", 50), ("maxrl", "pending", 50)]
+
+
+def test_a_run_in_its_warm_up_shows_the_warm_up_progress(tmp_path, capsys):
+    """A real run stopped in its SFT warm-up: the step column says how far the warm-up is, not `0/N`."""
+    import os
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "train.py", "trainer.warmup.steps=400", "trainer.warmup.batch_size=8",
+         "trainer.warmup.cache_dir=null", "trainer.max_steps=5", "threads=1", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            warm = run_dir / "warmup.jsonl"
+            if warm.exists() and warm.read_text().count("\n") >= 5:
+                break
+            time.sleep(0.05)
+        row = status_json(run_dir, capsys)["runs"][0]
+        assert row["state"] == "running" and row["step"] == 0 and row["max_steps"] == 5
+        assert row["warmup_steps"] == 400 and 5 <= row["warmup_step"] < 400
+        assert main(["status", str(run_dir)]) == 0
+        assert re.search(r"\bwarm-up \d+/400\b", capsys.readouterr().out.splitlines()[1])
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
