@@ -27,6 +27,7 @@ from rlvr.backpressure import BackPressure
 from rlvr.checkpoint import Checkpoints, set_rng_state
 from rlvr.credit import assign_credit
 from rlvr.data.order import prompts_at
+from rlvr.evaluation import evaluate_held_out
 from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import decode_completions, encode_prompts, eos_ids, token_pieces
 from rlvr.outputs import RunDir
@@ -51,7 +52,6 @@ from rlvr.telemetry import (
     StepTimes,
     Stopwatch,
     console_line,
-    eval_row,
     sample_groups,
     step_row,
 )
@@ -358,15 +358,8 @@ class Trainer:
 
     def evaluate(self, live: Live, steps_done: int) -> dict:
         """Greedy accuracy on the held-out set; appends and returns the evaluation row."""
-        t0 = time.perf_counter()
-        examples = live.c.data.eval_examples()
-        prompt_ids = encode_prompts(live.tokenizer, [e.prompt for e in examples])
-        live.engine.sync(live.backend.policy)
-        greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=self.eval_max_tokens)
-        rollouts = live.engine.sample(prompt_ids, 1, greedy, seed=0)
-        completions = decode_completions(live.tokenizer, rollouts)
-        scores = guarded_score(live.c.reward, completions, [e.reference for e in examples])
-        row = eval_row(steps_done, scores, rollouts, time.perf_counter() - t0)
+        row = evaluate_held_out(live.engine, live.backend.policy, live.tokenizer, live.c.data, live.c.reward,
+                                self.eval_max_tokens, steps_done).row
         self._emit(live, row)
         live.evals.append(row)
         return row

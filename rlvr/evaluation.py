@@ -1,0 +1,54 @@
+"""Greedy held-out evaluation: one function for the trainer (at start, every `trainer.eval_every` steps, at the
+end) and for `rlvr eval` on a saved checkpoint, so both give the same numbers from the same weights.
+
+    examples    = data.eval_examples()
+    engine.sync(policy)
+    rollouts    = engine.sample(prompts, n=1, T=0, top_p=1, max_tokens, seed=0)
+    scores      = guarded_score(reward, completions, references)
+    row         = eval_row(...)        rlvr/telemetry.py: eval/accuracy, eval/mean_reward, …, eval_time_s
+
+`eval_time_s` covers all of it (the held-out set, the sync, sampling and scoring); every other field
+depends only on the weights, the data, the reward and `max_tokens`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rlvr.model.prompt_encoding import decode_completions, encode_prompts
+from rlvr.reward.guarded import guarded_score
+from rlvr.telemetry import eval_row
+from rlvr.types import Example, Rollouts, SamplingParams, Scores
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from rlvr.protocols import DataSource, Engine, Reward
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    row: dict
+    """The metrics row (`step` = optimizer steps done), as metrics.jsonl holds it."""
+    examples: list[Example]
+    completions: list[str]
+    """One greedy completion per example, decoded without EOS or padding."""
+    scores: Scores
+    rollouts: Rollouts
+
+
+def evaluate_held_out(engine: Engine, policy: nn.Module, tokenizer, data: DataSource, reward: Reward,
+                      max_tokens: int, steps_done: int) -> Evaluation:
+    """Greedy (T=0) accuracy of `policy` on `data.eval_examples()`, sampled by `engine` up to `max_tokens`."""
+    t0 = time.perf_counter()
+    examples = data.eval_examples()
+    prompt_ids = encode_prompts(tokenizer, [e.prompt for e in examples])
+    engine.sync(policy)
+    greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_tokens)
+    rollouts = engine.sample(prompt_ids, 1, greedy, seed=0)
+    completions = decode_completions(tokenizer, rollouts)
+    scores = guarded_score(reward, completions, [e.reference for e in examples])
+    row = eval_row(steps_done, scores, rollouts, time.perf_counter() - t0)
+    return Evaluation(row, list(examples), completions, scores, rollouts)
