@@ -29,6 +29,7 @@ from rlvr.credit import assign_credit
 from rlvr.data.order import prompts_at
 from rlvr.evaluation import evaluate_held_out
 from rlvr.lazy import lazy_import
+from rlvr.model.base_folder import save_base
 from rlvr.model.prompt_encoding import decode_completions, encode_prompts, eos_ids, token_pieces
 from rlvr.outputs import RunDir
 from rlvr.preemption import Preempted, StopSignals
@@ -235,6 +236,7 @@ class Trainer:
             log.info("loading policy <%s>", type(c.preset).__name__)
             module, tokenizer = c.preset.load(c.seeds.init)
             warmup = self._warm_up(c, module, tokenizer, out)
+            save_base(out.path / "base", module, tokenizer, c.preset, warmup.get("key") if warmup else None)
             backend = c.make_backend(
                 model=module, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tokenizer.pad_token_id
             )
