@@ -1,6 +1,7 @@
 """The `rlvr` command: `status`, `compare` and `plot` over run folders (see `rlvr/cli/__init__.py`);
 `plan`, which previews a campaign before it is launched; `doctor`, what is usable here and what a run
-needs; `squeeze`, a LoRA adapter's variance per rank and a compressed copy.
+needs; `squeeze`, a LoRA adapter's variance per rank and a compressed copy; `eval`, `sample` and `export`, a saved
+checkpoint used from its run folder alone.
 
 Sub-command modules are imported only when chosen, so `rlvr status` loads neither numpy nor matplotlib."""
 
@@ -61,7 +62,38 @@ def _parser() -> argparse.ArgumentParser:
     squeeze.add_argument("--out", type=Path, default=None, metavar="DIR", help="write the compressed adapter here")
     squeeze.add_argument("--device", default="cpu", help="where the QR/SVD run (default cpu)")
     squeeze.add_argument("--json", action="store_true", help="machine-readable output")
+    _checkpoint_parsers(sub)
     return parser
+
+
+def _checkpoint_parsers(sub) -> None:
+    """`eval`, `sample`, `export`: a saved checkpoint used from its run folder alone (rlvr/cli/from_checkpoint.py)."""
+    where = "a run folder (its final, else latest checkpoint) or a checkpoints/step_N folder"
+    overrides = "key=value on the run's stored config (data.eval_size=200), or engine|reward|data=<option> of --conf"
+    evaluate = sub.add_parser("eval", help="a checkpoint's held-out accuracy and metrics, written beside it")
+    evaluate.add_argument("path", type=Path, metavar="RUN_OR_CHECKPOINT", help=where)
+    evaluate.add_argument("overrides", nargs="*", metavar="OVERRIDE", help=overrides)
+    evaluate.add_argument("--conf", type=Path, default=Path("conf"), help="the config folder for group swaps")
+    evaluate.add_argument("--json", action="store_true", help="machine-readable output")
+
+    sample = sub.add_parser("sample", help="completions of a checkpoint's policy for given prompts")
+    sample.add_argument("path", type=Path, metavar="RUN_OR_CHECKPOINT", help=where)
+    sample.add_argument("overrides", nargs="*", metavar="OVERRIDE", help=overrides)
+    sample.add_argument("--prompt", action="append", default=[], metavar="TEXT", help="a prompt (repeatable)")
+    sample.add_argument("--prompts", type=Path, default=None, metavar="FILE",
+                        help="one prompt per line, or .jsonl with \"prompt\" (and \"reference\": scored)")
+    sample.add_argument("--n", type=int, default=1, help="completions per prompt (default 1)")
+    sample.add_argument("--temperature", type=float, default=None, help="default: the run's; 0 = greedy")
+    sample.add_argument("--top-p", type=float, default=None, help="default: the run's")
+    sample.add_argument("--max-tokens", type=int, default=None, help="default: the run's trainer.sampling.max_tokens")
+    sample.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    sample.add_argument("--conf", type=Path, default=Path("conf"), help="the config folder for group swaps")
+    sample.add_argument("--json", action="store_true", help="one JSON line per prompt")
+
+    export = sub.add_parser("export", help="a checkpoint as a Hugging Face model folder (LoRA merged) + tokenizer")
+    export.add_argument("path", type=Path, metavar="RUN_OR_CHECKPOINT", help=where)
+    export.add_argument("--out", type=Path, required=True, metavar="DIR", help="the folder to write")
+    export.add_argument("--force", action="store_true", help="replace a non-empty DIR")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,6 +123,19 @@ def main(argv: list[str] | None = None) -> int:
             from rlvr.cli import squeeze
 
             print(squeeze.run(args.path, args.threshold, args.rank, args.ranks, args.out, args.json, args.device))
+        elif args.command == "eval":
+            from rlvr.cli import eval_checkpoint
+
+            print(eval_checkpoint.run(args.path, args.overrides, args.conf, args.json))
+        elif args.command == "sample":
+            from rlvr.cli import sample
+
+            print(sample.run(args.path, args.overrides, args.conf, args.prompt, args.prompts, args.n, args.temperature,
+                             args.top_p, args.max_tokens, args.seed, args.json))
+        elif args.command == "export":
+            from rlvr.cli import export
+
+            print(export.run(args.path, args.out, args.force))
         else:
             if args.smooth < 1:
                 raise CliError(f"--smooth must be at least 1, got {args.smooth}")

@@ -1,0 +1,84 @@
+"""`rlvr eval RUN_OR_CHECKPOINT [OVERRIDE…]`: the held-out evaluation of a saved checkpoint, the trainer's own
+(rlvr/evaluation.py), written beside the checkpoint.
+
+Files, in the checkpoint folder: `eval.json` (the metrics row, the overrides, the row the run logged at that
+step when there is one, and whether they agree) and `eval.completions.jsonl` (prompt, reference, greedy
+completion, reward per held-out example). With overrides the names carry a tag, `eval-<8 hex>.json`, the
+first 8 hex digits of the sha256 of the overrides as given: one pair of files per distinct override set.
+
+On the run's own config (no overrides) the numbers equal the run's evaluation at that step, field for field
+(`eval_time_s` aside), on the same kind of machine with the same thread count (`threads`, which the stored
+config carries).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from rlvr.cli.from_checkpoint import checkpoint_label, open_checkpoint, write_json
+from rlvr.evaluation import evaluate_held_out
+from rlvr.outputs import NONDETERMINISTIC_KEYS
+
+
+def output_name(overrides: list[str]) -> str:
+    """`eval` for the run's own config, `eval-<8 hex>` for a set of overrides."""
+    if not overrides:
+        return "eval"
+    return "eval-" + hashlib.sha256(json.dumps(overrides).encode()).hexdigest()[:8]
+
+
+def same_numbers(a: dict, b: dict) -> bool:
+    """Every field equal but the timings."""
+    keys = (a.keys() | b.keys()) - NONDETERMINISTIC_KEYS
+    return all(a.get(k) == b.get(k) for k in keys)
+
+
+def run(path: Path, overrides: list[str], conf: Path, as_json: bool) -> str:
+    opened = open_checkpoint(path, overrides, conf)
+    try:
+        c, state = opened.components, opened.state
+        result = evaluate_held_out(opened.engine, opened.backend.policy, opened.tokenizer, c.data, c.reward,
+                                   opened.trainer.eval_max_tokens, state["step"])
+    finally:
+        opened.close()
+    logged = next((e for e in reversed(state.get("evals", [])) if e["step"] == state["step"]), None)
+    name = output_name(overrides)
+    record = {
+        "checkpoint": str(opened.checkpoint),
+        "step": state["step"],
+        "overrides": overrides,
+        "metrics": result.row,
+        "logged": logged,
+        "same_as_logged": same_numbers(result.row, logged) if logged is not None and not overrides else None,
+        "completions": f"{name}.completions.jsonl",
+    }
+    with open(opened.checkpoint / f"{name}.completions.jsonl", "w") as f:
+        for example, completion, reward in zip(result.examples, result.completions, result.scores.values,
+                                               strict=True):
+            f.write(json.dumps({"prompt": example.prompt, "reference": example.reference, "completion": completion,
+                                "reward": reward}) + "\n")
+    write_json(opened.checkpoint / f"{name}.json", record)
+    if as_json:
+        return json.dumps(record, indent=2)
+    return render(record, opened.checkpoint / f"{name}.json", checkpoint_label(opened.checkpoint, state),
+                  opened.trainer.eval_max_tokens)
+
+
+def render(record: dict, written: Path, label: str, max_tokens: int) -> str:
+    row, logged = record["metrics"], record["logged"]
+    lines = [f"rlvr eval: {label}, {row['eval/examples']} held-out examples, greedy, up to {max_tokens} tokens"
+             + (f", overrides: {' '.join(record['overrides'])}" if record["overrides"] else "")]
+    width = max(len(k) for k in row)
+    for key, value in row.items():
+        if key == "step":
+            continue
+        text = f"{value:.4f}" if isinstance(value, float) else str(value)
+        if key == "eval/accuracy" and logged is not None:
+            verdict = {True: "the same numbers", False: "DIFFERENT numbers", None: "overrides given"}
+            text += (f"   (the run logged {logged['eval/accuracy']:.4f} at step {logged['step']}: "
+                     f"{verdict[record['same_as_logged']]})")
+        lines.append(f"  {key.ljust(width)}  {text}")
+    lines.append(f"wrote {written} and {record['completions']}")
+    return "\n".join(lines)
