@@ -40,16 +40,18 @@ def lora_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("lora")
     cache = root / "warmup-cache"
     summary = run(compose_config(TRAIN + [f"trainer.warmup.cache_dir={cache}"]), root / "run")
-    key = json.loads((root / "run" / "base" / "base.json").read_text())["warmup_key"]
-    warm = load_file(cache / key / "model.safetensors")
+    (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]  # the run's one warm-up cache entry
+    warm = load_file(entry / "model.safetensors")
     shutil.rmtree(cache)
-    return SimpleNamespace(path=root / "run", summary=summary, warm=warm, key=key)
+    return SimpleNamespace(path=root / "run", summary=summary, warm=warm, key=entry.name)
 
 
 def test_a_run_folder_holds_its_tokenizer_and_the_warmed_up_base(lora_run):
     base = lora_run.path / "base"
     record = json.loads((base / "base.json").read_text())
-    assert record["weights"] == "model.safetensors" and record["warmup_key"] == lora_run.key
+    assert record["weights"] == "model.safetensors"
+    # the key the warm-up reported (its cache entry's name), or null from a warm-up that reports none
+    assert record["warmup_key"] == lora_run.summary["warmup"].get("key") in (lora_run.key, None)
     assert (base / "tokenizer.json").is_file() and (base / "config.json").is_file()
     stored = load_file(base / "model.safetensors")
     shared = stored.keys() & lora_run.warm.keys()
@@ -156,7 +158,9 @@ def test_export_merges_the_adapter_into_a_from_pretrained_folder(lora_run, tmp_p
     assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "rlvr_export.json"} <= {
         p.name for p in out.iterdir()}
     provenance = json.loads((out / "rlvr_export.json").read_text())
-    assert provenance["step"] == 2 and provenance["weights"] == "adapter" and provenance["warmup_key"] == lora_run.key
+    base = json.loads((lora_run.path / "base" / "base.json").read_text())
+    assert provenance["step"] == 2 and provenance["weights"] == "adapter"
+    assert (provenance["base_sha256"], provenance["warmup_key"]) == (base["sha256"], base["warmup_key"])
     exported = AutoModelForCausalLM.from_pretrained(out)
     opened = open_checkpoint(lora_run.path, [], CONF_DIR)  # base/ + adapter, unmerged, as the trainer holds it
     ids = torch.tensor([[4, 5, 13, 6, 7, 14], [3, 3, 13, 11, 10, 14]])
