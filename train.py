@@ -3,8 +3,8 @@
 Nothing heavy (torch, transformers) is imported here, so `--cfg`, `--help` and submitting a sweep stay
 fast; the job imports it when it starts, after every check of the config has passed (rlvr/run.py), so a
 wrong invocation fails in about a second, printing the problems (exit status 2) without a traceback. A job
-stopped by SIGTERM/SIGUSR1 checkpoints and exits with status 75 ("requeue me"); started again in the same
-folder, it continues.
+stopped by SIGTERM/SIGUSR1 checkpoints and exits with status 75 ("requeue me"), one stopped by Ctrl-C
+checkpoints and exits with 130, both without a traceback; started again with the same command, it continues.
 """
 
 import signal
@@ -19,7 +19,7 @@ CONFIG_ERROR_EXIT_CODE = 2
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float:
     from rlvr.errors import ConfigError
-    from rlvr.preemption import REQUEUE_EXIT_CODE, Preempted, StopSignals
+    from rlvr.preemption import Preempted, StopSignals, exit_code
 
     try:
         with StopSignals():  # from the job's first moment a stop signal is remembered, not fatal
@@ -32,9 +32,12 @@ def main(cfg: DictConfig) -> float:
         print(f"rlvr.errors.ConfigError: {err}", file=sys.stderr)
         sys.exit(CONFIG_ERROR_EXIT_CODE)
     except Preempted as stopped:
-        print(f"rlvr: {stopped}; exiting with {REQUEUE_EXIT_CODE} (requeue)", file=sys.stderr)
-        sys.exit(REQUEUE_EXIT_CODE)
+        print(f"rlvr: {stopped}; exit status {exit_code(stopped.signum)}", file=sys.stderr)
+        sys.exit(exit_code(stopped.signum))
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C while Hydra composes, before the job listens for it: nothing to save
+        sys.exit(130)

@@ -126,7 +126,7 @@ def warmed_up_model(trainer, c, out_dir: Path):
     from rlvr.outputs import RunDir
 
     module, tokenizer = c.preset.load(c.seeds.init)
-    info = trainer._warm_up(c, module, tokenizer, RunDir(out_dir))
+    info = trainer._warm_up(c, module, tokenizer, RunDir(out_dir), None)
     return module, tokenizer, info
 
 
@@ -412,7 +412,7 @@ def main() -> None:
         return
     warm = run_child("warmup", args)
     if info := warm["info"]:
-        how = f"loaded from {info['cache_entry']}" if info["cached"] else f"trained in {info['seconds']:.0f} s"
+        how = f"loaded from {info['loaded_from']}" if info["loaded_from"] else f"trained in {info['seconds']:.0f} s"
         print(f"SFT warm-up ({info['steps']} steps): {how}")
     sides = ["rlvr", "trl"] if importlib.util.find_spec("trl") else ["rlvr"]
     results: dict[str, list[dict]] = {s: [] for s in sides}

@@ -8,9 +8,11 @@ from __future__ import annotations
 import resource
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlvr.algorithm.ties import tie_metrics
+from rlvr.progress import duration
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -140,15 +142,23 @@ def sample_groups(examples: list[Example], completions: list[str], rewards_P_G: 
     return out
 
 
-def console_line(row: dict, evaluation: dict | None) -> str:
-    """`step 10 | reward 0.470 | correct 0.470 | eval 0.554 | loss -0.0124 | 0.046 s/step`."""
-    parts = [
-        f"step {row['step'] + 1}",
-        f"reward {row['mean_reward']:.3f}",
-        f"correct {row['correct_rate']:.3f}",
-        f"loss {row['loss']:+.4f}",
-        f"{row['step_time_s']:.3f} s/step",
-    ]
-    if evaluation is not None:
-        parts.insert(3, f"eval {evaluation['eval/accuracy']:.3f}")
-    return " | ".join(parts)
+def console_line(row: dict, progress: str) -> str:
+    """`rl 10/300 steps | 21.7 step/s | ETA 13s | reward 0.470 | correct 0.470 | loss -0.0124`; `progress` is
+    rlvr/progress.py's `Progress.text()`."""
+    return (f"rl {progress} | reward {row['mean_reward']:.3f} | correct {row['correct_rate']:.3f} | "
+            f"loss {row['loss']:+.4f}")
+
+
+def eval_line(row: dict) -> str:
+    """`eval after step 25: accuracy 0.612 | mean reward 0.612 | 1000 prompts in 2.1s`."""
+    when = "before training" if row["step"] == 0 else f"after step {row['step']}"
+    return (f"eval {when}: accuracy {row['eval/accuracy']:.3f} | mean reward {row['eval/mean_reward']:.3f} | "
+            f"{row['eval/examples']} prompts in {row['eval_time_s']:.1f}s")
+
+
+def closing_line(summary: dict, evals: list[dict], folder: Path) -> str:
+    """`done: held-out accuracy 0.385 -> 0.891 (best 0.944 at step 275) | 300 steps in 1m32s | <folder>`."""
+    best = max(evals, key=lambda e: e["eval/accuracy"])
+    return (f"done: held-out accuracy {summary['eval_accuracy_initial']:.3f} -> {summary['eval_accuracy_final']:.3f} "
+            f"(best {best['eval/accuracy']:.3f} at step {best['step']}) | {summary['steps']} steps in "
+            f"{duration(summary['wall_seconds'])} | {folder}")

@@ -20,9 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tqdm.auto import tqdm
-from tqdm.contrib.logging import logging_redirect_tqdm
-
 from rlvr.backpressure import BackPressure
 from rlvr.checkpoint import Checkpoints, set_rng_state
 from rlvr.credit import assign_credit
@@ -32,7 +29,8 @@ from rlvr.lazy import lazy_import
 from rlvr.model.base_folder import save_base
 from rlvr.model.prompt_encoding import decode_completions, encode_prompts, eos_ids, token_pieces
 from rlvr.outputs import RunDir
-from rlvr.preemption import Preempted, StopSignals
+from rlvr.preemption import StopSignals
+from rlvr.progress import Progress, duration
 from rlvr.protocols import (
     Algorithm,
     Backend,
@@ -52,7 +50,9 @@ from rlvr.telemetry import (
     StepCounts,
     StepTimes,
     Stopwatch,
+    closing_line,
     console_line,
+    eval_line,
     sample_groups,
     step_row,
 )
@@ -169,7 +169,7 @@ class Trainer:
         t_start = time.perf_counter()
         if resume_from is None:
             out.truncate(0, keep_initial_eval=False)  # rows an earlier attempt wrote before its first checkpoint
-        live = self.start(c, out)
+        live = self.start(c, out, stop)
         first = self._restore(live, resume_from) if resume_from else 0
         seed = c.seeds.root
         c.logger.start(f"{c.condition_name}_s{seed}", c.condition_name, [c.condition_name, f"seed{seed}"], out.path,
@@ -180,50 +180,55 @@ class Trainer:
             c.logger.finish()
 
     def _loop(self, live: Live, first: int, resume_from: Path | None, stop: StopSignals | None, t_start: float):
-        c, out = live.c, live.out
+        out = live.out
         if not resume_from:
             self.evaluate(live, 0)
         t_rl = time.perf_counter()
-        bar = tqdm(range(first, self.max_steps), desc="rl", unit="step", leave=False, disable=None)  # no bar off a TTY
-        with logging_redirect_tqdm(), bar:
-            for step in bar:
+        with Progress("rl", total=self.max_steps, done=first, lines=False) as progress:
+            for step in range(first, self.max_steps):
                 row = self.step(live, step)
                 self._emit(live, row)
+                progress.update()
                 done = step + 1
                 if self.eval_every and done % self.eval_every == 0 and done < self.max_steps:
                     self.evaluate(live, done)
                 if done % self.log_every == 0 or done == self.max_steps:
-                    log.info(console_line(row, live.evals[-1] if live.evals[-1]["step"] == done else None))
+                    log.info(console_line(row, progress.text()))
                 if stop is not None and stop.requested and done < self.max_steps:
-                    self._checkpoint(live, done)
-                    raise Preempted(f"stopped by signal {stop.requested} after step {done}; checkpoint saved")
+                    saved = self._checkpoint(live, done)
+                    raise stop.stopped(f"after step {done}; checkpoint saved in {saved} (the same command continues "
+                                       "the run)")
                 if self.save_every and done % self.save_every == 0 and done < self.max_steps:
                     self._checkpoint(live, done)
         rl_seconds = time.perf_counter() - t_rl
         if live.evals[-1]["step"] != self.max_steps:
             self.evaluate(live, self.max_steps)
-            log.info("eval after step %d: accuracy %.3f", self.max_steps, live.evals[-1]["eval/accuracy"])
         self._checkpoint(live, self.max_steps, final=True)
+        summary = self._summary(live, first if resume_from else None, time.perf_counter() - t_start, rl_seconds)
+        out.write_json("summary.json", summary)
+        log.info(closing_line(summary, live.evals, out.path))
+        return summary
+
+    def _summary(self, live: Live, resumed_from: int | None, wall_seconds: float, rl_seconds: float) -> dict:
+        """summary.json's data."""
         accuracy = [e["eval/accuracy"] for e in live.evals]
-        summary = {
-            "condition": c.condition,
+        return {
+            "condition": live.c.condition,
             "steps": self.max_steps,
-            "resumed_from_step": first if resume_from else None,
+            "resumed_from_step": resumed_from,
             "eval_accuracy_initial": accuracy[0],
             "eval_accuracy_final": accuracy[-1],
             "eval_accuracy_best": max(accuracy),
-            "wall_seconds": time.perf_counter() - t_start,
+            "wall_seconds": wall_seconds,
             "rl_seconds": rl_seconds,
             "tokens_per_second": live.totals["tokens"] / rl_seconds if rl_seconds > 0 else 0.0,
             "running_correct_rate": live.totals["correct"] / max(live.totals["completions"], 1),
             "trainable_parameters": live.backend.trainable_parameters,
-            "seeds": c.seeds.as_dict(),
+            "seeds": live.c.seeds.as_dict(),
             "warmup": live.warmup,
         }
-        out.write_json("summary.json", summary)
-        return summary
 
-    def start(self, c: Components, out: RunDir) -> Live:
+    def start(self, c: Components, out: RunDir, stop: StopSignals | None = None) -> Live:
         """Load the policy, run (or load) the warm-up, build backend and engine around it."""
         for name, value in c.seeds.as_dict().items():
             log.info("seed %-8s %d", name, value)
@@ -235,8 +240,8 @@ class Trainer:
         else:
             log.info("loading policy <%s>", type(c.preset).__name__)
             module, tokenizer = c.preset.load(c.seeds.init)
-            warmup = self._warm_up(c, module, tokenizer, out)
-            save_base(out.path / "base", module, tokenizer, c.preset, warmup.get("key") if warmup else None)
+            warmup = self._warm_up(c, module, tokenizer, out, stop)
+            save_base(out.path / "base", module, tokenizer, c.preset, warmup["key"] if warmup else None)
             backend = c.make_backend(
                 model=module, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tokenizer.pad_token_id
             )
@@ -264,24 +269,24 @@ class Trainer:
         log.info("resumed from %s: %d steps done, continuing to %d", path, done, self.max_steps)
         return done
 
-    def _warm_up(self, c: Components, module, tokenizer, out: RunDir) -> dict | None:
+    def _warm_up(self, c: Components, module, tokenizer, out: RunDir, stop: StopSignals | None) -> dict | None:
         if self.warmup.steps <= 0:
             return None
         demos = c.data.demonstrations()
         key = self.warmup.cache_key(c.preset, c.seeds.init, demos)
         log.info("SFT warm-up: %d steps on %d demonstrations (cache key %s)", self.warmup.steps, len(demos), key)
-        bar = tqdm(total=self.warmup.steps, desc="warm-up", unit="step", leave=False, disable=None)
-        with logging_redirect_tqdm(), bar:
+        with Progress("warm-up", total=self.warmup.steps) as progress:
 
-            def row(r: dict) -> None:
+            def on_step(r: dict) -> None:
                 out.append("warmup.jsonl", r)
-                bar.update(1 if "loss" in r else self.warmup.steps)
-                if "loss" in r and (r["step"] + 1) % 100 == 0:
-                    log.info("warm-up step %d | loss %.4f", r["step"] + 1, r["loss"])
+                progress.update(1 if "loss" in r else self.warmup.steps - progress.done)
+                if stop is not None and stop.requested and "loss" in r and r["step"] + 1 < self.warmup.steps:
+                    raise stop.stopped(f"during the SFT warm-up (step {r['step'] + 1} of {self.warmup.steps}); "
+                                       "nothing was saved: the warm-up starts over when the run continues")
 
-            info = self.warmup.run(module, tokenizer, demos, c.seeds.init, key, row)
-        done = f"loaded from {info['cache_entry']}" if info["cached"] else f"took {info['seconds']:.1f} s"
-        log.info("warm-up %s", done)
+            info = self.warmup.run(module, tokenizer, demos, c.seeds.init, key, on_step, out.path / "base")
+        log.info("warm-up %s", f"loaded from {info['loaded_from']}" if info["loaded_from"] else
+                 f"done in {duration(info['seconds'])}, final loss {info['final_loss']:.4f}")
         return info
 
     def step(self, live: Live, step: int) -> dict:
@@ -364,6 +369,7 @@ class Trainer:
                                 self.eval_max_tokens, steps_done).row
         self._emit(live, row)
         live.evals.append(row)
+        log.info(eval_line(row))
         return row
 
     @staticmethod
@@ -371,7 +377,7 @@ class Trainer:
         live.out.append("metrics.jsonl", row)
         live.c.logger.log(row)
 
-    def _checkpoint(self, live: Live, steps_done: int, final: bool = False) -> None:
+    def _checkpoint(self, live: Live, steps_done: int, final: bool = False) -> Path:
         state = {
             "step": steps_done,
             "max_steps": self.max_steps,
@@ -383,4 +389,4 @@ class Trainer:
             "config_sha256": live.c.config_sha256,
             "config": live.c.config,
         }
-        live.checkpoints.save(steps_done, live.backend.save, state, final=final)
+        return live.checkpoints.save(steps_done, live.backend.save, state, final=final)

@@ -13,9 +13,11 @@ from the cache; it trains the base weights (LoRA is attached afterwards), becaus
 cannot reach the warm-up's target on the tiny model; its loss is plain cross-entropy, not the
 predecessor's `−exp(logp)` importance-sampling form.
 
-Cache: `<cache_dir>/<key>/model.safetensors`, where key = sha256 of the model preset, the warm-up
-knobs, the init seed and the demonstrations. Written under a temporary name and renamed, so a killed
-run never leaves a half-written entry.
+Cache: `<cache_dir>/<key>/model.safetensors`, where key = sha256 of what changes the result (`cache_key`:
+the model preset, the warm-up knobs, the init seed, the demonstrations, the torch version; not evaluation
+settings). Written under a temporary name and renamed, so a killed run never leaves a half-written entry.
+A run also keeps the warm-up's result in its own folder (`base/`, with the key in base.json): a run
+resumed where the cache is empty (another machine) loads it from there instead of recomputing.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from rlvr.data.order import batch_indices
 from rlvr.lazy import lazy_import
+from rlvr.model.base_folder import BASE_FILE, WEIGHTS, read_record, verify_weights
 from rlvr.model.prompt_encoding import encode_prompts
 from rlvr.types import Demonstration
 
@@ -52,10 +55,14 @@ class Warmup:
     """null disables the cache."""
 
     def cache_key(self, model_preset: object, seed: int, demos: list[Demonstration]) -> str:
+        """sha256 of what the warm-up's result depends on: the model preset (less its LoRA settings), the
+        warm-up's steps, batch size and learning rate, the init seed, the demonstrations and the torch version.
+        Evaluation settings (data.eval_size, …) and the cache folder are not in it."""
         preset = asdict(model_preset) if is_dataclass(model_preset) else repr(model_preset)
         preset = {k: v for k, v in preset.items() if k != "lora"} if isinstance(preset, dict) else preset
         h = hashlib.sha256()
-        h.update(json.dumps([preset, self.steps, self.batch_size, self.lr, seed], sort_keys=True).encode())
+        h.update(json.dumps([preset, self.steps, self.batch_size, self.lr, seed, torch.__version__],
+                            sort_keys=True).encode())
         for d in demos:
             h.update(f"{d.prompt}\x00{d.completion}\x01".encode())
         return h.hexdigest()[:20]
@@ -67,18 +74,28 @@ class Warmup:
         demos: list[Demonstration],
         seed: int,
         key: str,
-        log_row: Callable[[dict], None],
+        on_step: Callable[[dict], None],
+        run_copy: Path | None = None,
     ) -> dict:
-        """Train `model` in place (or load it from the cache); returns facts for summary.json."""
+        """Train `model` in place, or load its result from the cache or from `run_copy` (a run folder's base/,
+        which records the key it was trained under: a run moved to another machine continues without
+        recomputing). `on_step` gets each step's row (one row for a load) and may raise to stop the warm-up.
+        Returns facts for summary.json."""
         entry = Path(os.path.expanduser(self.cache_dir)) / key if self.cache_dir else None
-        if entry is not None and (entry / "model.safetensors").exists():
-            safetensors_torch.load_model(model, entry / "model.safetensors")
-            log_row({"step": self.steps, "cached": str(entry)})
-            return {"steps": self.steps, "cached": True, "cache_entry": str(entry), "seconds": 0.0}
+        facts = {"steps": self.steps, "key": key, "cache_entry": str(entry) if entry else None}
+        for source in (entry, run_copy):
+            weights = stored_weights(source, key)
+            if weights is not None:
+                safetensors_torch.load_model(model, weights)
+                if source == run_copy and entry is not None:
+                    self._fill(entry, model)
+                on_step({"step": self.steps, "steps": self.steps, "loaded_from": str(source)})
+                return {**facts, "loaded_from": str(source), "seconds": 0.0, "final_loss": None}
         t0 = time.perf_counter()
         device = next(model.parameters()).device
         optimizer = torch.optim.AdamW(model.parameters(), lr=self.lr, betas=(0.9, 0.999), weight_decay=0.0)
         model.train()
+        loss_value = None
         for step in range(self.steps):
             batch = [demos[i] for i in batch_indices(step, self.batch_size, len(demos), seed)]
             ids, labels, attn = _tokenize(tokenizer, batch, device)
@@ -86,17 +103,39 @@ class Warmup:
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            log_row({"step": step, "loss": float(loss.detach()), "lr": self.lr})
+            loss_value = float(loss.detach())
+            on_step({"step": step, "steps": self.steps, "loss": loss_value, "lr": self.lr})
         seconds = time.perf_counter() - t0
         if entry is not None:
-            tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
-            tmp.mkdir(parents=True, exist_ok=True)
-            safetensors_torch.save_model(model, str(tmp / "model.safetensors"))
-            try:
-                tmp.rename(entry)
-            except OSError:  # another run filled the same entry first: identical content, keep theirs
-                shutil.rmtree(tmp, ignore_errors=True)
-        return {"steps": self.steps, "cached": False, "cache_entry": str(entry) if entry else None, "seconds": seconds}
+            self._fill(entry, model)
+        return {**facts, "loaded_from": None, "seconds": seconds, "final_loss": loss_value}
+
+    @staticmethod
+    def _fill(entry: Path, model: nn.Module) -> None:
+        """Write the cache entry under a temporary name, then rename it into place."""
+        tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
+        tmp.mkdir(parents=True, exist_ok=True)
+        safetensors_torch.save_model(model, str(tmp / WEIGHTS))
+        try:
+            tmp.rename(entry)
+        except OSError:  # another run filled the same entry first: identical content, keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def stored_weights(folder: Path | None, key: str) -> Path | None:
+    """`folder/model.safetensors` when `folder` holds the warm-up result for `key`: a cache entry (named by its
+    key), or a run folder's base/ whose base.json records the key (its sha256 checked)."""
+    if folder is None or not (folder / WEIGHTS).is_file():
+        return None
+    if folder.name == key:
+        return folder / WEIGHTS
+    if not (folder / BASE_FILE).is_file():
+        return None
+    record = read_record(folder)
+    if record.get("warmup_key") != key:
+        return None
+    verify_weights(folder, record)
+    return folder / WEIGHTS
 
 
 def _tokenize(tokenizer: PreTrainedTokenizerBase, batch: list[Demonstration], device: torch.device):

@@ -15,7 +15,7 @@ import pytest
 from composing import MIXED
 from rlvr.checkpoint import Checkpoints
 from rlvr.outputs import NONDETERMINISTIC_KEYS
-from rlvr.preemption import REQUEUE_EXIT_CODE
+from rlvr.preemption import INTERRUPT_EXIT_CODE, REQUEUE_EXIT_CODE
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 12
@@ -134,6 +134,48 @@ def test_a_stop_signal_while_the_job_is_still_starting_is_not_fatal(tmp_path):
     assert proc.returncode == REQUEUE_EXIT_CODE, err[-3000:]
     assert Checkpoints.read_state(Checkpoints(tmp_path / "checkpoints", 0).latest())["step"] == 1
     assert "SIGUSR1 received" in (tmp_path / "train.log").read_text()
+
+
+def ctrl_c(argv, run_dir, when, log):
+    """Start the command `argv` in its own process group and, once `when(run_dir)` holds, send SIGINT to the whole
+    group, as Ctrl-C in a terminal does (the trainer and any grading processes it started)."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline and not when(run_dir):
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=300)
+    return proc.returncode, log.read_text()
+
+
+def test_ctrl_c_finishes_the_step_checkpoints_and_exits_quietly(tmp_path):
+    # reward=math grades in worker processes: Ctrl-C reaches them too, and the step must still be scored
+    run_dir = tmp_path / "run"
+    math = [sys.executable, "train.py", *(o for o in BASE if o not in MIXED), "trainer.warmup.steps=0", "reward=math",
+            "reward.pool_workers=1", f"hydra.run.dir={run_dir}"]
+    code, output = ctrl_c(math, run_dir, lambda d: (d / "metrics.jsonl").exists()
+                          and '"step": 2,' in (d / "metrics.jsonl").read_text(), tmp_path / "log")
+    assert code == INTERRUPT_EXIT_CODE, output[-3000:]
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
+    done = max(r["step"] + 1 for r in rows(run_dir) if "loss" in r)
+    assert f"stopped by Ctrl-C after step {done}; checkpoint saved" in output
+    assert Checkpoints.read_state(Checkpoints(run_dir / "checkpoints", 0).latest())["step"] == done
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "preempted"
+    again = subprocess.run(math, cwd=ROOT,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    assert [r["step"] for r in rows(run_dir) if "loss" in r] == list(range(STEPS))
+
+
+def test_ctrl_c_during_the_warm_up_stops_at_its_next_step(tmp_path):
+    warm = ["trainer.warmup.steps=400", "trainer.warmup.batch_size=16", "trainer.warmup.cache_dir=null"]
+    started = lambda d: (d / "warmup.jsonl").exists() and (d / "warmup.jsonl").read_text().count("\n") >= 3  # noqa: E731
+    code, output = ctrl_c(command(tmp_path / "run", warm), tmp_path / "run", started, tmp_path / "log")
+    assert code == INTERRUPT_EXIT_CODE, output[-3000:]
+    assert "Traceback" not in output and "stopped by Ctrl-C during the SFT warm-up" in output, output[-3000:]
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "preempted"
 
 
 def test_resume_must_without_a_checkpoint_fails(tmp_path):

@@ -2,6 +2,7 @@
 and the `from_pretrained` + MATH + math-verify composition on a tiny saved model."""
 
 import json
+import logging
 import string
 
 import pytest
@@ -43,6 +44,28 @@ def test_two_step_smoke_run(tmp_path):
     assert trained, "mixed rewards: at least one group with a signal in 2 steps"
     state = json.loads((tmp_path / "checkpoints" / "step_2" / "trainer_state.json").read_text())
     assert state["step"] == 2 and state["seeds"]["root"] == 0
+
+
+def test_the_console_shows_every_evaluation_the_progress_and_a_closing_line(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="rlvr")
+    summary = run(compose_config(FAST + MIXED + ["trainer.max_steps=4", "trainer.eval_every=2",
+                                                 "trainer.log_every=2"]), tmp_path)
+    lines = [r.getMessage() for r in caplog.records if r.name == "rlvr"]
+    evals = [r for r in rows(tmp_path) if "eval/accuracy" in r]
+    shown = [line for line in lines if line.startswith("eval ")]
+    assert [line.split(" |")[0] for line in shown] == [
+        f"eval before training: accuracy {evals[0]['eval/accuracy']:.3f}",
+        f"eval after step 2: accuracy {evals[1]['eval/accuracy']:.3f}",
+        f"eval after step 4: accuracy {evals[2]['eval/accuracy']:.3f}",
+    ]
+    progress = [line for line in lines if line.startswith("rl ")]
+    assert [line.split(" |")[0] for line in progress] == ["rl 2/4 steps", "rl 4/4 steps"]
+    assert all(" step/s | ETA " in line for line in progress)
+    best = max(evals, key=lambda e: e["eval/accuracy"])
+    assert lines[-1].startswith(
+        f"done: held-out accuracy {summary['eval_accuracy_initial']:.3f} -> {summary['eval_accuracy_final']:.3f} "
+        f"(best {best['eval/accuracy']:.3f} at step {best['step']}) | 4 steps in ")
+    assert lines[-1].endswith(f" | {tmp_path}")
 
 
 def deterministic_part(run_dir):

@@ -1,11 +1,17 @@
+import pytest
 import torch
 
 from rlvr.data.arithmetic import Arithmetic
+from rlvr.model.base_folder import BaseFolderError, save_base
 from rlvr.model.tiny import TinyLlama
 from rlvr.warmup import Warmup
 
 TINY = TinyLlama("0123456789+=", 64, 128, 2, 2, 32, "float32", None)
 DEMOS = Arithmetic(0, 2, 100, 0, 0.8).demonstrations()[:256]
+
+
+def same_weights(a, b) -> bool:
+    return all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
 
 
 def test_warmup_lowers_the_loss_and_is_cached(tmp_path):
@@ -14,18 +20,17 @@ def test_warmup_lowers_the_loss_and_is_cached(tmp_path):
     rows = []
     model, tok = TINY.load(0)
     info = warmup.run(model, tok, DEMOS, 0, key, rows.append)
-    assert not info["cached"] and len(rows) == 30
-    assert rows[-1]["loss"] < 0.8 * rows[0]["loss"]
+    assert info["loaded_from"] is None and len(rows) == 30 and info["key"] == key
+    assert rows[-1]["loss"] < 0.8 * rows[0]["loss"] and rows[-1]["steps"] == 30
     # a second run with the same inputs loads the trained weights instead of training
     again, _ = TINY.load(0)
     rows2 = []
     info2 = warmup.run(again, tok, DEMOS, 0, key, rows2.append)
-    assert info2["cached"] and len(rows2) == 1
-    for (n, p), q in zip(model.state_dict().items(), again.state_dict().values()):
-        assert torch.equal(p, q), n
+    assert info2["loaded_from"] == str(tmp_path / "cache" / key) and len(rows2) == 1
+    assert same_weights(model, again)
 
 
-def test_cache_key_changes_with_every_input():
+def test_cache_key_changes_with_every_input_that_changes_the_result():
     w = Warmup(steps=30, batch_size=32, lr=3e-3, cache_dir=None)
     base = w.cache_key(TINY, 0, DEMOS)
     assert base == w.cache_key(TINY, 0, DEMOS)
@@ -33,10 +38,44 @@ def test_cache_key_changes_with_every_input():
     assert base != w.cache_key(TINY, 0, DEMOS[:-1])
     assert base != Warmup(31, 32, 3e-3, None).cache_key(TINY, 0, DEMOS)
     assert base != w.cache_key(TinyLlama("0123456789+=", 64, 128, 3, 2, 32, "float32", None), 0, DEMOS)
+    # not the cache folder, nor the evaluation size (it changes neither the demonstrations nor the training)
+    assert base == Warmup(30, 32, 3e-3, "/elsewhere").cache_key(TINY, 0, DEMOS)
+    quick = Arithmetic(0, 2, 200, 0, 0.8).demonstrations()[:256]
+    assert base == w.cache_key(TINY, 0, quick)
 
 
 def test_no_cache_dir_always_trains(tmp_path):
     w = Warmup(steps=2, batch_size=8, lr=1e-3, cache_dir=None)
     model, tok = TINY.load(0)
-    assert not w.run(model, tok, DEMOS, 0, "k", lambda r: None)["cached"]
-    assert not w.run(model, tok, DEMOS, 0, "k", lambda r: None)["cached"]
+    assert w.run(model, tok, DEMOS, 0, "k", lambda r: None)["loaded_from"] is None
+    assert w.run(model, tok, DEMOS, 0, "k", lambda r: None)["loaded_from"] is None
+
+
+def test_a_run_folder_brings_its_warm_up_to_a_machine_without_the_cache(tmp_path):
+    """Machine A trains the warm-up and keeps it in the run's base/; on machine B (another, empty cache) the
+    resumed run loads it from base/ instead of recomputing, and fills B's cache."""
+    warmup_a = Warmup(steps=5, batch_size=8, lr=3e-3, cache_dir=str(tmp_path / "cache_a"))
+    key = warmup_a.cache_key(TINY, 0, DEMOS)
+    trained, tok = TINY.load(0)
+    warmup_a.run(trained, tok, DEMOS, 0, key, lambda r: None)
+    base = save_base(tmp_path / "run" / "base", trained, tok, TINY, key)
+
+    warmup_b = Warmup(steps=5, batch_size=8, lr=3e-3, cache_dir=str(tmp_path / "cache_b"))
+    rows, loaded = [], TINY.load(0)[0]
+    info = warmup_b.run(loaded, tok, DEMOS, 0, key, rows.append, base)
+    assert info["loaded_from"] == str(base) and rows == [{"step": 5, "steps": 5, "loaded_from": str(base)}]
+    assert same_weights(trained, loaded)
+    assert (tmp_path / "cache_b" / key / "model.safetensors").is_file()
+    # another key (other warm-up settings) does not take the folder's weights
+    assert Warmup(6, 8, 3e-3, None).run(TINY.load(0)[0], tok, DEMOS, 0, "other", lambda r: None, base)[
+        "loaded_from"] is None
+
+
+def test_a_damaged_run_copy_is_refused(tmp_path):
+    warmup = Warmup(steps=2, batch_size=8, lr=3e-3, cache_dir=None)
+    model, tok = TINY.load(0)
+    base = save_base(tmp_path / "base", model, tok, TINY, "k")
+    weights = base / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8] + b"\0" * 8)
+    with pytest.raises(BaseFolderError, match="sha256"):
+        warmup.run(TINY.load(0)[0], tok, DEMOS, 0, "k", lambda r: None, base)

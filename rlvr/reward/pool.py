@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import signal
 import threading
 import time
 import weakref
@@ -45,7 +46,10 @@ STARTUP_TIMEOUT_S = 120.0
 
 def _serve(grader: Callable[..., tuple[float, str]], conn: Connection, memory_mb: int | None,
            warm_up: Callable[[], None] | None) -> None:
-    """A worker: grade chunks until the parent closes the pipe, answering `(index, value, status)` per item."""
+    """A worker: grade chunks until the parent closes the pipe, answering `(index, value, status)` per item.
+    It ignores SIGINT: Ctrl-C in a terminal reaches the whole process group, and the trainer, which finishes
+    its step before stopping, still needs its graders."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if memory_mb:
         limit = memory_mb * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
