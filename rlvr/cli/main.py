@@ -26,7 +26,7 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"a running run whose files have not changed for this long is 'stale' "
                              f"(default {STALE_AFTER_S:.0f})")
 
-    compare = sub.add_parser("compare", help="a metric per condition across seeds, bootstrap CIs, paired Δ")
+    compare = sub.add_parser("compare", help="a metric per condition over seeds, paired Δ, 95%% t-intervals (≥3 seeds)")
     compare.add_argument("path", type=Path, metavar="PATH")
     compare.add_argument("--metric", default="eval/accuracy")
     compare.add_argument("--at", choices=("final", "last-k"), default="final",
@@ -36,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
                          help="condition to pair against (default: grpo or grpo+none, else the first)")
     compare.add_argument("--json", action="store_true", help="machine-readable output")
 
-    plot = sub.add_parser("plot", help="PNG: one curve per condition, mean over seeds with a 95%% band")
+    plot = sub.add_parser("plot", help="PNG: one curve per condition, mean over seeds with a 95%% band (≥3 seeds)")
     plot.add_argument("path", type=Path, metavar="PATH")
     plot.add_argument("--metric", default="mean_reward")
     plot.add_argument("--out", type=Path, default=None, help="default: PATH/plot_<metric>.png")
