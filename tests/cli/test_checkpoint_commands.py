@@ -50,8 +50,7 @@ def test_a_run_folder_holds_its_tokenizer_and_the_warmed_up_base(lora_run):
     base = lora_run.path / "base"
     record = json.loads((base / "base.json").read_text())
     assert record["weights"] == "model.safetensors"
-    # the key the warm-up reported (its cache entry's name), or null from a warm-up that reports none
-    assert record["warmup_key"] == lora_run.summary["warmup"].get("key") in (lora_run.key, None)
+    assert record["warmup_key"] == lora_run.summary["warmup"]["key"] == lora_run.key  # its cache entry's name
     assert (base / "tokenizer.json").is_file() and (base / "config.json").is_file()
     stored = load_file(base / "model.safetensors")
     shared = stored.keys() & lora_run.warm.keys()
