@@ -68,13 +68,25 @@ class Setting:
         return Finding("ok", f"{self.item} is set") if self.ok else Finding("missing", self.expected)
 
 
+def pip_extra(*extras: str) -> str:
+    """The command that installs rlvr with these extras (pyproject.toml [project.optional-dependencies])."""
+    return " or ".join(f'pip install -e ".[{extra}]"' for extra in extras)
+
+
+def pip_dependency(requirement: str) -> str:
+    """The command that installs one of rlvr's own dependencies (pyproject.toml [project] dependencies)."""
+    return f'pip install "{requirement}" (one of rlvr\'s own dependencies: pip install -e . installs them)'
+
+
 @dataclass(frozen=True)
 class Package:
-    """An importable Python package (looked up, not imported)."""
+    """An importable Python package: found on the import path (`importlib.util.find_spec`, which imports
+    nothing), checked by every run at start. That it also imports (a broken build, a missing shared library)
+    is a `ChildProbe`'s question, for `rlvr doctor`."""
 
     module: str
     install: str
-    """How to get it (`pip install -e '.[tinker]'`)."""
+    """How to get it: `pip_extra("tinker")`, or the command for a dependency of rlvr itself."""
     distributions: tuple[str, ...] = ()
     """Distribution names to read the version from; default: the module's name."""
     at_start: bool = True
@@ -84,10 +96,14 @@ class Package:
         return self.module
 
     def check(self) -> Finding:
-        version = distribution_version(*(self.distributions or (self.module,)))
-        if version is None or importlib.util.find_spec(self.module) is None:
+        try:
+            found = importlib.util.find_spec(self.module) is not None
+        except (ImportError, ValueError):  # a parent package missing; a module left in sys.modules as None
+            found = False
+        if not found:
             return Finding("missing", f"{self.module} is not installed: {self.install}")
-        return Finding("ok", f"{self.module} {version[1]}")
+        version = distribution_version(*(self.distributions or (self.module,)))
+        return Finding("ok", f"{version[0]} {version[1]}" if version else f"{self.module} (version unknown)")
 
 
 def distribution_version(*names: str) -> tuple[str, str] | None:

@@ -73,7 +73,7 @@ from rlvr.errors import ConfigError
 from rlvr.lazy import lazy_import
 from rlvr.model.lora import LoraSpec
 from rlvr.protocols import Needs
-from rlvr.requirements import EnvVar, Package, Setting
+from rlvr.requirements import EnvVar, Package, Setting, pip_extra
 from rlvr.types import TrainBatch
 
 tinker = lazy_import("tinker")  # the SDK's import costs ~5 s (it imports torch)
@@ -200,6 +200,10 @@ class TinkerPolicy:
     """Optimizer steps taken when this sampler was made (0 = the initial weights)."""
 
 
+TINKER_PACKAGE = Package("tinker", pip_extra("tinker"))
+"""The Tinker SDK, which backend=tinker and engine=tinker call (engine=tinker needs backend=tinker)."""
+
+
 class TinkerBackend:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
@@ -209,7 +213,7 @@ class TinkerBackend:
             provides=frozenset({"remote_policy"}) | clipping,
             requires={"lora": "it trains LoRA adapters only"},
             machine=(
-                Package("tinker", "pip install -e '.[tinker]'"),
+                TINKER_PACKAGE,
                 EnvVar(settings["api_key_env"], "backend.api_key_env"),
                 Setting("backend.base_model", bool(base_model), "backend.base_model is null: name the Tinker base "
                         "model (e.g. Qwen/Qwen3-4B-Instruct-2507; presets with model.name_or_path fill it in)"),

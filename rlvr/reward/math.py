@@ -60,7 +60,7 @@ from functools import lru_cache
 from typing import Any
 
 from rlvr.protocols import Needs
-from rlvr.requirements import ChildProbe
+from rlvr.requirements import ChildProbe, Package, pip_dependency
 from rlvr.reward.boxed import extract_boxed
 from rlvr.reward.exact import check_pairs
 from rlvr.reward.pool import ERROR, OK, PARSE_FAIL, TIMEOUT, GradingPool, available_cores
@@ -374,6 +374,10 @@ MATH_VERIFY_PROBE = r"from math_verify import parse, verify; print(verify(parse(
 """A real parse and verify in a child process: 1/2 = 0.5 must come out True."""
 
 
+MATH_VERIFY_PACKAGE = Package("math_verify", pip_dependency("math-verify==0.9.0"), ("math-verify",))
+"""math-verify on the import path: checked by every reward=math run at start (its graders import it later)."""
+
+
 def math_verify_works() -> ChildProbe:
     """math-verify parses and verifies here (checked by `rlvr doctor`; its alarms need a real main thread)."""
     return ChildProbe("math-verify", MATH_VERIFY_PROBE, "True", 30.0)
@@ -382,7 +386,7 @@ def math_verify_works() -> ChildProbe:
 class MathVerify:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs(machine=(math_verify_works(),))
+        return Needs(machine=(math_verify_works(), MATH_VERIFY_PACKAGE))
 
     def __init__(self, parsing_timeout_s: float, verify_timeout_s: float, item_timeout_s: float,
                  pool_workers: int | None, worker_memory_mb: int | None, max_answer_chars: int | None,

@@ -10,8 +10,10 @@ Two parts, one line per item, each `ok`, `missing`, `warning` or `error` with th
 - the run (`needs.py`): conf/train.yaml composed with the overrides as `python train.py` composes it (every
   job of a grid), put through rlvr.run's config checks, then every machine requirement each chosen
   component declares in its `needs` (rlvr/protocols.py) is checked, whether or not a run checks it at start:
-  a server's model list, vLLM's build, a CUDA device, a hub preset's files, a key. `hydra/launcher=slurm`
-  needs the SLURM commands and a cluster with the partition.
+  a package (the same finding a run reports at start when it is missing, naming the pip extra), a server's
+  model list, vLLM's build, a CUDA device, a hub preset's files, a key. `hydra/launcher=slurm` needs the SLURM
+  commands, a cluster, and a partition whose nodes have the GPUs, CPUs and memory the launcher asks for: the
+  problems the launcher itself refuses before it submits (rlvr/launcher/slurm.py), from the same `sinfo`.
 
 Exit status 0 when everything the run needs is usable, 1 otherwise: a job script can begin with
 `rlvr doctor "$@" || exit 1`. Rows of the machine part do not change the status; only the run's needs do.
@@ -19,8 +21,8 @@ Exit status 0 when everything the run needs is usable, 1 otherwise: a job script
 Nothing loads a model and nothing but engine=openai's own server is contacted (no hub, no Tinker, no judge
 endpoint). vLLM is imported only when engine=vllm is chosen, in a child process (it takes 5-10 s). A key
 variable is reported as set or unset, and as a second guard every secret variable's value is replaced in
-the report before it is printed. Not checked: the data group (a hub dataset's presence in the cache) and
-the SFT warm-up's demonstrations, which need the data built.
+the report before it is printed. Not checked: whether a hub dataset is in the cache (that `datasets` is
+installed is) and the SFT warm-up's demonstrations, which need the data built.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from rlvr.cli.doctor.report import ERROR, FAILING, MISSING, OK, Line
 
 if TYPE_CHECKING:
-    from rlvr.cli.doctor.machine import Slurm
+    from rlvr.launcher.slurm import Cluster
 from rlvr.protocols import Finding, Requirement
 
 
@@ -58,7 +58,7 @@ def compose_jobs(overrides: list[str], conf: Path) -> tuple[list[Job], str | Non
     return jobs, None
 
 
-def run_lines(jobs: list[Job], pool: Executor, slurm: Future[Slurm]) -> list[Line]:
+def run_lines(jobs: list[Job], pool: Executor, slurm: Future[Cluster]) -> list[Line]:
     """The config checks' findings, then one line per requirement of every job (each distinct line once).
     Requirements run side by side in `pool`; one requirement shared by several jobs is checked once. `slurm`:
     what `sinfo` answered."""
@@ -74,9 +74,7 @@ def run_lines(jobs: list[Job], pool: Executor, slurm: Future[Slurm]) -> list[Lin
                     checks[requirement] = pool.submit(requirement.check)
                 rows.append((label(job, group), requirement))
         if "SlurmLauncher" in str(job.cfg.hydra.launcher.get("_target_", "")):
-            config_slurm = slurm_needs(job, slurm.result())
-            if config_slurm not in config:
-                config.append(config_slurm)
+            config += slurm_needs(job, slurm.result())
     lines = list(dict.fromkeys(config))
     if not any(line.status in FAILING for line in lines if line.item == "config"):
         lines.insert(0, Line(OK, "config", "composed as train.py composes it; rlvr.run's checks pass"))
@@ -106,17 +104,18 @@ def label(job: Job, group: str) -> str:
     return f"{group}={job.choices.get(group) or job.cfg[group]._target_.rsplit('.', 1)[-1]}"
 
 
-def slurm_needs(job: Job, cluster: Slurm) -> Line:
+def slurm_needs(job: Job, cluster: Cluster) -> list[Line]:
+    """The SLURM commands, a cluster, and what sbatch would refuse in the launcher's request: the problems
+    `hydra/launcher=slurm` itself refuses before it submits (rlvr.launcher.slurm.launch_problems), each with
+    the override that fits."""
     from rlvr.cli.doctor.machine import SLURM_COMMANDS
+    from rlvr.launcher.slurm import launch_problems
 
     item = f"hydra/launcher={job.choices.get('hydra/launcher')}"
     absent = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
     if absent:
-        return Line(MISSING, item, f"not on PATH: {', '.join(absent)}")
+        return [Line(MISSING, item, f"not on PATH: {', '.join(absent)}")]
     if not cluster.ok:
-        return Line(MISSING, item, cluster.detail)
-    partition = job.cfg.hydra.launcher.get("partition")
-    if partition and partition not in cluster.partitions:
-        return Line(MISSING, item, f"hydra.launcher.partition={partition!r}: the cluster has "
-                                   f"{', '.join(cluster.partitions)}")
-    return Line(OK, item, cluster.detail)
+        return [Line(MISSING, item, cluster.detail)]
+    problems = launch_problems(job.cfg.hydra.launcher, cluster)
+    return [Line(MISSING, item, f"{p}; add {p.fix}") for p in problems] or [Line(OK, item, cluster.detail)]

@@ -1,0 +1,246 @@
+"""`hydra/launcher=slurm` (conf/hydra/launcher/slurm.yaml) asks the cluster before it submits anything.
+
+The preset installs `SlurmChecks` as a Hydra callback. Before the sweep starts, one `sinfo` call reads each
+partition's nodes (GRES, CPUs, memory), and a job array that asks for what its partition cannot give is refused,
+naming the overrides that fit, with exit status 2 and no traceback. Without the check, sbatch refuses it at the
+end of submitit's traceback ("Invalid generic resource (gres) specification", "Requested node configuration is
+not available", "invalid partition specified"). The check refuses:
+
+- a GPU where no node of the partition has GPU GRES. A GPU is asked for by `gpus_per_task`, `gpus_per_node`,
+  `gres: gpu…`, or the same keys in `additional_parameters`. The fix is `hydra.launcher.gpus_per_task=null`;
+  a count of 0 also works, since sbatch accepts `--gpus-per-task=0` on such a cluster;
+- more CPUs per node (`cpus_per_task` × `tasks_per_node`) or more memory (`mem_gb`) than the partition's largest
+  node has;
+- a partition the cluster does not have.
+
+`rlvr doctor` reports the same problems, one line each, through `launch_problems`. Only what sinfo states for
+certain is refused. A node size shown with `+` (the partition has nodes of several sizes) is not compared. A
+cluster that does not answer within the timeout is submitted to as it is, and sbatch has its say. A cluster that
+answers with an error (no controller, or SLURM_CONF unset) is refused, and the refusal names the error.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+
+SINFO_FORMAT = "%P|%a|%G|%c|%m"
+"""Partition (`*` marks the default), availability, GRES, CPUs and memory (MB) of each group of alike nodes."""
+SUBMIT_SINFO_TIMEOUT_S = 30.0
+DEV_CLUSTER_CONF = Path("/tmp/rlvr-slurm/etc/slurm.conf")
+"""Where launchers/slurm-cluster.sh writes the dev cluster's config (its default SLURM_TEST_ROOT)."""
+GPU_KEYS = ("gpus_per_task", "gpus_per_node", "gres")
+"""The launcher's own keys that ask for GPUs (hydra-submitit-launcher's SlurmQueueConf)."""
+SBATCH_GPU_OPTIONS = ("gpus", "gpus_per_task", "gpus_per_node", "gres")
+"""sbatch options that ask for GPUs, as `additional_parameters` keys (dashes or underscores)."""
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """One sinfo row of a partition: nodes alike in GRES, CPUs and memory."""
+
+    gres: str
+    """As sinfo prints it: `(null)`, `gpu:4`, `gpu:a100:4(S:0-1),shard:8`."""
+    cpus: int | None
+    """None: not one number (sinfo's `4+`: the partition has nodes of several sizes)."""
+    memory_mb: int | None
+
+    @property
+    def has_gpus(self) -> bool:
+        return any(item.strip().split(":")[0] == "gpu" for item in self.gres.split(","))
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    available: str
+    default: bool
+    nodes: tuple[NodeGroup, ...]
+
+    @property
+    def has_gpus(self) -> bool:
+        return any(n.has_gpus for n in self.nodes)
+
+    def largest(self, field: str) -> int | None:
+        """The most CPUs (`cpus`) or memory (`memory_mb`) of one node, or None when sinfo does not say for certain."""
+        values = [getattr(n, field) for n in self.nodes]
+        return None if not values or None in values else max(values)
+
+    def describe(self) -> str:
+        nodes = "; ".join(f"{_show(n.cpus)} CPUs, {_show(n.memory_mb)} MB, "
+                          f"{'GRES ' + n.gres if n.gres != '(null)' else 'no GPU'}" for n in self.nodes)
+        return f"{self.name}{'*' if self.default else ''} ({self.available}; nodes: {nodes})"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What `sinfo` answered under $SLURM_CONF, as sbatch would see the cluster."""
+
+    ok: bool
+    detail: str
+    partitions: tuple[Partition, ...] = ()
+    answered: bool = True
+    """False: sinfo did not answer in time (the cluster may still take the job); True with `ok` False: it
+    answered with an error, or is not there at all."""
+
+    def partition(self, name: str | None) -> Partition | None:
+        """The partition `name` names, or for None the one sbatch uses by default (None if it cannot be told)."""
+        if name is not None:
+            return next((p for p in self.partitions if p.name == name), None)
+        defaults = [p for p in self.partitions if p.default]
+        return defaults[0] if len(defaults) == 1 else self.partitions[0] if len(self.partitions) == 1 else None
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One setting of the launcher that the cluster cannot give, and the override that fits."""
+
+    setting: str
+    """`hydra.launcher.gpus_per_task=1`"""
+    why: str
+    fix: str
+    """`hydra.launcher.gpus_per_task=null`"""
+
+    def __str__(self) -> str:
+        return f"{self.setting}: {self.why}"
+
+
+def query_cluster(timeout_s: float) -> Cluster:
+    """One `sinfo` call: every partition with its nodes, or why there is no cluster to submit to."""
+    conf = os.environ.get("SLURM_CONF")
+    where = f"SLURM_CONF={conf}" if conf else "SLURM_CONF unset"
+    if shutil.which("sinfo") is None:
+        return Cluster(False, "sinfo is not on PATH")
+    try:
+        proc = subprocess.run(["sinfo", "-h", "-o", SINFO_FORMAT], capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return Cluster(False, f"sinfo -h did not answer within {timeout_s:g} s ({where})", answered=False)
+    partitions = parse_sinfo(proc.stdout) if proc.returncode == 0 else ()
+    if not partitions:
+        errors = proc.stderr.strip().splitlines()
+        if not conf and DEV_CLUSTER_CONF.is_file():
+            hint = f"; the dev cluster's config is {DEV_CLUSTER_CONF}: eval \"$(bash launchers/slurm-cluster.sh env)\""
+        else:
+            hint = "; a single-node dev cluster: bash launchers/ci-slurm.sh"
+        error = errors[-1] if errors else "no partitions"
+        return Cluster(False, f"no cluster answers sinfo -h ({where}): {error}{hint}")
+    return Cluster(True, f"sinfo answers ({where}): partitions {', '.join(p.describe() for p in partitions)}",
+                   partitions)
+
+
+def parse_sinfo(text: str) -> tuple[Partition, ...]:
+    """Partitions from `sinfo -h -o SINFO_FORMAT` rows, in sinfo's order."""
+    found: dict[str, tuple[str, bool, list[NodeGroup]]] = {}
+    for row in text.splitlines():
+        fields = row.strip().split("|")
+        if len(fields) != 5:
+            continue
+        name, available, gres, cpus, memory = fields
+        entry = found.setdefault(name.rstrip("*"), (available, name.endswith("*"), []))
+        entry[2].append(NodeGroup(gres, _count(cpus), _count(memory)))
+    return tuple(Partition(name, available, default, tuple(nodes))
+                 for name, (available, default, nodes) in found.items())
+
+
+def _show(count: int | None) -> str:
+    return "?" if count is None else str(count)
+
+
+def _count(text: str) -> int | None:
+    return int(text) if text.strip().isdigit() else None
+
+
+def asks_for_gpus(key: str, value: Any) -> bool:
+    """Whether a launcher value asks for at least one GPU: `1`, `a100:2`, `gpu:1` (gres) do; null, 0 and a
+    gres without `gpu` (`shard:2`) do not."""
+    if value is None or value is False:
+        return False
+    for item in str(value).split(","):
+        parts = item.strip().split(":")
+        if key.replace("-", "_") == "gres" and parts[0] != "gpu":
+            continue
+        count = parts[-1].split("(")[0]  # gres: gpu[:type][:count]; gpus: [type:]count
+        if not count.isdigit() or int(count) > 0:  # no count (`gpu`, `a100`): one
+            return True
+    return False
+
+
+def gpu_requests(launcher: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(setting, the override that removes it) for every launcher value that asks for GPUs."""
+    found = [(f"hydra.launcher.{key}={launcher.get(key)}", f"hydra.launcher.{key}=null") for key in GPU_KEYS
+             if asks_for_gpus(key, launcher.get(key))]
+    extra = launcher.get("additional_parameters") or {}
+    found += [(f"hydra.launcher.additional_parameters.{key}={value}", f"~hydra.launcher.additional_parameters.{key}")
+              for key, value in extra.items()
+              if key.replace("-", "_") in SBATCH_GPU_OPTIONS and asks_for_gpus(key, value)]
+    return found
+
+
+def launch_problems(launcher: Mapping[str, Any], cluster: Cluster) -> list[Problem]:
+    """What sbatch would refuse in the launcher's request (`hydra.launcher`), on a cluster that answered."""
+    wanted, problems = launcher.get("partition"), []
+    partition = cluster.partition(wanted)
+    if partition is None:
+        if wanted is None or not cluster.partitions:
+            return []  # no single default partition to judge the request against
+        names = ", ".join(p.name for p in cluster.partitions)
+        partition = cluster.partition(None) or cluster.partitions[0]  # the rest is judged against the one proposed
+        problems.append(Problem(f"hydra.launcher.partition={wanted}", f"the cluster has no such partition (it has "
+                                f"{names})", f"hydra.launcher.partition={partition.name}"))
+    if not partition.has_gpus:
+        elsewhere = [p.name for p in cluster.partitions if p.has_gpus]
+        gres = ", ".join(dict.fromkeys(n.gres for n in partition.nodes))
+        why = f"no node of partition {partition.name} has a GPU (sinfo GRES: {gres})" + (
+            f"; partition {', '.join(elsewhere)} has GPUs (hydra.launcher.partition=...)" if elsewhere else "")
+        problems += [Problem(setting, why, fix) for setting, fix in gpu_requests(launcher)]
+    tasks = int(launcher.get("tasks_per_node") or 1)
+    cpus, most_cpus = launcher.get("cpus_per_task"), partition.largest("cpus")
+    if cpus and most_cpus is not None and int(cpus) * tasks > most_cpus:
+        per_node = f" (× hydra.launcher.tasks_per_node={tasks})" if tasks > 1 else ""
+        problems.append(Problem(f"hydra.launcher.cpus_per_task={cpus}{per_node}", f"the nodes of partition "
+                                f"{partition.name} have at most {most_cpus} CPUs",
+                                f"hydra.launcher.cpus_per_task={max(1, most_cpus // tasks)}"))
+    mem_gb, most_mb = launcher.get("mem_gb"), partition.largest("memory_mb")
+    if mem_gb and most_mb is not None and float(mem_gb) * 1024 > most_mb:  # submitit: --mem=<mem_gb>GB, 1 GB = 1024 MB
+        fits = most_mb // 1024 if most_mb >= 1024 else int(most_mb / 1024 * 100) / 100
+        problems.append(Problem(f"hydra.launcher.mem_gb={mem_gb}", f"the nodes of partition {partition.name} have "
+                                f"at most {most_mb} MB", f"hydra.launcher.mem_gb={fits}"))
+    return problems
+
+
+def refusal(problems: list[Problem], partition: str | None) -> str:
+    """The message that stops a submission: each problem, then every override at once."""
+    where = f"partition {partition}" if partition else "the cluster"
+    lines = [f"rlvr: hydra/launcher=slurm asks for what {where} cannot give, so sbatch would refuse the job array; "
+             "nothing was submitted:", *(f"  {p}" for p in problems),
+             f"rlvr: to submit, add: {' '.join(p.fix for p in problems)}"]
+    return "\n".join(lines)
+
+
+class SlurmChecks(Callback):
+    """conf/hydra/launcher/slurm.yaml's Hydra callback: `launch_problems` before anything is submitted."""
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        cluster = query_cluster(SUBMIT_SINFO_TIMEOUT_S)
+        if not cluster.ok:
+            if not cluster.answered:
+                print(f"rlvr: warning: {cluster.detail}; submitting without checking the cluster", file=sys.stderr)
+                return
+            # Hydra turns a callback's exception into a warning and goes on: stop here instead
+            print(f"rlvr: hydra/launcher=slurm has no cluster to submit to: {cluster.detail}", file=sys.stderr)
+            raise SystemExit(2)
+        launcher = config.hydra.launcher
+        problems = launch_problems(launcher, cluster)
+        if problems:
+            partition = cluster.partition(launcher.get("partition"))
+            print(refusal(problems, partition.name if partition else None), file=sys.stderr)
+            raise SystemExit(2)

@@ -1,0 +1,105 @@
+"""What `hydra/launcher=slurm` refuses before it submits (rlvr/launcher/slurm.py), from sinfo's answer alone: no
+cluster needed (tests/launchers/test_slurm.py runs the same against the dev cluster)."""
+
+import pytest
+from omegaconf import OmegaConf
+
+from composing import composer
+from rlvr.launcher.slurm import Cluster, asks_for_gpus, gpu_requests, launch_problems, parse_sinfo, refusal
+
+DEV = "debug*|up|(null)|4|20489\n"  # the dev cluster's answer to `sinfo -h -o '%P|%a|%G|%c|%m'`
+GPUS = "cpu*|up|(null)|64|256000\ngpu|up|gpu:a100:4(S:0-1)|64|512000\ngpu|up|gpu:h100:8|96|1024000\n"
+
+
+def cluster(sinfo: str) -> Cluster:
+    return Cluster(True, "sinfo answers", parse_sinfo(sinfo))
+
+
+def preset(*overrides: str):
+    """conf/hydra/launcher/slurm.yaml's launcher node, as `hydra/launcher=slurm <overrides>` composes it."""
+    with composer() as compose:
+        return compose(["hydra/launcher=slurm", *overrides], hydra=True).hydra.launcher
+
+
+def test_sinfo_rows_become_partitions_with_their_node_groups():
+    cpu, gpu = parse_sinfo(GPUS + "weird line\n")
+    assert (cpu.name, cpu.default, cpu.has_gpus, cpu.largest("cpus")) == ("cpu", True, False, 64)
+    assert (gpu.name, gpu.default, gpu.has_gpus, gpu.largest("memory_mb")) == ("gpu", False, True, 1024000)
+    assert cluster(GPUS).partition(None) == cpu and cluster(GPUS).partition("gpu") == gpu
+    assert cluster(GPUS).partition("nope") is None
+    mixed, = parse_sinfo("debug*|up|(null)|4+|20489+\n")  # nodes of several sizes: no single largest
+    assert mixed.largest("cpus") is None and mixed.largest("memory_mb") is None
+
+
+@pytest.mark.parametrize("key,value,asks", [
+    ("gpus_per_task", 1, True), ("gpus_per_task", 0, False), ("gpus_per_task", None, False),
+    ("gpus_per_node", "a100:2", True), ("gpus_per_node", "a100:0", False), ("gpus", "h100", True),
+    ("gres", "gpu:1", True), ("gres", "gpu:a100:2", True), ("gres", "gpu", True), ("gres", "gpu:0", False),
+    ("gres", "shard:2", False), ("gres", "shard:2,gpu:1", True), ("gpus-per-task", "1", True),
+])
+def test_what_asks_for_a_gpu(key, value, asks):
+    assert asks_for_gpus(key, value) is asks
+
+
+def test_the_preset_on_a_cluster_without_gpus_is_refused_with_the_overrides_that_fit():
+    launcher = preset()
+    problems = launch_problems(launcher, cluster(DEV))
+    assert [(p.setting, p.fix) for p in problems] == [
+        ("hydra.launcher.gpus_per_task=1", "hydra.launcher.gpus_per_task=null"),
+        ("hydra.launcher.cpus_per_task=8", "hydra.launcher.cpus_per_task=4"),
+        ("hydra.launcher.mem_gb=64", "hydra.launcher.mem_gb=20"),  # 20 GB = 20480 MB <= 20489 MB
+    ]
+    assert problems[0].why == "no node of partition debug has a GPU (sinfo GRES: (null))"
+    assert refusal(problems, "debug").splitlines()[-1] == (
+        "rlvr: to submit, add: hydra.launcher.gpus_per_task=null hydra.launcher.cpus_per_task=4 "
+        "hydra.launcher.mem_gb=20")
+    # the fixes, applied, leave nothing to refuse (0 GPUs is fine too: sbatch accepts --gpus-per-task=0)
+    fixed = preset(*(p.fix for p in problems))
+    assert launch_problems(fixed, cluster(DEV)) == []
+    assert launch_problems(preset("hydra.launcher.gpus_per_task=0", "hydra.launcher.cpus_per_task=1",
+                                  "hydra.launcher.mem_gb=1"), cluster(DEV)) == []
+
+
+def test_every_way_of_asking_for_a_gpu_is_named_with_its_own_fix():
+    asked = ["hydra.launcher.gpus_per_task=null", "hydra.launcher.gres=gpu:1", "hydra.launcher.cpus_per_task=1",
+             "+hydra.launcher.additional_parameters.gpus-per-node=2", "hydra.launcher.mem_gb=1"]
+    requests = gpu_requests(preset(*asked))
+    assert requests == [
+        ("hydra.launcher.gres=gpu:1", "hydra.launcher.gres=null"),
+        ("hydra.launcher.additional_parameters.gpus-per-node=2", "~hydra.launcher.additional_parameters.gpus-per-node"),
+    ]
+    assert launch_problems(preset(*asked, *(fix for _, fix in requests)), cluster(DEV)) == []
+
+
+def test_a_cluster_with_gpus_elsewhere_says_which_partition_has_them():
+    problems = launch_problems(preset(), cluster(GPUS))  # default partition `cpu`: big nodes, no GPU
+    assert [p.setting for p in problems] == ["hydra.launcher.gpus_per_task=1"]
+    assert "partition gpu has GPUs (hydra.launcher.partition=...)" in problems[0].why
+    assert launch_problems(preset("hydra.launcher.partition=gpu"), cluster(GPUS)) == []
+
+
+def test_an_unknown_partition_names_the_ones_there_are_and_the_rest_is_judged_against_the_one_proposed():
+    problems = launch_problems(preset("hydra.launcher.partition=gpu", "hydra.launcher.mem_gb=1"), cluster(DEV))
+    assert [(p.setting, p.why, p.fix) for p in problems] == [
+        ("hydra.launcher.partition=gpu", "the cluster has no such partition (it has debug)",
+         "hydra.launcher.partition=debug"),
+        ("hydra.launcher.gpus_per_task=1", "no node of partition debug has a GPU (sinfo GRES: (null))",
+         "hydra.launcher.gpus_per_task=null"),
+        ("hydra.launcher.cpus_per_task=8", "the nodes of partition debug have at most 4 CPUs",
+         "hydra.launcher.cpus_per_task=4")]
+
+
+def test_what_sinfo_does_not_state_for_certain_is_not_refused():
+    assert launch_problems(preset("hydra.launcher.gpus_per_task=null"), cluster("debug*|up|(null)|4+|20489+\n")) == []
+    two_defaults_unknown = cluster("a|up|(null)|1|100\nb|up|(null)|1|100\n")  # no default partition marked
+    assert launch_problems(preset(), two_defaults_unknown) == []
+
+
+def test_the_preset_installs_the_check_and_keeps_its_launcher_keys():
+    with composer() as compose:
+        cfg = compose(["hydra/launcher=slurm", "campaign=smoke"], hydra=True)
+    assert list(cfg.hydra.callbacks) == ["slurm_checks", "manifest"]  # the check runs before the manifest is written
+    assert cfg.hydra.callbacks.slurm_checks._target_ == "rlvr.launcher.slurm.SlurmChecks"
+    launcher = OmegaConf.to_container(cfg.hydra.launcher)
+    assert launcher["_target_"].endswith("SlurmLauncher") and launcher["gpus_per_task"] == 1
+    assert launcher["additional_parameters"] == {"signal": "USR1@${hydra.launcher.signal_delay_s}"}
