@@ -39,7 +39,7 @@ from rlvr.model.prompt_encoding import encode_prompts
 from rlvr.types import Demonstration
 
 if TYPE_CHECKING:
-    from torch import nn
+    from torch import Tensor, nn
     from transformers import PreTrainedTokenizerBase
 
 torch = lazy_import("torch")
@@ -95,10 +95,9 @@ class Warmup:
         device = next(model.parameters()).device
         optimizer = torch.optim.AdamW(model.parameters(), lr=self.lr, betas=(0.9, 0.999), weight_decay=0.0)
         model.train()
-        loss_value = None
+        loss_value, encoded = None, _Encoded(tokenizer, demos)
         for step in range(self.steps):
-            batch = [demos[i] for i in batch_indices(step, self.batch_size, len(demos), seed)]
-            ids, labels, attn = _tokenize(tokenizer, batch, device)
+            ids, labels, attn = encoded.batch(batch_indices(step, self.batch_size, len(demos), seed), device)
             loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -138,18 +137,27 @@ def stored_weights(folder: Path | None, key: str) -> Path | None:
     return folder / WEIGHTS
 
 
-def _tokenize(tokenizer: PreTrainedTokenizerBase, batch: list[Demonstration], device: torch.device):
-    """Right-padded ids, labels (−100 on prompt and padding) and attention mask."""
-    prompts = encode_prompts(tokenizer, [d.prompt for d in batch])
-    rows, label_rows = [], []
-    for p, d in zip(prompts, batch, strict=True):
-        target = tokenizer.encode(d.completion, add_special_tokens=False) + [tokenizer.eos_token_id]
-        rows.append(p + target)
-        label_rows.append([-100] * len(p) + target)
-    L = max(len(r) for r in rows)
-    ids = torch.full((len(rows), L), tokenizer.pad_token_id, dtype=torch.long)
-    labels = torch.full((len(rows), L), -100, dtype=torch.long)
-    attn = torch.zeros((len(rows), L), dtype=torch.long)
-    for i, (r, lab) in enumerate(zip(rows, label_rows, strict=True)):
-        ids[i, : len(r)], labels[i, : len(r)], attn[i, : len(r)] = torch.tensor(r), torch.tensor(lab), 1
-    return ids.to(device), labels.to(device), attn.to(device)
+class _Encoded:
+    """Each demonstration's `prompt + completion + EOS` ids and labels (−100 on the prompt), tokenized the first
+    time a step draws it: a step re-tokenizing its batch spent about 40% of the warm-up in the tokenizer."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, demos: list[Demonstration]) -> None:
+        self.tokenizer, self.demos, self._rows = tokenizer, demos, {}
+
+    def row(self, i: int) -> tuple[Tensor, Tensor]:
+        if i not in self._rows:
+            d = self.demos[i]
+            prompt = encode_prompts(self.tokenizer, [d.prompt])[0]
+            target = self.tokenizer.encode(d.completion, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+            self._rows[i] = (torch.tensor(prompt + target), torch.tensor([-100] * len(prompt) + target))
+        return self._rows[i]
+
+    def batch(self, indices: list[int], device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+        """Right-padded ids, labels (−100 on prompt and padding) and attention mask of demonstrations `indices`."""
+        rows = [self.row(i) for i in indices]
+        pad_sequence = torch.nn.utils.rnn.pad_sequence
+        ids = pad_sequence([r for r, _ in rows], batch_first=True, padding_value=self.tokenizer.pad_token_id)
+        labels = pad_sequence([lab for _, lab in rows], batch_first=True, padding_value=-100)
+        lengths = torch.tensor([len(r) for r, _ in rows])
+        attn = (torch.arange(ids.shape[1])[None, :] < lengths[:, None]).long()
+        return ids.to(device), labels.to(device), attn.to(device)
