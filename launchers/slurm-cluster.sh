@@ -14,7 +14,9 @@
 # time limit) makes the Hydra launcher wait forever.
 # Knobs: SLURM_TEST_CPUS (default max(nproc, 4): slots, oversubscribing the real cores), SLURM_TEST_MEM_MB,
 # SLURM_TEST_DEF_MEM_PER_CPU, SLURM_TEST_CRED_EXPIRE (default 10 s; SLURM's 120 s is also how long a requeued job
-# waits), SLURM_TEST_{CTLD,SLURMD,DBD,MYSQL}_PORT (6817/6818/6819/3307, loopback only).
+# waits), SLURM_TEST_KILL_WAIT (default 60 s, see KillWait below),
+# SLURM_TEST_{CTLD,SLURMD,DBD,MYSQL}_PORT (6817/6818/6819/3307, loopback only).
+# A changed config takes effect after `stop` then `start` (`start` leaves running daemons alone).
 # To reset, delete the whole root, never only state/ (job ids would restart while the DB keeps the old ones).
 set -euo pipefail
 
@@ -115,7 +117,13 @@ ReturnToService=2
 SlurmctldTimeout=30
 SlurmdTimeout=30
 InactiveLimit=0
-KillWait=5
+# KillWait: seconds between SIGTERM and SIGKILL when a job is requeued (scontrol requeue), cancelled, preempted
+# without GraceTime, or reaches its time limit. rlvr answers SIGTERM by finishing the step it is in and
+# checkpointing (exit 75), so this must exceed one step plus one checkpoint write, or the step's work and all
+# since the last periodic checkpoint are lost. SLURM's default is 30 s; 5 s killed a 6 s step mid-way.
+# (No preemption here: PreemptType is none, so GraceTime, which on a preempting cluster sends SIGTERM
+# GraceTime seconds before this SIGTERM-then-KillWait sequence, does not apply.)
+KillWait=${SLURM_TEST_KILL_WAIT:-60}
 MinJobAge=300
 Waittime=0
 SlurmdParameters=config_overrides

@@ -1,15 +1,18 @@
 """The SLURM launcher (conf/hydra/launcher/slurm.yaml) against a real cluster: a grid is one job array whose
-tasks all complete, and a task stopped mid-run (requeued by SLURM, or signalled before its time limit)
-checkpoints, is started again in the same folder, resumes and logs every step exactly once.
+tasks all complete; a task stopped mid-run (requeued by SLURM, or signalled before its time limit)
+checkpoints, is started again in the same folder, resumes and logs every step exactly once, and a requeue in
+the middle of a long step loses no more than that step; the preset's GPU request on this GPU-less cluster is
+refused before anything is submitted, naming the overrides that then run.
 
 Skipped unless a cluster answers: `bash launchers/ci-slurm.sh` starts one under $SLURM_TEST_ROOT
-(default /tmp/rlvr-slurm). The tests take 7-150 s each (~3-5 min in all), mostly job start-up and requeue delays.
+(default /tmp/rlvr-slurm). The tests take 7-150 s each (~6.5 min in all), mostly job start-up and requeue delays.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -126,11 +129,12 @@ def wait_until(condition, deadline: float, what: str, poll_s: float = 0.5):
 
 def running_task_id(env: dict[str, str], name: str, task: int) -> str:
     """SLURM_JOB_ID of array task `task` of the job called `name`, once it runs ('' until then); every array
-    task has its own, which scontrol/scancel/sacct accept."""
+    task has its own, which scontrol/scancel/sacct accept. A sweep of one run is a plain job (task `N/A`)."""
     out = subprocess.run(
         ["squeue", "-h", "-n", name, "-t", "R", "-o", "%A %K"], env=env, capture_output=True, text=True, timeout=30
     )
-    return next((job for job, array_task in map(str.split, out.stdout.splitlines()) if array_task == str(task)), "")
+    tasks = {array_task.replace("N/A", "0"): job for job, array_task in map(str.split, out.stdout.splitlines())}
+    return tasks.get(str(task), "")
 
 
 def test_grid_is_one_job_array_and_every_run_completes(slurm_env, tmp_path):
@@ -256,3 +260,83 @@ def test_smoke_campaign_is_one_array_with_stable_folders_and_slurm_ids_in_the_ma
             assert (sweep / r["condition"] / f"seed={r['seed']}" / "summary.json").is_file()
     finally:
         cancel(slurm_env, name, process)
+
+
+def test_a_requeue_in_the_middle_of_a_long_step_loses_at_most_that_step(slurm_env, tmp_path):
+    """`scontrol requeue` while a 6 s step runs (slow_reward.py), with no periodic checkpoint: SLURM sends SIGTERM,
+    and SIGKILL KillWait seconds later (slurm.conf; launchers/slurm-cluster.sh). The run must finish the step,
+    checkpoint and exit 75 in between, so the requeued task resumes where it was stopped: at most one step
+    is done twice (none when the step in flight completes). With KillWait=5 the run was killed mid-step and
+    started again from step 0."""
+    name = f"rlvr-killwait-{uuid.uuid4().hex[:8]}"
+    sweep, steps = tmp_path / "sweep", 4
+    deadline = time.monotonic() + 240
+    env = {**slurm_env, "PYTHONPATH": str(Path(__file__).parent)}
+    process = submit(env, sweep, name, "seed=0", f"trainer.max_steps={steps}", "trainer.save_every=0",
+                     "reward=function", "reward.function=slow_reward.exact_after_a_long_pause")
+    try:
+        run = sweep / "0"
+        wait_until(lambda: len(training_steps(run)) >= 2, deadline, "the run to finish two steps")
+        job_id = wait_until(lambda: running_task_id(slurm_env, name, 0), deadline, "squeue to show the task")
+        done = len(training_steps(run))  # steps finished when the signal comes; the next one is in flight
+        subprocess.run(["scontrol", "requeue", job_id], env=slurm_env, check=True, timeout=30)
+        requeued = time.monotonic()
+        checkpoint = wait_until(lambda: next(run.glob("checkpoints/step_*"), None), deadline, "the stop checkpoint")
+        stopped_after = time.monotonic() - requeued
+        process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        assert process.returncode == 0, launcher_output(sweep, name)[-3000:]
+        log = (run / "train.log").read_text()
+        resumed = re.search(r"resumed from \S+: (\d+) steps done", log)
+        assert "SIGTERM received" in log and resumed, log[-3000:]
+        assert done - int(resumed.group(1)) <= 1, (done, resumed.group(0), checkpoint)  # steps lost by the requeue
+        assert training_steps(run) == list(range(steps))  # every step once, in order
+        assert stopped_after < 60, stopped_after  # the checkpoint came before KillWait's SIGKILL would have
+        assert_requeued_then_completed(slurm_env, job_id, deadline)
+    finally:
+        cancel(slurm_env, name, process)
+
+
+def test_the_gpu_preset_on_a_cluster_without_gpus_is_refused_before_submission_then_the_named_overrides_run(
+        slurm_env, tmp_path):
+    """The preset as it is (`gpus_per_task: 1`, 8 CPUs, 64 GB) on the dev cluster (no GRES, 4 slots, ~20 GB): the
+    command stops before sbatch, exit status 2, no traceback, no sweep folder, no job; the overrides it names
+    then submit a grid that completes."""
+    name = f"rlvr-gres-{uuid.uuid4().hex[:8]}"
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, "train.py", "--multirun", "hydra/launcher=slurm", "seed=0,1", *TINY_RUN,
+               "trainer.max_steps=2", f"hydra.launcher.name={name}", f"hydra.sweep.dir={sweep}"]
+    refused = subprocess.run(command, cwd=REPO, env=slurm_env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "Traceback" not in refused.stderr and "sbatch" not in refused.stdout
+    lines = refused.stderr.splitlines()
+    assert "  hydra.launcher.gpus_per_task=1: no node of partition debug has a GPU (sinfo GRES: (null))" in lines
+    advice = "rlvr: to submit, add: "
+    fixes = next(line for line in lines if line.startswith(advice)).removeprefix(advice).split()
+    assert fixes[0] == "hydra.launcher.gpus_per_task=null", fixes
+    assert not sweep.exists()
+    assert not subprocess.run(["sacct", "-n", "-X", "--name", name], env=slurm_env, capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+    process = subprocess.Popen([*command, *fixes], cwd=REPO, env=slurm_env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    try:
+        output, _ = process.communicate(timeout=240)
+        assert process.returncode == 0, output[-3000:]
+        assert training_steps(sweep / "0") == [0, 1] and training_steps(sweep / "1") == [0, 1]
+    finally:
+        cancel(slurm_env, name, process)
+
+
+def test_doctor_reports_what_the_preset_asks_for_that_the_cluster_lacks(slurm_env):
+    """`rlvr doctor hydra/launcher=slurm`: the same problems, from the same function, one line each."""
+    proc = subprocess.run([sys.executable, "-m", "rlvr.cli.main", "doctor", "hydra/launcher=slurm"], cwd=REPO,
+                          env={**slurm_env, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    needs = proc.stdout.partition("` needs")[2].splitlines()
+    assert ("  missing  hydra/launcher=slurm   hydra.launcher.gpus_per_task=1: no node of partition debug has a GPU "
+            "(sinfo GRES: (null)); add hydra.launcher.gpus_per_task=null") in needs, needs
+    assert any(line.startswith("  missing  hydra/launcher=slurm   hydra.launcher.mem_gb=64") for line in needs)
+    fixed = subprocess.run([sys.executable, "-m", "rlvr.cli.main", "doctor", "hydra/launcher=slurm", *TINY_JOB],
+                           cwd=REPO, env={**slurm_env, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True,
+                           timeout=300)
+    assert fixed.returncode == 0, fixed.stdout
+    assert re.search(r"^  ok +hydra/launcher=slurm +sinfo answers", fixed.stdout, re.M), fixed.stdout
