@@ -11,7 +11,9 @@ not available", "invalid partition specified"). The check refuses:
   a count of 0 also works, since sbatch accepts `--gpus-per-task=0` on such a cluster;
 - more CPUs per node (`cpus_per_task` × `tasks_per_node`) or more memory (`mem_gb`) than the partition's largest
   node has;
-- a partition the cluster does not have.
+- a partition the cluster does not have;
+- a `signal_delay_s` not shorter than `timeout_min`: SIGUSR1 ("checkpoint and requeue") would come as every
+  attempt starts.
 
 `rlvr doctor` reports the same problems, one line each, through `launch_problems`. Only what sinfo states for
 certain is refused. A node size shown with `+` (the partition has nodes of several sizes) is not compared. A
@@ -214,6 +216,12 @@ def launch_problems(launcher: Mapping[str, Any], cluster: Cluster) -> list[Probl
         fits = most_mb // 1024 if most_mb >= 1024 else int(most_mb / 1024 * 100) / 100
         problems.append(Problem(f"hydra.launcher.mem_gb={mem_gb}", f"the nodes of partition {partition.name} have "
                                 f"at most {most_mb} MB", f"hydra.launcher.mem_gb={fits}"))
+    timeout_min, delay = launcher.get("timeout_min"), launcher.get("signal_delay_s")
+    if timeout_min and delay is not None and int(delay) >= int(timeout_min) * 60:
+        problems.append(Problem(f"hydra.launcher.signal_delay_s={delay}", f"SIGUSR1 would come as each attempt starts "
+                                f"(hydra.launcher.timeout_min={timeout_min} is {int(timeout_min) * 60} s), so every "
+                                "attempt would checkpoint and requeue at its first step",
+                                f"hydra.launcher.signal_delay_s={int(timeout_min) * 60 // 4}"))
     return problems
 
 

@@ -89,6 +89,17 @@ def test_an_unknown_partition_names_the_ones_there_are_and_the_rest_is_judged_ag
          "hydra.launcher.cpus_per_task=4")]
 
 
+def test_a_time_limit_signal_that_would_come_as_each_attempt_starts_is_refused():
+    fits = ["hydra.launcher.gpus_per_task=null", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1"]
+    problems = launch_problems(preset(*fits, "hydra.launcher.timeout_min=5"), cluster(DEV))  # preset: 300 s ahead
+    assert [(p.setting, p.fix) for p in problems] == [
+        ("hydra.launcher.signal_delay_s=300", "hydra.launcher.signal_delay_s=75")]
+    assert "SIGUSR1 would come as each attempt starts (hydra.launcher.timeout_min=5 is 300 s)" in problems[0].why
+    assert launch_problems(preset(*fits, "hydra.launcher.timeout_min=5", problems[0].fix), cluster(DEV)) == []
+    assert launch_problems(preset(*fits, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=45"),
+                           cluster(DEV)) == []  # the time-limit test's setting
+
+
 def test_what_sinfo_does_not_state_for_certain_is_not_refused():
     assert launch_problems(preset("hydra.launcher.gpus_per_task=null"), cluster("debug*|up|(null)|4+|20489+\n")) == []
     two_defaults_unknown = cluster("a|up|(null)|1|100\nb|up|(null)|1|100\n")  # no default partition marked
