@@ -9,7 +9,7 @@ On a machine shared with other jobs, torch's OpenMP threads wait for each other 
 when one of them is descheduled, the others spin until it comes back. Measured on a 2-core machine
 (`python -m bench.threads`, docs/cpu-recipe.md#threads): with one other CPU-bound job running, 2 threads
 made a shortened default run several times slower than 1 thread, while on the idle machine 2 threads were
-about 1.4× faster. A default has to hold on a busy machine, so it leaves half of the cores to the rest of
+about 1.2–1.4× faster. A default has to hold on a busy machine, so it leaves half of the cores to the rest of
 the machine: 1 thread on 2 cores. The cap of 8 is not measured here (the development machine has 2 cores);
 the tiny model's matrices are too small to gain from more. Set `threads=N` to choose, `threads=null` for
 torch's own default (one per core).

@@ -190,10 +190,10 @@ class Trainer:
                 self._emit(live, row)
                 progress.update()
                 done = step + 1
-                if self.eval_every and done % self.eval_every == 0 and done < self.max_steps:
-                    self.evaluate(live, done)
                 if done % self.log_every == 0 or done == self.max_steps:
                     log.info(console_line(row, progress.text()))
+                if self.eval_every and done % self.eval_every == 0 and done < self.max_steps:
+                    self.evaluate(live, done)
                 if stop is not None and stop.requested and done < self.max_steps:
                     saved = self._checkpoint(live, done)
                     raise stop.stopped(f"after step {done}; checkpoint saved in {saved} (the same command continues "
@@ -225,6 +225,7 @@ class Trainer:
             "running_correct_rate": live.totals["correct"] / max(live.totals["completions"], 1),
             "trainable_parameters": live.backend.trainable_parameters,
             "seeds": live.c.seeds.as_dict(),
+            "torch_threads": torch.get_num_threads(),
             "warmup": live.warmup,
         }
 

@@ -14,8 +14,9 @@ cannot reach the warm-up's target on the tiny model; its loss is plain cross-ent
 predecessor's `−exp(logp)` importance-sampling form.
 
 Cache: `<cache_dir>/<key>/model.safetensors`, where key = sha256 of what changes the result (`cache_key`:
-the model preset, the warm-up knobs, the init seed, the demonstrations, the torch version; not evaluation
-settings). Written under a temporary name and renamed, so a killed run never leaves a half-written entry.
+the model preset, the warm-up knobs, the init seed, the demonstrations, the torch version and thread
+count; not evaluation settings). Written under a temporary name and renamed, so a killed run never
+leaves a half-written entry.
 A run also keeps the warm-up's result in its own folder (`base/`, with the key in base.json): a run
 resumed where the cache is empty (another machine) loads it from there instead of recomputing.
 """
@@ -56,13 +57,14 @@ class Warmup:
 
     def cache_key(self, model_preset: object, seed: int, demos: list[Demonstration]) -> str:
         """sha256 of what the warm-up's result depends on: the model preset (less its LoRA settings), the
-        warm-up's steps, batch size and learning rate, the init seed, the demonstrations and the torch version.
+        warm-up's steps, batch size and learning rate, the init seed, the demonstrations, the torch version and
+        its thread count (CPU kernels split their sums by thread: 1 and 2 threads give other weights).
         Evaluation settings (data.eval_size, …) and the cache folder are not in it."""
         preset = asdict(model_preset) if is_dataclass(model_preset) else repr(model_preset)
         preset = {k: v for k, v in preset.items() if k != "lora"} if isinstance(preset, dict) else preset
         h = hashlib.sha256()
-        h.update(json.dumps([preset, self.steps, self.batch_size, self.lr, seed, torch.__version__],
-                            sort_keys=True).encode())
+        h.update(json.dumps([preset, self.steps, self.batch_size, self.lr, seed, torch.__version__,
+                             torch.get_num_threads()], sort_keys=True).encode())
         for d in demos:
             h.update(f"{d.prompt}\x00{d.completion}\x01".encode())
         return h.hexdigest()[:20]

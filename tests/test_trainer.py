@@ -64,7 +64,7 @@ def test_the_console_shows_every_evaluation_the_progress_and_a_closing_line(tmp_
     best = max(evals, key=lambda e: e["eval/accuracy"])
     assert lines[-1].startswith(
         f"done: held-out accuracy {summary['eval_accuracy_initial']:.3f} -> {summary['eval_accuracy_final']:.3f} "
-        f"(best {best['eval/accuracy']:.3f} at step {best['step']}) | 4 steps in ")
+        f"(best {best['eval/accuracy']:.3f} at step {best['step']}) | 4 steps, wall ")
     assert lines[-1].endswith(f" | {tmp_path}")
 
 

@@ -11,6 +11,8 @@ from pathlib import Path
 from rlvr.cli.doctor.report import MISSING, OK, WARNING, Line
 from rlvr.launcher.slurm import Cluster, query_cluster
 from rlvr.requirements import CudaDevice, Package, distribution_version
+from rlvr.threads import resolve as resolve_threads
+from rlvr.threads import usable_cores
 
 SLURM_COMMANDS = ("sbatch", "squeue", "sacct", "scontrol")
 SINFO_TIMEOUT_S = 5.0
@@ -49,11 +51,11 @@ def torch_lines() -> list[Line]:
         return [Line(MISSING, "torch", found.detail)]
     import torch
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cuda = CudaDevice("cuda").check()
     mps = bool(torch.backends.mps.is_available())
     return [
-        Line(OK, "torch", f"{torch.__version__}; CPU: {torch.get_num_threads()} threads on {cores} cores"),
+        Line(OK, "torch", f"{torch.__version__}; CPU: {usable_cores()} cores, threads=auto runs "
+                          f"{resolve_threads('auto')} torch threads (rlvr/threads.py)"),
         Line(OK if cuda.status == OK else MISSING, "cuda", cuda.detail.replace("backend.device=cuda ", "")),
         Line(OK, "mps", "available") if mps else
         Line(MISSING, "mps", "not available" + ("" if sys.platform == "darwin" else " (Apple GPUs only)")),
