@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from rlvr.algorithm.loss import PolicyLoss
     from rlvr.model.lora import LoraSpec
-    from rlvr.types import Demonstration, Example, Rollouts, SamplingParams, Scores, TokenSignals, TrainBatch
+    from rlvr.types import Demonstration, Example, Rollouts, SamplingParams, Scores, Step, TokenSignals, TrainBatch
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,8 @@ CAPABILITIES: dict[str, Capability] = {
     "ratio_clipping": Capability("PPO ratio clipping in the loss",
                                  "choose backend=local, or backend=tinker with backend.loss_fn=ppo or cispo"),
     "planning_mask": Capability("which completion tokens are planning tokens", "choose planning=regex"),
+    "fork": Capability("episodes that copy themselves mid-play (branch probes)",
+                       "choose an environment whose episodes fork (env=guess, env=retry)"),
 }
 """Every capability a component may provide or require, by name."""
 
@@ -116,6 +118,42 @@ class DataSource(Protocol):
     def demonstrations(self) -> list[Demonstration]:
         """Supervised pairs for the SFT warm-up ([] when the source has none)."""
         ...
+
+
+class Episode(Protocol):
+    """One play of an environment, from `Environment.episode`. Async, so that a group's episodes (and those of
+    a server-backed environment) are stepped concurrently; an in-process game simply does not await."""
+
+    async def reset(self) -> str:
+        """The first observation: the episode's prompt."""
+        ...
+
+    async def step(self, action: str) -> Step:
+        """The policy's action text (one turn's decoded completion) → the next observation, reward, done, info."""
+        ...
+
+    def fork(self) -> Episode:
+        """An independent copy in the current state (for branching credit, turn_credit=tl_grpo); environments
+        that cannot copy themselves raise NotImplementedError and declare no `fork` capability."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the episode holds (a server session); called once, whatever happened."""
+        ...
+
+
+class Environment(Protocol):
+    """What `env=<option>` builds: episodes from a data example and a seed (the game's state is a function of
+    the seed, so a resumed run replays the same episodes). `env=none` builds none: single-turn, as always."""
+
+    max_turns: int
+    """Actions per episode at most; an episode still going after them is kept and marked truncated."""
+    max_context_tokens: int
+    """Prompt plus every action and observation, in tokens, at most; past it the episode is truncated."""
+    step_timeout_s: float
+    """Wall seconds one `reset` or `step` may take; past it the episode ends as an environment error (reward 0)."""
+
+    def episode(self, example: Example, seed: int) -> Episode: ...
 
 
 class Reward(Protocol):

@@ -7,7 +7,7 @@ says which positions are real.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch stays out of the composing/submitting process
@@ -125,3 +125,16 @@ class TrainBatch:
     rollouts: Rollouts
     adv_PG_T: Tensor
     """float32; tokens whose advantage is exactly 0 are left out of the loss and its token count."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """What an environment answers to one action (rlvr/protocols.py: Episode.step)."""
+
+    observation: str | None
+    """The text the policy sees next (appended to its context as tokens); None when the episode is over."""
+    reward: float
+    """This turn's reward; an episode's reward is the sum over its turns."""
+    done: bool
+    info: dict = field(default_factory=dict)
+    """Anything the environment reports (an `advantage` for turn_credit=env, an `error`, …); JSON-serialisable."""
