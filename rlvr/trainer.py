@@ -334,7 +334,7 @@ class Trainer:
         c = live.c
         pieces_PG = token_pieces(live.tokenizer, rollouts) if c.wants_planning else None
         signals = TokenSignals(
-            logprobs_PG_T=rollouts.logprobs_PG_T, mask_PG_T=rollouts.mask_PG_T, group_size=self.group_size,
+            logprobs_PG_T=rollouts.logprobs_PG_T, mask_PG_T=rollouts.action_mask_PG_T, group_size=self.group_size,
             step=step, correct_rate=float((rewards_P_G > CORRECT_THRESHOLD).float().mean()),
             entropy_PG_T=rollouts.entropy_PG_T,
             planning_PG_T=None if pieces_PG is None else c.planning.mask(pieces_PG, rollouts.mask_PG_T.shape[1]),

@@ -93,10 +93,22 @@ class Rollouts:
     entropy_PG_T: Tensor | None = None
     """float32 Shannon entropy (nats) of the temperature-scaled distribution at each position, when
     asked for; 0 on padding."""
+    actions_PG_T: Tensor | None = None
+    """Multi-turn rows (prompt, action 1, observation 1, action 2, …): bool, True on the tokens the policy
+    sampled. Observation tokens are real (in `mask_PG_T`, attended to) but no action: advantage 0, never in
+    the loss, invisible to the token transforms. None: every real token is an action (single turn)."""
+    turn_PG_T: Tensor | None = None
+    """Multi-turn rows: int64 turn index (0, 1, …) of each action token, −1 elsewhere; None for single turns."""
 
     @property
     def lengths_PG(self) -> Tensor:
+        """Real tokens per row (actions and observations)."""
         return self.mask_PG_T.sum(-1)
+
+    @property
+    def action_mask_PG_T(self) -> Tensor:
+        """bool, the tokens the policy sampled: what trains and what token statistics read."""
+        return self.mask_PG_T if self.actions_PG_T is None else self.actions_PG_T
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,7 @@ class LocalBackend:
     def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]:
         t0 = time.perf_counter()
         ro = batch.rollouts
-        action_PG_T = (batch.adv_PG_T != 0) & ro.mask_PG_T
+        action_PG_T = (batch.adv_PG_T != 0) & ro.action_mask_PG_T
         total = max(int(action_PG_T.sum()), 1)
         keep = action_PG_T.any(-1).nonzero().squeeze(-1)  # rows with any signal, in order
         T = int(ro.mask_PG_T[keep].sum(-1).max()) if len(keep) else 0

@@ -341,9 +341,9 @@ def datums_of(batch: TrainBatch) -> tuple[list[tinker.types.Datum], int]:
     """One Datum per completion row with a non-zero advantage (alignment in the module docstring), and N,
     the number of completion tokens with a non-zero advantage."""
     ro = batch.rollouts
-    action_PG_T = (batch.adv_PG_T != 0) & ro.mask_PG_T
+    action_PG_T = (batch.adv_PG_T != 0) & ro.action_mask_PG_T
     total = int(action_PG_T.sum())
-    adv_PG_T = batch.adv_PG_T.masked_fill(~ro.mask_PG_T, 0.0) / max(total, 1)
+    adv_PG_T = batch.adv_PG_T.masked_fill(~ro.action_mask_PG_T, 0.0) / max(total, 1)
     datums = []
     for r in action_PG_T.any(-1).nonzero().squeeze(-1).tolist():
         prompt = ro.prompt_ids_P[r // ro.group_size]

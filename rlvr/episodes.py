@@ -1,0 +1,192 @@
+"""Multi-turn episodes, token in and token out, packed one row per episode.
+
+    context_0   = prompt ids (the first observation, encoded as every prompt is)
+    action_k    = engine.sample(context_k, n=1)          the tokens the policy sampled, with their logprobs
+    step_k      = episode.step(decode(action_k))          observation, reward, done, info
+    context_k+1 = context_k + action_k + encode(observation_k)
+
+The context of turn k+1 is exactly the context of turn k plus the sampled ids plus the observation's ids:
+the history is never re-rendered and re-tokenized, so the tokens the backend trains on are the tokens the
+engine sampled. A row is the completion region after the prompt: action 0, observation 0, action 1, …;
+`Rollouts.actions_PG_T` marks the action tokens and `turn_PG_T` their turn (rlvr/types.py), so observation
+tokens are attended to but never trained on.
+
+A group's G episodes start from the same state (one seed per prompt: `Environment.episode(example, seed)`),
+as a GRPO group samples G completions of one prompt; they differ by what the policy samples. Each turn
+samples every live episode of the batch in one `Engine.sample` call (seeded by the caller's seed and the
+turn index), then steps their environments concurrently. An episode ends when the environment says done, or
+is truncated (kept, marked) when it has taken `max_turns` actions or its next turn could not fit in
+`max_context_tokens` (context plus `max_tokens` new ones). Its reward is the sum of its turns' rewards.
+
+Observations are encoded with `tokenizer.encode(text, add_special_tokens=False)`; a tokenizer with a chat
+template is refused for now (its observation ids must be the suffix the template adds for a user message,
+and the template must preserve prefixes; not built yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from rlvr.lazy import lazy_import
+from rlvr.model.prompt_encoding import encode_prompts
+from rlvr.seeds import sub_seed
+from rlvr.types import Rollouts, SamplingParams
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from rlvr.protocols import Engine, Environment, Episode
+    from rlvr.types import Example
+
+torch = lazy_import("torch")
+
+
+@dataclass
+class _Play:
+    """One episode while it is played."""
+
+    episode: Episode
+    prompt: list[int]
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    entropy: list[float] = field(default_factory=list)
+    actions: list[bool] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    transcript: list[dict] = field(default_factory=list)
+    infos: list[dict] = field(default_factory=list)
+    done: bool = False
+    truncated: bool = False
+
+    def append(self, ids: list[int], logprobs: list[float], entropy: list[float], turn: int) -> None:
+        self.tokens += ids
+        self.logprobs += logprobs
+        self.entropy += entropy
+        self.actions += [turn >= 0] * len(ids)
+        self.turns += [turn] * len(ids)
+
+
+@dataclass(frozen=True)
+class Played:
+    """A batch of episodes: P prompts × G episodes, rows p·G + g."""
+
+    rollouts: Rollouts
+    rewards_P_G: Tensor
+    """Each episode's reward: the sum of its turns' rewards."""
+    turn_rewards_PG_K: Tensor
+    """float32 [P·G, K] reward of each turn, NaN for turns not played (K = the most turns any episode took)."""
+    turns_PG: Tensor
+    """int64 actions each episode took."""
+    truncated_PG: Tensor
+    """bool: ended by max_turns or max_context_tokens, not by the environment."""
+    transcripts: list[list[dict]]
+    """Per row: [{"role": "env" | "policy", "text": …}, …] in order, the prompt first."""
+    infos: list[list[dict]]
+    """Per row: each turn's `Step.info`."""
+    env_seconds: float
+    """Wall seconds spent in the environments (reset and steps)."""
+
+
+def play(engine: Engine, tokenizer, env: Environment, examples: list[Example], group_size: int,
+         sampling: SamplingParams, seeds: list[int], sample_seed: int, with_entropy: bool = False) -> Played:
+    """Play `group_size` episodes of each example (`seeds[p]`: the state its group starts from); `sample_seed`
+    seeds the engine (turn k samples with `sub_seed(sample_seed, f"turn/{k}")`)."""
+    if getattr(tokenizer, "chat_template", None):
+        raise ValueError("multi-turn episodes with a chat-template tokenizer are not supported yet: the model's "
+                         "tokenizer has a chat template (observation ids would be the template's suffix)")
+    return asyncio.run(_play(engine, tokenizer, env, examples, group_size, sampling, seeds, sample_seed, with_entropy))
+
+
+async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_seed, with_entropy) -> Played:
+    env_seconds = 0.0
+
+    async def timed(awaitables):
+        nonlocal env_seconds
+        t0 = time.perf_counter()
+        out = await asyncio.gather(*awaitables)
+        env_seconds += time.perf_counter() - t0
+        return out
+
+    episodes = [env.episode(example, seed) for example, seed in zip(examples, seeds, strict=True) for _ in range(G)]
+    try:
+        firsts = await timed(e.reset() for e in episodes)
+        plays = []
+        for r, (episode, text) in enumerate(zip(episodes, firsts, strict=True)):
+            if text != firsts[r - r % G]:
+                raise ValueError(f"episode {r} of group {r // G} started from another observation than its group's "
+                                 "first: an environment's episodes must be a function of (example, seed)")
+            plays.append(_Play(episode, encode_prompts(tokenizer, [text])[0], transcript=[{"role": "env",
+                                                                                            "text": text}]))
+        for turn in range(env.max_turns):
+            live = [p for p in plays if not p.done and not p.truncated]
+            for p in live:
+                if len(p.prompt) + len(p.tokens) + sampling.max_tokens > env.max_context_tokens:
+                    p.truncated = True
+            live = [p for p in live if not p.truncated]
+            if not live:
+                break
+            sampled = engine.sample([p.prompt + p.tokens for p in live], 1, sampling,
+                                    seed=sub_seed(sample_seed, f"turn/{turn}"), with_entropy=with_entropy)
+            actions = []
+            for i, p in enumerate(live):
+                n = int(sampled.mask_PG_T[i].sum())
+                ids = sampled.tokens_PG_T[i, :n].tolist()
+                entropy = sampled.entropy_PG_T[i, :n].tolist() if sampled.entropy_PG_T is not None else [0.0] * n
+                p.append(ids, sampled.logprobs_PG_T[i, :n].tolist(), entropy, turn)
+                actions.append(tokenizer.decode(ids, skip_special_tokens=True))
+                p.transcript.append({"role": "policy", "text": actions[-1]})
+            steps = await timed(p.episode.step(a) for p, a in zip(live, actions, strict=True))
+            for p, step in zip(live, steps, strict=True):
+                p.rewards.append(float(step.reward))
+                p.infos.append(dict(step.info))
+                p.done = bool(step.done)
+                if not p.done and step.observation:
+                    ids = tokenizer.encode(step.observation, add_special_tokens=False)
+                    p.append(ids, [0.0] * len(ids), [0.0] * len(ids), -1)
+                    p.transcript.append({"role": "env", "text": step.observation})
+        for p in plays:
+            p.truncated = p.truncated or not p.done
+    finally:
+        await asyncio.gather(*(e.close() for e in episodes), return_exceptions=True)
+    return _pack(plays, examples, G, sampling.temperature, tokenizer.pad_token_id, with_entropy, env_seconds)
+
+
+def _pack(plays: list[_Play], examples, G: int, temperature: float, pad_id: int, with_entropy: bool,
+          env_seconds: float) -> Played:
+    rows, T = len(plays), max(1, max(len(p.tokens) for p in plays))
+    K = max(1, max(len(p.rewards) for p in plays))
+
+    def padded(values, fill, dtype):
+        out = torch.full((rows, T), fill, dtype=dtype)
+        for r, p in enumerate(plays):
+            if getattr(p, values):
+                out[r, : len(getattr(p, values))] = torch.tensor(getattr(p, values), dtype=dtype)
+        return out
+
+    mask = torch.zeros(rows, T, dtype=torch.bool)
+    for r, p in enumerate(plays):
+        mask[r, : len(p.tokens)] = True
+    turn_rewards = torch.full((rows, K), math.nan)
+    for r, p in enumerate(plays):
+        turn_rewards[r, : len(p.rewards)] = torch.tensor(p.rewards, dtype=torch.float32)
+    rollouts = Rollouts(
+        prompt_ids_P=[plays[p * G].prompt for p in range(len(examples))], group_size=G,
+        tokens_PG_T=padded("tokens", pad_id, torch.long), logprobs_PG_T=padded("logprobs", 0.0, torch.float32),
+        mask_PG_T=mask, finished_PG=torch.tensor([p.done and not p.truncated for p in plays]),
+        temperature=temperature, entropy_PG_T=padded("entropy", 0.0, torch.float32) if with_entropy else None,
+        actions_PG_T=padded("actions", False, torch.bool), turn_PG_T=padded("turns", -1, torch.long),
+    )
+    return Played(
+        rollouts=rollouts,
+        rewards_P_G=torch.tensor([sum(p.rewards) for p in plays], dtype=torch.float32).view(len(examples), G),
+        turn_rewards_PG_K=turn_rewards,
+        turns_PG=torch.tensor([len(p.rewards) for p in plays]),
+        truncated_PG=torch.tensor([p.truncated for p in plays]),
+        transcripts=[p.transcript for p in plays],
+        infos=[p.infos for p in plays],
+        env_seconds=env_seconds,
+    )
