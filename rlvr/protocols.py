@@ -42,6 +42,8 @@ CAPABILITIES: dict[str, Capability] = {
     "planning_mask": Capability("which completion tokens are planning tokens", "choose planning=regex"),
     "fork": Capability("episodes that copy themselves mid-play (branch probes)",
                        "choose an environment whose episodes fork (env=guess, env=retry)"),
+    "reasoning_gym_entries": Capability("references that name each example's reasoning-gym entry",
+                                        "choose data=reasoning_gym"),
 }
 """Every capability a component may provide or require, by name."""
 
