@@ -41,7 +41,7 @@ CAPABILITIES: dict[str, Capability] = {
                                  "choose backend=local, or backend=tinker with backend.loss_fn=ppo or cispo"),
     "planning_mask": Capability("which completion tokens are planning tokens", "choose planning=regex"),
     "fork": Capability("episodes that copy themselves mid-play (branch probes)",
-                       "choose an environment whose episodes fork (env=guess, env=retry)"),
+                       "choose an environment whose episodes fork (env=guess, env=retry, env=textarena)"),
     "reasoning_gym_entries": Capability("references that name each example's reasoning-gym entry",
                                         "choose data=reasoning_gym"),
 }

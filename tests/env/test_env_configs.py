@@ -1,0 +1,46 @@
+"""conf/env/: `env=none` (the default) composes `env: null`; every other option composes with `_target_` first and
+every knob commented, declares its needs, and builds; the rest of the config's checks are unchanged by it."""
+
+import pytest
+from hydra.utils import get_class, instantiate
+from omegaconf import OmegaConf
+
+from composing import CONF_DIR, compose_config, options
+from rlvr.run import check, declared_needs
+
+ENVS = [o for o in options("env") if o != "none"]
+
+
+def test_none_is_the_default_and_composes_env_null():
+    assert options("env") == ["guess", "none", "openenv", "retry", "textarena"]
+    defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "train.yaml").defaults)
+    assert {"env": "none"} in defaults
+    for overrides in ([], ["env=none"]):
+        cfg = compose_config(overrides)
+        assert "env" in cfg and cfg.env is None
+        check(cfg)  # the single-turn path's checks as before
+
+
+@pytest.mark.parametrize("option", ENVS)
+def test_every_environment_composes_declares_its_needs_and_builds(option):
+    cfg = compose_config([f"env={option}"])
+    assert next(iter(cfg.env)) == "_target_"
+    needs = declared_needs(cfg, "env")
+    assert all(r.at_start for r in needs.machine if type(r).__name__ == "Package")
+    assert ("fork" in needs.provides) == (option != "openenv")
+    check(cfg)  # nothing else in the config minds it
+    if option == "textarena":
+        pytest.importorskip("textarena")
+    env = instantiate(cfg.env, _convert_="all")  # openenv's default url is not contacted when it is built
+    assert isinstance(env, get_class(cfg.env._target_))
+    assert (env.max_turns, env.max_context_tokens, env.step_timeout_s) == (cfg.env.max_turns,
+                                                                          cfg.env.max_context_tokens,
+                                                                          cfg.env.step_timeout_s)
+
+
+@pytest.mark.parametrize("option", ENVS)
+def test_every_knob_is_commented(option):
+    text = (CONF_DIR / "env" / f"{option}.yaml").read_text()
+    assert text.startswith("# ")  # a header: what the option is
+    keys = [line for line in text.splitlines() if line and not line.startswith((" ", "#", "_target_"))]
+    assert keys and all("#" in line for line in keys), [line for line in keys if "#" not in line]
