@@ -22,7 +22,8 @@ it at least trainer.batch_size × trainer.group_size) raises, which the guard tu
 `url`, `needs` checks at start that `GET {url}/health` answers within `SERVER_CHECK_TIMEOUT_S`, so a server that is
 down fails the run before any model loads. Episodes do not fork (a server session cannot be copied).
 
-Importing openenv-core costs ~6 s of CPU (its package imports gradio); it happens when the environment is built.
+Importing openenv-core costs ~6 s of CPU (its package imports gradio, ~20 s of wall time on a busy 2-core machine);
+it happens when the environment is built, before any model loads, so that no episode's time bound pays for it.
 """
 
 from __future__ import annotations
@@ -102,11 +103,15 @@ class OpenEnvEnvironment:
             raise ValueError(f"env.max_turns={max_turns}, env.max_context_tokens={max_context_tokens}, "
                              f"env.step_timeout_s={step_timeout_s} and env.connect_timeout_s={connect_timeout_s} must "
                              "be > 0")
-        self.environment_class = self.action_class = None
+        self.environment_class = self.action_class = self.client_class = None
         if environment is not None:
             self.environment_class, self.action_class = self._classes(environment, action)
-        elif url is not None and not url.startswith(("ws://", "wss://", "http://", "https://")):
+        elif not url.startswith(("ws://", "wss://", "http://", "https://")):
             raise ValueError(f"env.url={url!r} must start with ws://, wss://, http:// or https://")
+        else:  # imported here, not in the first episode's reset, whose time bound the import would eat
+            from openenv.core.generic_client import GenericEnvClient
+
+            self.client_class = GenericEnvClient
         self.url = url
         self.action_field = action_field
         self.observation_field = observation_field
@@ -185,10 +190,8 @@ class ServedEpisode:
     client: Any = None
 
     async def reset(self) -> str:
-        from openenv.core.generic_client import GenericEnvClient
-
-        self.client = GenericEnvClient(base_url=self.env.url, connect_timeout_s=self.env.connect_timeout_s,
-                                       message_timeout_s=self.env.step_timeout_s)
+        self.client = self.env.client_class(base_url=self.env.url, connect_timeout_s=self.env.connect_timeout_s,
+                                            message_timeout_s=self.env.step_timeout_s)
         result = await self.client.reset(seed=self.seed)
         return result.observation[self.env.observation_field]
 
