@@ -26,7 +26,8 @@ from rlvr.algorithm.ties import uniform_groups
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from rlvr.protocols import Algorithm, Transform
+    from rlvr.protocols import Algorithm, Transform, TurnCredit
+    from rlvr.turn_credit.signals import TurnSignals
     from rlvr.types import TokenSignals
 
 
@@ -55,3 +56,15 @@ def assign_credit(rewards_P_G: Tensor, signals: TokenSignals, algorithm: Algorit
     adv_PG_T, norm_metrics = algorithm.normalize(adv_PG_T, signals.mask_PG_T)
     adv_PG_T, cap_metrics = algorithm.loss.cap(adv_PG_T)
     return Credit(adv_P_G, adv_PG_T, {**transform_metrics, **norm_metrics, **cap_metrics})
+
+
+def assign_turn_credit(rewards_P_G: Tensor, signals: TokenSignals, turns: TurnSignals, algorithm: Algorithm,
+                       turn_credit: TurnCredit) -> Credit:
+    """Multi-turn episodes with a turn credit other than `episode` (rlvr/turn_credit/): the turn credit gives
+    each action token its turn's advantage where `assign_credit`'s token transform would spread the episode's;
+    then the same batch pass and cap. (The two do not combine yet: rlvr.run refuses a transform beside it.)"""
+    adv_P_G = algorithm.advantages(rewards_P_G).masked_fill(uniform_groups(rewards_P_G)[:, None], 0.0)
+    adv_PG_T, turn_metrics = turn_credit(adv_P_G, rewards_P_G, turns)
+    adv_PG_T, norm_metrics = algorithm.normalize(adv_PG_T, signals.mask_PG_T)
+    adv_PG_T, cap_metrics = algorithm.loss.cap(adv_PG_T)
+    return Credit(adv_P_G, adv_PG_T, {**turn_metrics, **norm_metrics, **cap_metrics})

@@ -33,7 +33,9 @@ from typing import TYPE_CHECKING
 
 from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import encode_prompts
-from rlvr.seeds import sub_seed
+from rlvr.seeds import Seeds, sub_seed
+from rlvr.turn_credit.env import env_advantages
+from rlvr.turn_credit.signals import TurnSignals
 from rlvr.types import Rollouts, SamplingParams
 
 if TYPE_CHECKING:
@@ -61,6 +63,8 @@ class _Play:
     infos: list[dict] = field(default_factory=list)
     done: bool = False
     truncated: bool = False
+    failed: bool = False
+    """The environment raised, hung or answered malformed (rlvr/env/guarded.py): the episode scores 0."""
 
     def append(self, ids: list[int], logprobs: list[float], entropy: list[float], turn: int) -> None:
         self.tokens += ids
@@ -83,6 +87,8 @@ class Played:
     """int64 actions each episode took."""
     truncated_PG: Tensor
     """bool: ended by max_turns or max_context_tokens, not by the environment."""
+    failed_PG: Tensor
+    """bool: the environment failed (raised, hung, malformed answer); the episode scored 0."""
     transcripts: list[list[dict]]
     """Per row: [{"role": "env" | "policy", "text": …}, …] in order, the prompt first."""
     infos: list[list[dict]]
@@ -116,11 +122,14 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
         firsts = await timed(e.reset() for e in episodes)
         plays = []
         for r, (episode, text) in enumerate(zip(episodes, firsts, strict=True)):
-            if text != firsts[r - r % G]:
+            failed = getattr(episode, "ended", None) is not None  # a guarded reset that failed
+            group_first = next((t for e, t in zip(episodes[r - r % G: r - r % G + G], firsts[r - r % G: r - r % G + G],
+                                                  strict=True) if getattr(e, "ended", None) is None), text)
+            if not failed and text != group_first:
                 raise ValueError(f"episode {r} of group {r // G} started from another observation than its group's "
                                  "first: an environment's episodes must be a function of (example, seed)")
-            plays.append(_Play(episode, encode_prompts(tokenizer, [text])[0], transcript=[{"role": "env",
-                                                                                            "text": text}]))
+            plays.append(_Play(episode, encode_prompts(tokenizer, [group_first])[0], done=failed, failed=failed,
+                               transcript=[{"role": "env", "text": group_first}]))
         for turn in range(env.max_turns):
             live = [p for p in plays if not p.done and not p.truncated]
             for p in live:
@@ -144,12 +153,15 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
                 p.rewards.append(float(step.reward))
                 p.infos.append(dict(step.info))
                 p.done = bool(step.done)
+                p.failed = p.failed or "error" in step.info
                 if not p.done and step.observation:
                     ids = tokenizer.encode(step.observation, add_special_tokens=False)
                     p.append(ids, [0.0] * len(ids), [0.0] * len(ids), -1)
                     p.transcript.append({"role": "env", "text": step.observation})
         for p in plays:
             p.truncated = p.truncated or not p.done
+            if p.failed:  # what its earlier turns earned is not trusted either
+                p.rewards = [0.0] * len(p.rewards)
     finally:
         await asyncio.gather(*(e.close() for e in episodes), return_exceptions=True)
     return _pack(plays, examples, G, sampling.temperature, tokenizer.pad_token_id, with_entropy, env_seconds)
@@ -185,8 +197,36 @@ def _pack(plays: list[_Play], examples, G: int, temperature: float, pad_id: int,
         rewards_P_G=torch.tensor([sum(p.rewards) for p in plays], dtype=torch.float32).view(len(examples), G),
         turn_rewards_PG_K=turn_rewards,
         turns_PG=torch.tensor([len(p.rewards) for p in plays]),
-        truncated_PG=torch.tensor([p.truncated for p in plays]),
+        truncated_PG=torch.tensor([p.truncated and not p.failed for p in plays]),
+        failed_PG=torch.tensor([p.failed for p in plays]),
         transcripts=[p.transcript for p in plays],
         infos=[p.infos for p in plays],
         env_seconds=env_seconds,
     )
+
+
+def episode_seeds(seeds: Seeds, position: int, count: int) -> list[int]:
+    """The seeds of the `count` episodes groups that start at position `position` of the data stream: a function
+    of the run's data seed and the position, so a resumed run replays the same games."""
+    return [sub_seed(seeds.data, f"episode/{position + i}") for i in range(count)]
+
+
+def eval_episode_seeds(count: int) -> list[int]:
+    """Held-out games: the same for every run seed, apart from every training seed's."""
+    return [sub_seed(EVAL_SEED_ROOT, f"eval/{i}") for i in range(count)]
+
+
+EVAL_SEED_ROOT = 0x5EED
+
+
+def transcript_text(transcript: list[dict]) -> str:
+    """An episode's turns after its prompt, as one text (`samples/`' completion, a reference-free reading)."""
+    return "".join(turn["text"] for turn in transcript[1:])
+
+
+def turn_signals(played: Played) -> TurnSignals:
+    """What turn credit reads of a batch of episodes (rlvr/turn_credit/signals.py)."""
+    ro = played.rollouts
+    return TurnSignals(actions_PG_T=ro.action_mask_PG_T, turn_PG_T=ro.turn_PG_T, turns_PG=played.turns_PG,
+                       group_size=ro.group_size, turn_rewards_PG_K=played.turn_rewards_PG_K,
+                       env_adv_PG_K=env_advantages(played.infos, played.turn_rewards_PG_K.shape[1]))

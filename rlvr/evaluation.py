@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rlvr.episodes import eval_episode_seeds, play, transcript_text
 from rlvr.model.prompt_encoding import decode_completions, encode_prompts
 from rlvr.reward.guarded import guarded_score
 from rlvr.telemetry import eval_row
@@ -25,6 +26,7 @@ from rlvr.types import Example, Rollouts, SamplingParams, Scores
 if TYPE_CHECKING:
     from torch import nn
 
+    from rlvr.env.guarded import GuardedEnvironment
     from rlvr.protocols import DataSource, Engine, Reward
 
 
@@ -52,3 +54,22 @@ def evaluate_held_out(engine: Engine, policy: nn.Module, tokenizer, data: DataSo
     scores = guarded_score(reward, completions, [e.reference for e in examples])
     row = eval_row(steps_done, scores, rollouts, time.perf_counter() - t0)
     return Evaluation(row, list(examples), completions, scores, rollouts)
+
+
+def evaluate_episodes(engine: Engine, policy: nn.Module, tokenizer, data: DataSource, env: GuardedEnvironment,
+                      max_tokens: int, steps_done: int) -> Evaluation:
+    """Multi-turn: one greedy episode per held-out example, on held-out game seeds (the same for every run
+    seed, rlvr/episodes.py), `max_tokens` per turn. Accuracy = episodes whose reward is > 0.5."""
+    t0 = time.perf_counter()
+    examples = data.eval_examples()
+    engine.sync(policy)
+    env.failures.take()  # a training step's failures are that step's; count this evaluation's alone
+    greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_tokens)
+    played = play(engine, tokenizer, env, examples, 1, greedy, eval_episode_seeds(len(examples)), sample_seed=0)
+    failures = env.failures.take()
+    scores = Scores(values=played.rewards_P_G.view(-1).tolist(), errors=failures.errors, timeouts=failures.timeouts)
+    row = {**eval_row(steps_done, scores, played.rollouts, time.perf_counter() - t0),
+           "eval/turns_mean": float(played.turns_PG.float().mean()),
+           "eval/truncated_frac": float(played.truncated_PG.float().mean())}
+    completions = [transcript_text(t) for t in played.transcripts]
+    return Evaluation(row, list(examples), completions, scores, played.rollouts)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from rlvr.algorithm.loss import PolicyLoss
     from rlvr.model.lora import LoraSpec
+    from rlvr.turn_credit.signals import TurnSignals
     from rlvr.types import Demonstration, Example, Rollouts, SamplingParams, Scores, Step, TokenSignals, TrainBatch
 
 
@@ -156,6 +157,18 @@ class Environment(Protocol):
     """Wall seconds one `reset` or `step` may take; past it the episode ends as an environment error (reward 0)."""
 
     def episode(self, example: Example, seed: int) -> Episode: ...
+
+
+class TurnCredit(Protocol):
+    """How a multi-turn episode's reward becomes one advantage per action token (`turn_credit=`,
+    rlvr/turn_credit/): observation and padding tokens get 0."""
+
+    def __call__(self, adv_P_G: Tensor, rewards_P_G: Tensor, turns: TurnSignals) -> tuple[Tensor, dict[str, float]]:
+        ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
 
 
 class Reward(Protocol):

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlvr.campaign import record
 from rlvr.checkpoint import Checkpoints
+from rlvr.env.guarded import GuardedEnvironment
 from rlvr.errors import ConfigError
 from rlvr.outputs import RunDir
 from rlvr.preemption import Preempted, StopSignals
@@ -35,6 +36,8 @@ from rlvr.resume import resume_point
 from rlvr.seeds import Seeds
 from rlvr.threads import resolve as resolve_threads
 from rlvr.trainer import Components, Trainer
+from rlvr.turn_credit.episode import EpisodeCredit
+from rlvr.turn_credit.tl_grpo import TLGRPO
 
 log = logging.getLogger("rlvr")
 
@@ -124,6 +127,8 @@ def build_all(cfg: DictConfig, campaign_root: Path | None = None) -> tuple[Compo
         planning=build(cfg, "planning"),
         logger=build(cfg, "logger"),
         backpressure=build(cfg, "backpressure"),
+        env=GuardedEnvironment(build(cfg, "env")) if cfg.get("env") is not None else None,
+        turn_credit=build(cfg, "turn_credit") if cfg.get("env") is not None else None,
         make_backend=build(cfg, "backend", _partial_=True, **backend_runtime_args(cfg, campaign_root)),
         make_engine=build(cfg, "engine", _partial_=True),
         condition=condition_label(cfg),
@@ -184,14 +189,14 @@ def config_problems(cfg: DictConfig, at_start: bool = True) -> tuple[dict[str, N
     errors = type_errors(cfg)
     if errors:
         return {}, errors
-    needs = {group: declared_needs(cfg, group) for group in GROUPS if group in cfg}
+    needs = {group: declared_needs(cfg, group) for group in chosen_groups(cfg)}
     errors = value_errors(cfg) + unmet_needs(cfg, needs)
     return needs, (errors + start_errors(cfg, needs) if at_start else errors)
 
 
 def type_errors(cfg: DictConfig) -> list[str]:
     """Mandatory values left unset (`???`), and values of the wrong type or for no constructor argument."""
-    groups = [group for group in GROUPS if group in cfg]
+    groups = chosen_groups(cfg)
     missing = [f"{key}=??? must be set (e.g. {key}=...)" for group in groups  # full keys (data.path)
                for key in sorted(OmegaConf.missing_keys(cfg[group]))]
     return missing + [e for group in groups for e in check_types(cfg[group], group)]
@@ -255,7 +260,14 @@ def check_backpressure(cfg: DictConfig) -> list[str]:
 
 
 GROUPS = ("trainer", "algorithm", "transform", "engine", "backend", "reward", "model", "data", "planning", "logger",
-          "backpressure")
+          "backpressure", "env", "turn_credit")
+
+
+def chosen_groups(cfg: DictConfig) -> list[str]:
+    """The groups this config has a component for: `env=none` composes `env: null` (single turn), and then
+    `turn_credit`, which only multi-turn episodes read, is not built either."""
+    multi_turn = cfg.get("env") is not None
+    return [g for g in GROUPS if g in cfg and cfg[g] is not None and (multi_turn or g != "turn_credit")]
 RUNTIME_ARGS = {"seed", "model", "lora", "lora_seed", "pad_id", "module", "policy", "eos_ids", "throttle_dir"}
 """Constructor arguments the runner or the trainer supplies, not the YAML."""
 
@@ -368,4 +380,15 @@ def check_components(cfg: DictConfig, c: Components) -> None:
         raise ConfigError(
             f"invalid config:\n  trainer.warmup.steps={cfg.trainer.warmup.steps} but data <{cfg.data._target_}> has no "
             f"warm-up demonstrations: set trainer.warmup.steps=0 (or trainer=gpu){file}"
+        )
+    if c.env is not None and isinstance(c.turn_credit, TLGRPO):
+        raise ConfigError(f"invalid config:\n  turn_credit <{cfg.turn_credit._target_}> reads branch probes of each "
+                          "turn, which the episode loop does not play yet: choose turn_credit=episode, reward_to_go "
+                          "or env")
+    transform_none = cfg.transform._target_.split(".")[-2] == "none"
+    if c.env is not None and not isinstance(c.turn_credit, EpisodeCredit) and not transform_none:
+        raise ConfigError(
+            f"invalid config:\n  turn_credit <{cfg.turn_credit._target_}> gives each turn its own advantage, and "
+            f"transform <{cfg.transform._target_}> spreads one episode advantage over tokens: the two do not combine "
+            "yet. Use transform=none with it, or turn_credit=episode with the transform"
         )

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from rlvr.credit import Credit
+    from rlvr.env.guarded import EnvFailures
+    from rlvr.episodes import Played
     from rlvr.types import Example, Rollouts, Scores, TokenSignals
 
 CORRECT_THRESHOLD = 0.5
@@ -119,27 +121,49 @@ def eval_row(steps_done: int, scores: Scores, rollouts: Rollouts, seconds: float
 
 
 def sample_groups(examples: list[Example], completions: list[str], rewards_P_G: Tensor, credit: Credit,
-                  signals: TokenSignals, pieces_PG: list[list[str]] | None) -> list[dict]:
+                  signals: TokenSignals, pieces_PG: list[list[str]] | None,
+                  transcripts: list[list[dict]] | None = None) -> list[dict]:
     """One `samples/` record per example given (the first groups of the step): its completions with rewards,
-    episode advantages and per-token advantages, plus each token's piece and planning mark when the
-    transform used them."""
+    episode advantages and the advantages of the action tokens (`signals.mask_PG_T`: every completion token of
+    a single turn), plus each token's piece and planning mark when the transform used them; for multi-turn
+    episodes also each episode's role-tagged transcript (`[{"role": "env" | "policy", "text"}, …]`)."""
     G, out = rewards_P_G.shape[1], []
     for p, example in enumerate(examples):
         rows = range(p * G, (p + 1) * G)
-        lengths = [int(signals.mask_PG_T[r].sum()) for r in rows]
+        actions = [signals.mask_PG_T[r] for r in rows]
         group = {
             "prompt": example.prompt,
             "reference": example.reference,
             "completions": completions[p * G : (p + 1) * G],
             "rewards": rewards_P_G[p].tolist(),
             "advantages": credit.adv_P_G[p].tolist(),
-            "token_advantages": [credit.adv_PG_T[r, :n].tolist() for r, n in zip(rows, lengths)],
+            "token_advantages": [credit.adv_PG_T[r][a].tolist() for r, a in zip(rows, actions)],
         }
+        if transcripts is not None:  # an episode's prompt is its environment's first observation
+            group["prompt"] = transcripts[p * G][0]["text"]
+            group["transcripts"] = transcripts[p * G : (p + 1) * G]
         if pieces_PG is not None and signals.planning_PG_T is not None:
             group["tokens"] = [pieces_PG[r] for r in rows]
-            group["planning"] = [signals.planning_PG_T[r, :n].int().tolist() for r, n in zip(rows, lengths)]
+            group["planning"] = [signals.planning_PG_T[r][a].int().tolist() for r, a in zip(rows, actions)]
         out.append(group)
     return out
+
+
+def episode_metrics(played: Played, failures: EnvFailures) -> dict[str, float]:
+    """A multi-turn step's `env/*` metrics (docs/metrics.md): turns, action and observation tokens, truncated
+    and failed episodes, the mean reward of each turn index, environment time."""
+    ro = played.rollouts
+    actions, real = ro.action_mask_PG_T, ro.mask_PG_T
+    per_turn = played.turn_rewards_PG_K
+    return {
+        "env/turns_mean": float(played.turns_PG.float().mean()),
+        "env/action_tokens": float(actions.sum()),
+        "env/observation_tokens": float((real & ~actions).sum()),
+        "env/truncated_frac": float(played.truncated_PG.float().mean()),
+        **failures.fractions("env/"),
+        **{f"env/turn_{k}_reward_mean": float(per_turn[:, k].nanmean()) for k in range(per_turn.shape[1])},
+        "env/step_time_s": played.env_seconds,
+    }
 
 
 def console_line(row: dict, progress: str) -> str:

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from rlvr.backpressure import BackPressure
 from rlvr.checkpoint import Checkpoints, set_rng_state
-from rlvr.credit import assign_credit
+from rlvr.credit import assign_credit, assign_turn_credit
 from rlvr.data.order import prompts_at
-from rlvr.evaluation import evaluate_held_out
+from rlvr.episodes import episode_seeds, play, transcript_text, turn_signals
+from rlvr.evaluation import evaluate_episodes, evaluate_held_out
 from rlvr.lazy import lazy_import
 from rlvr.model.base_folder import save_base
 from rlvr.model.prompt_encoding import decode_completions, encode_prompts, eos_ids, token_pieces
@@ -42,6 +43,7 @@ from rlvr.protocols import (
     PlanningDetector,
     Reward,
     Transform,
+    TurnCredit,
 )
 from rlvr.reward.guarded import guarded_score
 from rlvr.seeds import Seeds, sub_seed
@@ -52,15 +54,19 @@ from rlvr.telemetry import (
     Stopwatch,
     closing_line,
     console_line,
+    episode_metrics,
     eval_line,
     sample_groups,
     step_row,
 )
+from rlvr.turn_credit.episode import EpisodeCredit
 from rlvr.types import Rollouts, SamplingParams, Scores, TokenSignals, TrainBatch
 from rlvr.warmup import Warmup
 
 if TYPE_CHECKING:
     from torch import Tensor
+
+    from rlvr.env.guarded import GuardedEnvironment
 
 torch = lazy_import("torch")
 
@@ -94,6 +100,10 @@ class Components:
     config_sha256: str
     needs: dict[str, Needs]
     """Each group's declared needs (rlvr/protocols.py), as rlvr.run checked them."""
+    env: GuardedEnvironment | None = None
+    """Multi-turn: the environment episodes are played in (bounded, rlvr/env/guarded.py); None: single turn."""
+    turn_credit: TurnCredit | None = None
+    """Multi-turn: how an episode's reward becomes token advantages (rlvr/turn_credit/)."""
 
     @property
     def remote(self) -> bool:
@@ -262,6 +272,8 @@ class Trainer:
         live.backend.load(path)
         live.c.transform.load_state_dict(state["transform"])
         live.c.backpressure.load_state_dict(state.get("backpressure", {}))
+        if live.c.turn_credit is not None:
+            live.c.turn_credit.load_state_dict(state["turn_credit"])
         live.totals.update(state["totals"])
         live.evals[:] = state["evals"]
         set_rng_state(torch.load(path / "rng.pt", weights_only=False))
@@ -294,29 +306,41 @@ class Trainer:
         """One RL step; returns its metrics row (the caller writes it)."""
         c, G = live.c, self.group_size
         P = c.backpressure.batch_size(step, self.batch_size)
-        examples = prompts_at(c.data, step, live.totals["prompts"], P)
+        position = live.totals["prompts"]
+        examples = prompts_at(c.data, step, position, P)
         live.totals["prompts"] += P
         clock = Stopwatch()
         live.engine.sync(live.backend.policy)
-        rollouts = live.engine.sample(
-            encode_prompts(live.tokenizer, [e.prompt for e in examples]), G, self.sampling,
-            seed=sub_seed(c.seeds.sampler, f"step/{step}"), with_entropy=c.wants_entropy,
-        )
-        sample_s = clock.lap()
-        completions = decode_completions(live.tokenizer, rollouts)
-        scores = guarded_score(c.reward, completions, [e.reference for e in examples for _ in range(G)])
-        self._warn_on_failures(step, scores)
-        rewards_P_G = torch.tensor(scores.values, dtype=torch.float32).view(P, G)
-        score_s = clock.lap()
+        sample_seed = sub_seed(c.seeds.sampler, f"step/{step}")
+        if c.env is None:
+            rollouts = live.engine.sample(encode_prompts(live.tokenizer, [e.prompt for e in examples]), G,
+                                          self.sampling, seed=sample_seed, with_entropy=c.wants_entropy)
+            sample_s = clock.lap()
+            completions = decode_completions(live.tokenizer, rollouts)
+            scores = guarded_score(c.reward, completions, [e.reference for e in examples for _ in range(G)])
+            self._warn_on_failures(step, scores)
+            rewards_P_G = torch.tensor(scores.values, dtype=torch.float32).view(P, G)
+            played, outcome = None, scores.fractions("reward/")
+            score_s = clock.lap()
+        else:  # multi-turn: the environment scores; its time is the episodes' env time
+            played = play(live.engine, live.tokenizer, c.env, examples, G, self.sampling,
+                          episode_seeds(c.seeds, position, P), sample_seed, with_entropy=c.wants_entropy)
+            rollouts, rewards_P_G = played.rollouts, played.rewards_P_G
+            score_s, sample_s = played.env_seconds, clock.lap() - played.env_seconds
+            completions = [transcript_text(t) for t in played.transcripts]
+            outcome = episode_metrics(played, c.env.failures.take())
         signals, pieces_PG = self._signals(live, step, rollouts, rewards_P_G)
-        credit = assign_credit(rewards_P_G, signals, c.algorithm, c.transform)
+        if played is None or isinstance(c.turn_credit, EpisodeCredit):
+            credit = assign_credit(rewards_P_G, signals, c.algorithm, c.transform)
+        else:
+            credit = assign_turn_credit(rewards_P_G, signals, turn_signals(played), c.algorithm, c.turn_credit)
         credit_s = clock.lap()
         train = {} if credit.skipped else live.backend.train_step(
             TrainBatch(rollouts, credit.adv_PG_T), c.algorithm.loss, self.lr)
         times = StepTimes(sample_s, score_s, credit_s, clock.lap())
         self._guard_nonfinite(live, step, train)
         live.out.write_samples(step, sample_groups(examples[: self.samples_per_step], completions, rewards_P_G, credit,
-                                                   signals, pieces_PG))
+                                                   signals, pieces_PG, played and played.transcripts))
         counts = StepCounts.of(rollouts, rewards_P_G)
         for key, value in (("correct", counts.correct), ("completions", counts.completions), ("tokens", counts.tokens)):
             live.totals[key] += value
@@ -325,8 +349,7 @@ class Trainer:
         pressure = c.backpressure.observe(  # its decision applies from the next step
             step=step, batch_size=P, group_size=G, tokens=counts.tokens, seconds=times.total, skipped=credit.skipped,
         )
-        return {**row, **scores.fractions("reward/"), "train/nonfinite_skips": float(live.totals["nonfinite"]),
-                **pressure}
+        return {**row, **outcome, "train/nonfinite_skips": float(live.totals["nonfinite"]), **pressure}
 
     def _signals(self, live: Live, step: int, rollouts: Rollouts, rewards_P_G: Tensor):
         """What the transform may read (planning marks only when it needs them), and the token pieces they
@@ -366,8 +389,11 @@ class Trainer:
 
     def evaluate(self, live: Live, steps_done: int) -> dict:
         """Greedy accuracy on the held-out set; appends and returns the evaluation row."""
-        row = evaluate_held_out(live.engine, live.backend.policy, live.tokenizer, live.c.data, live.c.reward,
-                                self.eval_max_tokens, steps_done).row
+        c = live.c
+        row = (evaluate_held_out(live.engine, live.backend.policy, live.tokenizer, c.data, c.reward,
+                                 self.eval_max_tokens, steps_done) if c.env is None else
+               evaluate_episodes(live.engine, live.backend.policy, live.tokenizer, c.data, c.env,
+                                 self.eval_max_tokens, steps_done)).row
         self._emit(live, row)
         live.evals.append(row)
         log.info(eval_line(row))
@@ -386,6 +412,7 @@ class Trainer:
             "evals": live.evals,
             "transform": live.c.transform.state_dict(),
             "backpressure": live.c.backpressure.state_dict(),
+            "turn_credit": live.c.turn_credit.state_dict() if live.c.turn_credit is not None else {},
             "seeds": live.c.seeds.as_dict(),
             "config_sha256": live.c.config_sha256,
             "config": live.c.config,

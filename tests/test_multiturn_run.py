@@ -1,0 +1,66 @@
+"""Multi-turn runs through `rlvr.run.run`: env=none is the single-turn path of before (metrics.jsonl as stored
+from the commit before multi-turn existed), env=guess plays episodes end to end, turn credit is wired."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from composing import FAST, MIXED, compose_config
+from rlvr.errors import ConfigError
+from rlvr.outputs import NONDETERMINISTIC_KEYS
+from rlvr.run import build_all, run
+
+FIXTURE = Path(__file__).parent / "fixtures" / "single_turn_metrics.jsonl"
+
+
+def rows(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def close(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or abs(a - b) <= 1e-5 * max(1.0, abs(a), abs(b))
+    return a == b
+
+
+def test_env_none_keeps_the_single_turn_metrics_of_before(tmp_path):
+    """The fixture: `python train.py <FAST + MIXED> trainer.max_steps=4` at commit 609b665 (before episodes,
+    action masks and the env group), its deterministic fields. Floats within 1e-5 relative (another CPU's
+    kernels may round differently); everything else equal."""
+    run(compose_config(FAST + MIXED + ["trainer.max_steps=4"]), tmp_path)
+    now = [{k: v for k, v in r.items() if k not in NONDETERMINISTIC_KEYS} for r in rows(tmp_path)]
+    before = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
+    assert [sorted(r) for r in now] == [sorted(r) for r in before]
+    for a, b in zip(now, before, strict=True):
+        assert all(close(a[k], b[k]) for k in a), {k: (a[k], b[k]) for k in a if not close(a[k], b[k])}
+    assert any(not r.get("skipped", True) for r in now), "the comparison must cover steps that trained"
+
+
+GUESS = FAST + ["env=guess", "trainer.max_steps=3", "trainer.eval_every=2", "data.eval_size=20",
+                "trainer.sampling.max_tokens=2", "trainer.eval_max_tokens=2"]
+
+
+@pytest.mark.parametrize("turn_credit", ["episode", "reward_to_go"])
+def test_guess_plays_episodes_end_to_end(tmp_path, turn_credit):
+    summary = run(compose_config(GUESS + [f"turn_credit={turn_credit}", "transform=none"]), tmp_path)
+    steps = [r for r in rows(tmp_path) if "loss" in r]
+    evals = [r for r in rows(tmp_path) if "eval/accuracy" in r]
+    assert [r["step"] for r in steps] == [0, 1, 2] and [r["step"] for r in evals] == [0, 2, 3]
+    for r in steps:
+        assert 1.0 <= r["env/turns_mean"] <= 3.0 and r["env/action_tokens"] > 0
+        assert {"env/truncated_frac", "env/error_frac", "env/timeout_frac", "env/turn_0_reward_mean",
+                "env/step_time_s", "env/observation_tokens"} <= r.keys()
+    assert {"eval/turns_mean", "eval/truncated_frac"} <= evals[0].keys() and evals[0]["eval/examples"] == 20
+    group = json.loads((tmp_path / "samples" / "step_000000.jsonl").read_text().splitlines()[0])
+    assert group["prompt"] == "=" and [t[0] for t in group["transcripts"]] == [{"role": "env", "text": "="}] * 8
+    assert all(t["role"] in ("env", "policy") for episode in group["transcripts"] for t in episode)
+    state = json.loads((tmp_path / "checkpoints" / "step_3" / "trainer_state.json").read_text())
+    assert state["turn_credit"] == {} and summary["steps"] == 3
+
+
+def test_turn_credit_beside_a_token_transform_and_tl_grpo_are_refused_before_any_model_loads():
+    with pytest.raises(ConfigError, match="transform=none with it, or turn_credit=episode"):
+        build_all(compose_config(GUESS + ["turn_credit=reward_to_go", "transform=gtpo"]))
+    with pytest.raises(ConfigError, match="branch probes"):
+        build_all(compose_config(GUESS + ["turn_credit=tl_grpo", "transform=none"]))
