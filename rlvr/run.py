@@ -374,7 +374,8 @@ def unmet_needs(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
 
 def check_components(cfg: DictConfig, c: Components) -> None:
     """Checks that need a built (but still light) component: still before any model loads."""
-    if cfg.trainer.warmup.steps > 0 and not c.data.demonstrations():
+    games = c.env is not None and hasattr(c.env.env, "demonstrations")  # an environment that plays its own
+    if cfg.trainer.warmup.steps > 0 and not games and not c.data.demonstrations():
         file = ", or name a JSON-lines file of prompt/completion pairs with data.demonstrations_path=FILE" if (
             "demonstrations_path" in cfg.data) else ""
         raise ConfigError(

@@ -60,7 +60,7 @@ from rlvr.telemetry import (
     step_row,
 )
 from rlvr.turn_credit.episode import EpisodeCredit
-from rlvr.types import Rollouts, SamplingParams, Scores, TokenSignals, TrainBatch
+from rlvr.types import Demonstration, Rollouts, SamplingParams, TokenSignals, TrainBatch
 from rlvr.warmup import Warmup
 
 if TYPE_CHECKING:
@@ -71,6 +71,9 @@ if TYPE_CHECKING:
 torch = lazy_import("torch")
 
 log = logging.getLogger("rlvr")
+
+MAX_GAME_DEMONSTRATIONS = 50_000
+"""Games an environment plays for the warm-up at most (each drawn once when steps × batch size ≤ this)."""
 
 
 @dataclass
@@ -285,7 +288,7 @@ class Trainer:
     def _warm_up(self, c: Components, module, tokenizer, out: RunDir, stop: StopSignals | None) -> dict | None:
         if self.warmup.steps <= 0:
             return None
-        demos = c.data.demonstrations()
+        demos = self._demonstrations(c)
         key = self.warmup.cache_key(c.preset, c.seeds.init, demos)
         log.info("SFT warm-up: %d steps on %d demonstrations (cache key %s)", self.warmup.steps, len(demos), key)
         with Progress("warm-up", total=self.warmup.steps) as progress:
@@ -301,6 +304,15 @@ class Trainer:
         log.info("warm-up %s", f"loaded from {info['loaded_from']}" if info["loaded_from"] else
                  f"done in {duration(info['seconds'])}, final loss {info['final_loss']:.4f}")
         return info
+
+    def _demonstrations(self, c: Components) -> list[Demonstration]:
+        """The warm-up's demonstrations: the environment's games when it plays some (`env=guess`: one per
+        warm-up example drawn), else the data source's."""
+        games = getattr(c.env.env, "demonstrations", None) if c.env is not None else None
+        if games is None:
+            return c.data.demonstrations()
+        count = min(self.warmup.steps * self.warmup.batch_size, MAX_GAME_DEMONSTRATIONS)
+        return [Demonstration(g[0], g[1], tuple(g[2:])) for g in games(count, c.seeds.init)]
 
     def step(self, live: Live, step: int) -> dict:
         """One RL step; returns its metrics row (the caller writes it)."""
@@ -318,7 +330,8 @@ class Trainer:
             sample_s = clock.lap()
             completions = decode_completions(live.tokenizer, rollouts)
             scores = guarded_score(c.reward, completions, [e.reference for e in examples for _ in range(G)])
-            self._warn_on_failures(step, scores)
+            self._warn_on_failures(step, scores.fractions("reward/"),
+                                   "the verifier, its timeouts and the answer format")
             rewards_P_G = torch.tensor(scores.values, dtype=torch.float32).view(P, G)
             played, outcome = None, scores.fractions("reward/")
             score_s = clock.lap()
@@ -329,6 +342,8 @@ class Trainer:
             score_s, sample_s = played.env_seconds, clock.lap() - played.env_seconds
             completions = [transcript_text(t) for t in played.transcripts]
             outcome = episode_metrics(played, c.env.failures.take())
+            self._warn_on_failures(step, {k: outcome[k] for k in ("env/error_frac", "env/timeout_frac")},
+                                   "the environment, env.step_timeout_s and the server")
         signals, pieces_PG = self._signals(live, step, rollouts, rewards_P_G)
         if played is None or isinstance(c.turn_credit, EpisodeCredit):
             credit = assign_credit(rewards_P_G, signals, c.algorithm, c.transform)
@@ -364,13 +379,15 @@ class Trainer:
         )
         return signals, pieces_PG
 
-    def _warn_on_failures(self, step: int, scores: Scores) -> None:
-        over = {k: v for k, v in scores.fractions("reward/").items() if v > self.reward_warn_frac}
+    def _warn_on_failures(self, step: int, fractions: dict[str, float], check: str) -> None:
+        """A warning when a failure fraction (reward/timeout_frac, env/error_frac, …) exceeds reward_warn_frac."""
+        over = {k: v for k, v in fractions.items() if v > self.reward_warn_frac}
         if over:
             log.warning(
-                "step %d: %s above trainer.reward_warn_frac=%g: those completions scored 0.0, so the rewards "
-                "(and the advantages) are wrong; check the verifier, its timeouts and the answer format",
+                "step %d: %s above trainer.reward_warn_frac=%g: those %s scored 0.0, so the rewards (and the "
+                "advantages) are wrong; check %s",
                 step, ", ".join(f"{k}={v:.2f}" for k, v in over.items()), self.reward_warn_frac,
+                *(("episodes", check) if check.startswith("the environment") else ("completions", check)),
             )
 
     def _guard_nonfinite(self, live: Live, step: int, train: dict) -> None:

@@ -31,6 +31,10 @@ class Demonstration:
     prompt: str
     completion: str
     """The target text; the tokenizer's EOS is appended when it is encoded."""
+    followups: tuple[str, ...] = ()
+    """A multi-turn demonstration goes on after `completion` (the first action) with observation, action,
+    observation, action, …: observations are encoded as the episode loop encodes them (rlvr/episodes.py) and
+    not supervised; each action is, with EOS appended, as the first."""
 
 
 @dataclass(frozen=True)

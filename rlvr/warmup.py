@@ -67,6 +67,8 @@ class Warmup:
                              torch.get_num_threads()], sort_keys=True).encode())
         for d in demos:
             h.update(f"{d.prompt}\x00{d.completion}\x01".encode())
+            if d.followups:
+                h.update("\x02".join(d.followups).encode() + b"\x03")
         return h.hexdigest()[:20]
 
     def run(
@@ -140,8 +142,9 @@ def stored_weights(folder: Path | None, key: str) -> Path | None:
 
 
 class _Encoded:
-    """Each demonstration's `prompt + completion + EOS` ids and labels (−100 on the prompt), tokenized the first
-    time a step draws it: a step re-tokenizing its batch spent about 40% of the warm-up in the tokenizer."""
+    """Each demonstration's `prompt + completion + EOS` ids and labels (−100 on the prompt; a multi-turn one goes
+    on with observation, action + EOS, …, observations −100 too), tokenized the first time a step draws it: a
+    step re-tokenizing its batch spent about 40% of the warm-up in the tokenizer."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, demos: list[Demonstration]) -> None:
         self.tokenizer, self.demos, self._rows = tokenizer, demos, {}
@@ -149,9 +152,14 @@ class _Encoded:
     def row(self, i: int) -> tuple[Tensor, Tensor]:
         if i not in self._rows:
             d = self.demos[i]
-            prompt = encode_prompts(self.tokenizer, [d.prompt])[0]
-            target = self.tokenizer.encode(d.completion, add_special_tokens=False) + [self.tokenizer.eos_token_id]
-            self._rows[i] = (torch.tensor(prompt + target), torch.tensor([-100] * len(prompt) + target))
+            ids = encode_prompts(self.tokenizer, [d.prompt])[0]
+            labels = [-100] * len(ids)
+            for k, text in enumerate((d.completion, *d.followups)):
+                piece = self.tokenizer.encode(text, add_special_tokens=False)
+                if k % 2 == 0:  # an action, ended by EOS, supervised
+                    piece = piece + [self.tokenizer.eos_token_id]
+                ids, labels = ids + piece, labels + (piece if k % 2 == 0 else [-100] * len(piece))
+            self._rows[i] = (torch.tensor(ids), torch.tensor(labels))
         return self._rows[i]
 
     def batch(self, indices: list[int], device: torch.device) -> tuple[Tensor, Tensor, Tensor]:

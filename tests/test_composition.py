@@ -147,6 +147,6 @@ def test_warmup_without_demonstrations_fails_early():
     from types import SimpleNamespace
 
     cfg = compose_config(["data=math"])  # trainer=cpu warms up; MATH has no demonstrations
-    c = SimpleNamespace(data=SimpleNamespace(demonstrations=lambda: []))
+    c = SimpleNamespace(data=SimpleNamespace(demonstrations=lambda: []), env=None)
     with pytest.raises(ConfigError, match="trainer.warmup.steps=800"):
         check_components(cfg, c)

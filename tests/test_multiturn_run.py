@@ -59,6 +59,13 @@ def test_guess_plays_episodes_end_to_end(tmp_path, turn_credit):
     assert state["turn_credit"] == {} and summary["steps"] == 3
 
 
+def test_guess_warms_up_on_its_own_games(tmp_path):
+    run(compose_config(GUESS + ["trainer.warmup.steps=3", "trainer.warmup.batch_size=4", "trainer.max_steps=1"]),
+        tmp_path)
+    warm = [json.loads(line) for line in (tmp_path / "warmup.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in warm] == [0, 1, 2] and all(r["loss"] > 0 for r in warm)
+
+
 def test_turn_credit_beside_a_token_transform_and_tl_grpo_are_refused_before_any_model_loads():
     with pytest.raises(ConfigError, match="transform=none with it, or turn_credit=episode"):
         build_all(compose_config(GUESS + ["turn_credit=reward_to_go", "transform=gtpo"]))

@@ -86,3 +86,19 @@ def test_a_damaged_run_copy_is_refused(tmp_path):
     weights.write_bytes(weights.read_bytes()[:-8] + b"\0" * 8)
     with pytest.raises(BaseFolderError, match="sha256"):
         warmup.run(TINY.load(0)[0], tok, DEMOS, 0, "k", lambda r: None, base)
+
+
+def test_a_multi_turn_demonstration_supervises_its_actions_only():
+    from rlvr.types import Demonstration
+    from rlvr.warmup import _Encoded
+
+    _, tok = TINY.load(0)
+    demo = Demonstration("=", "5", ("+", "7", "=", "6"))  # guess 5, "higher", guess 7, "lower", guess 6
+    ids, labels, attn = _Encoded(tok, [demo]).batch([0], torch.device("cpu"))
+    eos, enc = tok.eos_token_id, (lambda s: tok.encode(s, add_special_tokens=False))
+    # "=" | 5 EOS | + | 7 EOS | = | 6 EOS : the prompt and the two observations are not supervised
+    assert ids[0].tolist() == enc("=") + enc("5") + [eos] + enc("+") + enc("7") + [eos] + enc("=") + enc("6") + [eos]
+    assert labels[0].tolist() == [-100] + enc("5") + [eos] + [-100] + enc("7") + [eos] + [-100] + enc("6") + [eos]
+    assert attn.all()
+    w = Warmup(steps=1, batch_size=1, lr=1e-3, cache_dir=None)
+    assert w.cache_key(TINY, 0, [demo]) != w.cache_key(TINY, 0, [Demonstration("=", "5")])
