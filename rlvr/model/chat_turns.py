@@ -1,0 +1,166 @@
+"""Observation ids for multi-turn episodes of chat models, and the start-up check that makes them exact.
+
+An episode's context grows by concatenation only (rlvr/episodes.py):
+
+    context_k+1 = context_k + action_k + observation_ids(observation_k)
+
+`context_0` is the prompt as `encode_prompts` renders it (one user message, `add_generation_prompt=True`,
+`enable_thinking=False`); `action_k` is what the engine sampled, ending with the template's end-of-turn token
+(`<|im_end|>` for Qwen, `<|eot_id|>` for Llama 3) when the model stopped there. `observation_ids` is what the
+chat template adds after that token for a new user message carrying the observation, up to and including the
+next assistant turn's generation prompt. For Qwen2.5 that is
+
+    "\\n<|im_start|>user\\n{observation}<|im_end|>\\n<|im_start|>assistant\\n"
+
+(the newline after `<|im_end|>` is the template's, never sampled, so it opens the suffix). It is derived, as
+TRL derives a tool result's ids, by diffing two renders of a fixed reference conversation (with and without
+the extra user message), so it is exact for the template at hand rather than a hand-written ChatML string.
+
+That is only right if the template is prefix-preserving: adding a turn must not change how earlier turns
+render. `check_prefix_preserving` renders conversations of 1, 2 and 3 user turns once at start and requires
+each render to be the previous one, then the sampled action, then `observation_ids` of the new message:
+token for token for the history and the observation (so a template that rewrites earlier turns, e.g. Qwen3's
+original one dropping past `<think>` blocks, or one that decorates only the last user message, is refused),
+and as text for the action (its ids are whatever the model sampled; only the template's handling of its text
+can differ). The action of turn 2 carries a `<think>…</think>` block, so templates that strip past reasoning
+are caught even when the generation prompt opens no reasoning block. The refusal is a `ConfigError` naming
+the model and the first tokens that differ, raised before any training.
+
+An action that did not end with the end-of-turn token (cut by `max_tokens`, or stopped on another EOS id such
+as Qwen's `<|endoftext|>`) is not what the template's suffix follows: the caller closes it with
+`[end_of_turn_id(tokenizer)]` (observation tokens, never trained on) before the observation's ids.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from rlvr.errors import ConfigError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+# The conversation observation_ids diffs against; check_prefix_preserving uses other texts, so a suffix that
+# depended on the history would show there.
+_REFERENCE = [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": "Hi."}]
+_USERS = ["Guess a number from 1 to 9.", "Too low.", "Too high."]
+_ACTIONS = ["My guess is 5.", "<think>\nIt is above 5.\n</think>\n\nMy guess is 7."]
+
+# tokenizer -> (its chat template, the reference render cut just after the assistant's end-of-turn token)
+_reference_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], generation_prompt: bool) -> list[int]:
+    """Token ids of a conversation rendered as `encode_prompts` renders a prompt (`enable_thinking=False`)."""
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True,
+                                              return_dict=False, enable_thinking=False))
+
+
+def _text(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> str:
+    return tokenizer.decode(ids, clean_up_tokenization_spaces=False)
+
+
+def _special_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    # all_special_ids misses added special tokens that are not named ones (e.g. a built <|im_start|>)
+    added = {i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
+    return set(tokenizer.all_special_ids) | added
+
+
+def _reference_turn(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The reference conversation's ids up to and including the end-of-turn token closing its assistant turn."""
+    cached = _reference_cache.get(tokenizer)
+    if cached is not None and cached[0] == tokenizer.chat_template:
+        return cached[1]
+    prompt = render(tokenizer, _REFERENCE[:1], generation_prompt=True)
+    turn = render(tokenizer, _REFERENCE, generation_prompt=False)
+    start = _first_difference(prompt, turn)
+    # the first special token after the assistant's text (templates may open a turn with special header tokens)
+    special, content = _special_ids(tokenizer), _REFERENCE[1]["content"]
+    closes = (i for i in range(start, len(turn)) if turn[i] in special and content in _text(tokenizer, turn[start:i]))
+    end = next(closes, None)
+    if end is None:
+        raise ValueError(f"no special token closes the assistant turn {content!r} in {_text(tokenizer, turn)!r}")
+    _reference_cache[tokenizer] = (tokenizer.chat_template, turn[: end + 1])
+    return turn[: end + 1]
+
+
+def _first_difference(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The token the chat template closes an assistant turn with (`<|im_end|>` for Qwen, `<|eot_id|>` for
+    Llama 3): the one a sampled action must end with for `observation_ids` to follow it."""
+    return _reference_turn(tokenizer)[-1]
+
+
+def observation_ids(tokenizer: PreTrainedTokenizerBase, observation: str) -> list[int]:
+    """The ids the chat template adds after an assistant turn's end-of-turn token for a new user message
+    carrying `observation`, through the next assistant turn's generation prompt.
+
+    Raises ValueError when the template renders the reference assistant turn differently once a user
+    message follows it (not prefix-preserving: `check_prefix_preserving` refuses such a model at start)."""
+    turn = _reference_turn(tokenizer)
+    full = render(tokenizer, [*_REFERENCE, {"role": "user", "content": observation}], generation_prompt=True)
+    if full[: len(turn)] != turn:
+        i = _first_difference(turn, full)
+        raise ValueError(f"the chat template renders an assistant turn differently once a user message follows "
+                         f"it: {_around(tokenizer, turn, i)} became {_around(tokenizer, full, i)}")
+    return full[len(turn):]
+
+
+def check_prefix_preserving(tokenizer: PreTrainedTokenizerBase, model_name: str,
+                            stop_ids: Sequence[int] | None = None) -> None:
+    """Refuse (ConfigError naming `model_name`) a chat template under which context + action + observation ids
+    is not what the template renders for the longer conversation; with `stop_ids` (the engine's EOS ids,
+    `prompt_encoding.eos_ids`), also one whose end-of-turn token the engine would not stop at."""
+    try:
+        eot = end_of_turn_id(tokenizer)
+        renders, messages = [], []
+        for k, user in enumerate(_USERS):
+            messages.append({"role": "user", "content": user})
+            renders.append(render(tokenizer, messages, generation_prompt=True))
+            if k < len(_ACTIONS):
+                messages.append({"role": "assistant", "content": _ACTIONS[k]})
+    except Exception as e:  # a template that cannot render a plain conversation cannot play episodes either
+        raise ConfigError(f"model {model_name!r}: its chat template cannot play multi-turn episodes "
+                          f"(token in, token out): {e}") from e
+    if stop_ids is not None and eot not in stop_ids:
+        raise ConfigError(f"model {model_name!r}: its chat template ends an assistant turn with "
+                          f"{_text(tokenizer, [eot])!r} (id {eot}) but the engine stops at ids {sorted(stop_ids)} "
+                          f"({_text(tokenizer, sorted(stop_ids))!r}): its actions would not end where a turn ends")
+    for k in range(1, len(renders)):
+        _check_turn(tokenizer, model_name, k, renders[k - 1], renders[k], eot)
+
+
+def _check_turn(tokenizer, model_name: str, k: int, context: list[int], longer: list[int], eot: int) -> None:
+    """`longer` (k+1 user turns) must be `context` (k), the k-th action's text, `eot`, then the observation ids
+    of the (k+1)-th user message."""
+    refused = (f"model {model_name!r}: its chat template does not preserve prefixes, so multi-turn episodes "
+               "(token in, token out) cannot use it: ")
+    if longer[: len(context)] != context:
+        i = _first_difference(context, longer)
+        raise ConfigError(refused + f"adding turn {k + 1} rewrites turn {k}'s context from token {i}: the context "
+                          f"holds {_around(tokenizer, context, i)} where the {k + 1}-turn render has "
+                          f"{_around(tokenizer, longer, i)}")
+    try:
+        closing = [eot, *observation_ids(tokenizer, _USERS[k])]
+    except ValueError as e:
+        raise ConfigError(refused + str(e)) from e
+    action_end = len(longer) - len(closing)
+    if action_end < len(context) or longer[action_end:] != closing:
+        raise ConfigError(refused + f"after turn {k}'s context the {k + 1}-turn render continues with "
+                          f"{_text(tokenizer, longer[len(context):])!r}, which does not end with "
+                          f"{_text(tokenizer, closing)!r} (the end of turn, then the observation's ids)")
+    action = _text(tokenizer, longer[len(context): action_end])
+    if action != _ACTIONS[k - 1]:
+        raise ConfigError(refused + f"the {k + 1}-turn render shows turn {k}'s action as {action!r}, not as the "
+                          f"model sampled it: {_ACTIONS[k - 1]!r}")
+
+
+def _around(tokenizer, ids: list[int], i: int, width: int = 8) -> str:
+    """The text of the tokens around position i, marked '…' where cut."""
+    text = _text(tokenizer, ids[max(0, i - width): i + width])
+    return repr(("…" if i > width else "") + text + ("…" if i + width < len(ids) else ""))
