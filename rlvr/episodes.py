@@ -14,7 +14,8 @@ tokens are attended to but never trained on.
 A group's G episodes start from the same state (one seed per prompt: `Environment.episode(example, seed)`),
 as a GRPO group samples G completions of one prompt; they differ by what the policy samples. Each turn
 samples every live episode of the batch in one `Engine.sample` call (seeded by the caller's seed and the
-turn index), then steps their environments concurrently. An episode ends when the environment says done, or
+turn index), then steps their environments concurrently (at most `env.max_concurrent` calls in flight, for a
+server with a session limit). An episode ends when the environment says done, or
 is truncated (kept, marked) when it has taken `max_turns` actions or its next turn could not fit in
 `max_context_tokens` (context plus `max_tokens` new ones). Its reward is the sum of its turns' rewards.
 
@@ -109,11 +110,17 @@ def play(engine: Engine, tokenizer, env: Environment, examples: list[Example], g
 
 async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_seed, with_entropy) -> Played:
     env_seconds = 0.0
+    limit = asyncio.Semaphore(getattr(env, "max_concurrent", None) or len(examples) * G)
+
+    async def bounded(awaitable):
+        async with limit:
+            return await awaitable
 
     async def timed(awaitables):
+        """Every episode's call at once (at most `env.max_concurrent` in flight), timed together."""
         nonlocal env_seconds
         t0 = time.perf_counter()
-        out = await asyncio.gather(*awaitables)
+        out = await asyncio.gather(*(bounded(a) for a in awaitables))
         env_seconds += time.perf_counter() - t0
         return out
 

@@ -33,9 +33,11 @@ class TryAgain:
     async def reset(self) -> str:
         return self.prompt
 
+    delay_s: float = 0.0
+
     async def step(self, action: str) -> Step:
         self.turns += 1
-        await asyncio.sleep(0)
+        await asyncio.sleep(self.delay_s)
         if action == self.reference:
             return Step(None, 1.0, True, {"turn": self.turns})
         return Step("+=", 0.0, False, {"turn": self.turns})
@@ -52,9 +54,11 @@ class TryAgainEnv:
     max_turns: int = 3
     max_context_tokens: int = 64
     step_timeout_s: float = 5.0
+    max_concurrent: int | None = None
+    delay_s: float = 0.0
 
     def episode(self, example, seed):
-        return TryAgain(example.prompt, example.reference)
+        return TryAgain(example.prompt, example.reference, delay_s=self.delay_s)
 
 
 class Recording(PyTorchEngine):
@@ -144,3 +148,13 @@ def test_episodes_stop_at_max_turns_or_the_context_cap_and_are_marked_truncated(
     # with a cap of 14 the second turn starts at ≤ 6+3+2 = 11 ≤ 14−3, the third at ≤ 16 > 11 does not
     assert played.truncated_PG.all()
     assert (played.turns_PG <= expected_turns).all() and (played.turns_PG >= 1).all()
+
+
+def test_episodes_are_stepped_concurrently_within_the_environments_bound():
+    """6 episodes whose every step takes 0.2 s, one turn: all at once ≈ 0.2 s of environment time; two at a time
+    (three rounds) ≈ 0.6 s."""
+    backend, engine, tok = setup()
+    seconds = {bound: play(engine, tok, TryAgainEnv(max_turns=1, max_concurrent=bound, delay_s=0.2), EXAMPLES, 3,
+                           SamplingParams(1.0, 1.0, 3), seeds=[5, 6], sample_seed=1).env_seconds
+               for bound in (None, 2)}
+    assert 0.2 <= seconds[None] < 0.45 and seconds[2] >= 0.6, seconds

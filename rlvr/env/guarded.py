@@ -143,6 +143,8 @@ class GuardedEnvironment:
         self.max_turns = env.max_turns
         self.max_context_tokens = env.max_context_tokens
         self.step_timeout_s = env.step_timeout_s
+        self.max_concurrent: int | None = getattr(env, "max_concurrent", None)
+        """Episodes whose calls may be in flight at once (a server's bound); None: all of them."""
         self.max_observation_chars = max_observation_chars or OBSERVATION_CHARS_PER_TOKEN * env.max_context_tokens
         self.failures = EnvFailures()
         self._warned: set[str] = set()

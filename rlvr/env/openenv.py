@@ -95,10 +95,12 @@ class OpenEnvEnvironment:
 
     def __init__(self, environment: str | None, url: str | None, action: str | None, action_field: str,
                  observation_field: str, max_turns: int, max_context_tokens: int, step_timeout_s: float,
-                 connect_timeout_s: float) -> None:
+                 connect_timeout_s: float, max_concurrent: int) -> None:
         if (environment is None) == (url is None):
             raise ValueError(f"set exactly one of env.environment (a class, in process) and env.url (a server): got "
                              f"environment={environment!r}, url={url!r}")
+        if max_concurrent < 1:
+            raise ValueError(f"env.max_concurrent={max_concurrent} must be >= 1")
         if max_turns < 1 or max_context_tokens < 1 or not step_timeout_s > 0 or not connect_timeout_s > 0:
             raise ValueError(f"env.max_turns={max_turns}, env.max_context_tokens={max_context_tokens}, "
                              f"env.step_timeout_s={step_timeout_s} and env.connect_timeout_s={connect_timeout_s} must "
@@ -119,6 +121,9 @@ class OpenEnvEnvironment:
         self.max_context_tokens = max_context_tokens
         self.step_timeout_s = step_timeout_s
         self.connect_timeout_s = connect_timeout_s
+        self.max_concurrent = max_concurrent
+        """Episodes whose reset/step calls are in flight at once (a server answers CAPACITY_REACHED past its own
+        max_concurrent_envs); rlvr/episodes.py holds the rest back."""
 
     @staticmethod
     def _classes(environment: str, action: str | None) -> tuple[type, type]:
