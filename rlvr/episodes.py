@@ -19,9 +19,10 @@ server with a session limit). An episode ends when the environment says done, or
 is truncated (kept, marked) when it has taken `max_turns` actions or its next turn could not fit in
 `max_context_tokens` (context plus `max_tokens` new ones). Its reward is the sum of its turns' rewards.
 
-Observations are encoded with `tokenizer.encode(text, add_special_tokens=False)`; a tokenizer with a chat
-template is refused for now (its observation ids must be the suffix the template adds for a user message,
-and the template must preserve prefixes; not built yet).
+An observation's ids: `tokenizer.encode(text, add_special_tokens=False)` without a chat template; with one,
+the suffix the template adds for a user message after the assistant's turn (rlvr/model/chat_turns.py), led by
+the end-of-turn token when the action did not sample it (cut by max_tokens). The trainer checks once at start
+that the template preserves prefixes (`check_prefix_preserving`), refusing the model otherwise.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rlvr.lazy import lazy_import
+from rlvr.model.chat_turns import end_of_turn_id, observation_ids
 from rlvr.model.prompt_encoding import encode_prompts
 from rlvr.seeds import Seeds, sub_seed
 from rlvr.turn_credit.env import env_advantages
@@ -102,9 +104,6 @@ def play(engine: Engine, tokenizer, env: Environment, examples: list[Example], g
          sampling: SamplingParams, seeds: list[int], sample_seed: int, with_entropy: bool = False) -> Played:
     """Play `group_size` episodes of each example (`seeds[p]`: the state its group starts from); `sample_seed`
     seeds the engine (turn k samples with `sub_seed(sample_seed, f"turn/{k}")`)."""
-    if getattr(tokenizer, "chat_template", None):
-        raise ValueError("multi-turn episodes with a chat-template tokenizer are not supported yet: the model's "
-                         "tokenizer has a chat template (observation ids would be the template's suffix)")
     return asyncio.run(_play(engine, tokenizer, env, examples, group_size, sampling, seeds, sample_seed, with_entropy))
 
 
@@ -162,7 +161,7 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
                 p.done = bool(step.done)
                 p.failed = p.failed or "error" in step.info
                 if not p.done and step.observation:
-                    ids = tokenizer.encode(step.observation, add_special_tokens=False)
+                    ids = encode_observation(tokenizer, step.observation, p.tokens)
                     p.append(ids, [0.0] * len(ids), [0.0] * len(ids), -1)
                     p.transcript.append({"role": "env", "text": step.observation})
         for p in plays:
@@ -237,3 +236,11 @@ def turn_signals(played: Played) -> TurnSignals:
     return TurnSignals(actions_PG_T=ro.action_mask_PG_T, turn_PG_T=ro.turn_PG_T, turns_PG=played.turns_PG,
                        group_size=ro.group_size, turn_rewards_PG_K=played.turn_rewards_PG_K,
                        env_adv_PG_K=env_advantages(played.infos, played.turn_rewards_PG_K.shape[1]))
+
+
+def encode_observation(tokenizer, observation: str, row: list[int]) -> list[int]:
+    """The ids an observation adds to a row whose last tokens are an action (module docstring)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return tokenizer.encode(observation, add_special_tokens=False)
+    closing = end_of_turn_id(tokenizer)
+    return ([] if row and row[-1] == closing else [closing]) + observation_ids(tokenizer, observation)

@@ -28,6 +28,7 @@ from rlvr.episodes import episode_seeds, play, transcript_text, turn_signals
 from rlvr.evaluation import evaluate_episodes, evaluate_held_out
 from rlvr.lazy import lazy_import
 from rlvr.model.base_folder import save_base
+from rlvr.model.chat_turns import check_prefix_preserving
 from rlvr.model.prompt_encoding import decode_completions, encode_prompts, eos_ids, token_pieces
 from rlvr.outputs import RunDir
 from rlvr.preemption import StopSignals
@@ -248,25 +249,31 @@ class Trainer:
             log.info("seed %-8s %d", name, value)
         if c.remote:  # the policy lives on a service: no weights here, no warm-up (refused at config time)
             log.info("loading the tokenizer of <%s>; the policy stays on the service", type(c.preset).__name__)
-            tokenizer, eos = c.preset.load_tokenizer()
+            tokenizer, stops = c.preset.load_tokenizer()
+            self._check_chat_turns(c, tokenizer, stops)
             backend, warmup = c.make_backend(lora=c.preset.lora, lora_seed=c.seeds.lora), None
-            engine = c.make_engine(policy=backend.policy, eos_ids=eos, pad_id=tokenizer.pad_token_id)
+            engine = c.make_engine(policy=backend.policy, eos_ids=stops, pad_id=tokenizer.pad_token_id)
         else:
             log.info("loading policy <%s>", type(c.preset).__name__)
             module, tokenizer = c.preset.load(c.seeds.init)
+            stops = eos_ids(tokenizer, module.generation_config.eos_token_id)
+            self._check_chat_turns(c, tokenizer, stops)
             warmup = self._warm_up(c, module, tokenizer, out, stop)
             save_base(out.path / "base", module, tokenizer, c.preset, warmup["key"] if warmup else None)
             backend = c.make_backend(
                 model=module, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tokenizer.pad_token_id
             )
-            engine = c.make_engine(
-                module=backend.policy,
-                eos_ids=eos_ids(tokenizer, backend.policy.generation_config.eos_token_id),
-                pad_id=tokenizer.pad_token_id,
-            )
+            engine = c.make_engine(module=backend.policy, eos_ids=stops, pad_id=tokenizer.pad_token_id)
         engine.connect()
         log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
         return Live(c, tokenizer, backend, engine, out, warmup, Checkpoints(out.path / "checkpoints", self.keep_last))
+
+    @staticmethod
+    def _check_chat_turns(c: Components, tokenizer, stops: list[int]) -> None:
+        """Multi-turn episodes append each observation as the chat template's ids for it: the template must
+        preserve prefixes (rlvr/model/chat_turns.py); refused here, before the warm-up and any training."""
+        if c.env is not None and getattr(tokenizer, "chat_template", None):
+            check_prefix_preserving(tokenizer, getattr(c.preset, "name_or_path", type(c.preset).__name__), stops)
 
     def _restore(self, live: Live, path: Path) -> int:
         """Continue from checkpoint `path`: weights, optimizer, counters, controller, RNG; the run folder

@@ -34,13 +34,14 @@ class TryAgain:
         return self.prompt
 
     delay_s: float = 0.0
+    observation: str = "+="
 
     async def step(self, action: str) -> Step:
         self.turns += 1
         await asyncio.sleep(self.delay_s)
         if action == self.reference:
             return Step(None, 1.0, True, {"turn": self.turns})
-        return Step("+=", 0.0, False, {"turn": self.turns})
+        return Step(self.observation, 0.0, False, {"turn": self.turns})
 
     def fork(self):
         raise NotImplementedError
@@ -56,9 +57,10 @@ class TryAgainEnv:
     step_timeout_s: float = 5.0
     max_concurrent: int | None = None
     delay_s: float = 0.0
+    observation: str = "+="
 
     def episode(self, example, seed):
-        return TryAgain(example.prompt, example.reference, delay_s=self.delay_s)
+        return TryAgain(example.prompt, example.reference, delay_s=self.delay_s, observation=self.observation)
 
 
 class Recording(PyTorchEngine):
@@ -158,3 +160,41 @@ def test_episodes_are_stepped_concurrently_within_the_environments_bound():
                            SamplingParams(1.0, 1.0, 3), seeds=[5, 6], sample_seed=1).env_seconds
                for bound in (None, 2)}
     assert 0.2 <= seconds[None] < 0.45 and seconds[2] >= 0.6, seconds
+
+
+def test_with_a_chat_template_each_observation_is_the_templates_suffix():
+    """A Qwen2.5-template tokenizer (tests/model/test_chat_turns.py) and a small Llama over its vocabulary: each
+    observation segment of a row is `observation_ids` (the template's user message and generation prompt), led
+    by <|im_end|> where the action did not end with it (cut by max_tokens)."""
+    from model.test_chat_turns import qwen
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rlvr.model.chat_turns import end_of_turn_id, observation_ids
+    from rlvr.model.prompt_encoding import encode_prompts
+
+    tok = qwen()
+    im_end = end_of_turn_id(tok)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
+                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                                         max_position_embeddings=512, pad_token_id=tok.pad_token_id,
+                                         eos_token_id=im_end, bos_token_id=None, tie_word_embeddings=True))
+    engine = PyTorchEngine(model, [im_end], tok.pad_token_id, 256, merge_lora=False)
+    env = TryAgainEnv(max_context_tokens=400, observation="Too low.")
+    played = play(engine, tok, env, [Example("Guess a number.", "x")], 2, SamplingParams(1.0, 1.0, 4), seeds=[0],
+                  sample_seed=0)
+    ro = played.rollouts
+    assert ro.prompt_ids_P[0] == encode_prompts(tok, ["Guess a number."])[0]
+    suffix = observation_ids(tok, "Too low.")
+    for r in range(2):
+        row, actions = ro.tokens_PG_T[r].tolist(), ro.actions_PG_T[r].tolist()
+        segments, k = [], 0
+        while k < int(ro.mask_PG_T[r].sum()):  # split the row into maximal runs of action / observation tokens
+            j = k
+            while j < len(row) and actions[j] == actions[k] and ro.mask_PG_T[r, j]:
+                j += 1
+            segments.append((actions[k], row[k:j]))
+            k = j
+        assert [a for a, _ in segments] == [True, False] * (len(segments) // 2) + [True] * (len(segments) % 2)
+        for (_, action), (_, observation) in zip(segments[::2], segments[1::2]):
+            assert observation == ([] if action[-1] == im_end else [im_end]) + suffix
