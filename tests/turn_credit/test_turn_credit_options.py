@@ -51,7 +51,7 @@ def test_option_builds_states_every_knob_and_declares_its_needs(name, composed):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_option_composes_into_the_real_config(name):
-    cfg = compose_config([f"+turn_credit={name}"])  # the group is not in train.yaml's defaults yet
+    cfg = compose_config([f"turn_credit={name}"])
     assert cfg.turn_credit._target_.startswith(f"rlvr.turn_credit.{name}.")
 
 
