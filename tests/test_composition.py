@@ -19,6 +19,7 @@ MANDATORY = {
     "data.path": "unused.jsonl",
     "reward.function": "examples_rewards.contains_answer",
     "model.name_or_path": "Qwen/Qwen3-0.6B",  # Pretrained is lazy: nothing is downloaded or loaded
+    "env.environment": "tests.env.verifiers_game",  # env=verifiers: no verifiers package installs offline
 }
 RUNTIME_ARGS = {"backend", "engine"}  # built by the trainer around the loaded model: tested in tests/{backend,engine}
 

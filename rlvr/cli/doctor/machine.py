@@ -12,6 +12,7 @@ from rlvr.cli.doctor.report import MISSING, OK, WARNING, Line
 from rlvr.data.reasoning_gym import PACKAGE as REASONING_GYM_PACKAGE
 from rlvr.env.openenv import OPENENV_PACKAGE
 from rlvr.env.textarena import TEXTARENA_PACKAGE
+from rlvr.env.verifiers import VERIFIERS_PACKAGE
 from rlvr.launcher.slurm import Cluster, query_cluster
 from rlvr.requirements import CudaDevice, Package, distribution_version
 from rlvr.threads import resolve as resolve_threads
@@ -34,6 +35,7 @@ def machine_lines(pool: Executor, conf: Path, slurm: Future[Cluster]) -> list[Li
     lines.append(package_line(TINKER_PACKAGE, "backend=tinker / engine=tinker need it"))
     lines += [package_line(TEXTARENA_PACKAGE, "env=textarena needs it"), package_line(OPENENV_PACKAGE, "env=openenv "
               "needs it"), package_line(REASONING_GYM_PACKAGE, "data=reasoning_gym / reward=reasoning_gym need it")]
+    lines.append(package_line(VERIFIERS_PACKAGE, "env=verifiers needs it"))
     lines.append(key_line("TINKER_API_KEY", "backend=tinker needs it"))
     lines.append(key_line("OPENAI_API_KEY", "reward=judge needs it; engine=openai when engine.api_key_env names it"))
     lines.append(wandb_line())
