@@ -25,7 +25,8 @@ The pieces verifiers needs and how each is supplied, with no network and no sand
   - the harness: every seat is pinned to rlvr's own (`HARNESS_ID`), which runs in this process: one chat request
     per segment, posted to the interception endpoint with the rollout's secret (verifiers' built-in harnesses install
     their programs with `uv` from the network: verifiers/v1/runtimes/base.py `prepare_uv_script`). Tools are not
-    offered, so a task with tool servers is refused by verifiers' own pairing check (`SUPPORTS_MCP = False`).
+    offered: a taskset whose tasks have tool servers is refused when the environment is built (verifiers' own
+    pairing check would refuse every rollout, `SUPPORTS_MCP = False`).
   - the runtime: `subprocess` (a scratch folder per rollout; nothing is run in it), not the default remote sandbox.
   - the interception server: verifiers' own, on 127.0.0.1 (an ephemeral port), held by `Env.serving()` for the
     environment's life. 0.4.0 cannot be driven without it: it is where a turn is recorded in the trace, where
@@ -164,10 +165,16 @@ def build_env(environment: str, settings: dict[str, Any]):
         seats = {name: {"harness": {"id": HARNESS_ID}, "runtime": {"type": "subprocess"}}
                  for name, value in config if isinstance(value, vf.AgentConfig)}
         config = vf.resolve_env_config({**settings, "taskset": taskset, **seats})
-        return vf.load_environment(config)
+        vf_env = vf.load_environment(config)
+        tools = [*vf_env.taskset.toolsets(vf_env.taskset.config),
+                 *type(vf_env.taskset).task_type().toolsets(vf_env.taskset.config.task)]
     except Exception as err:  # noqa: BLE001 - any loader failure is a config error
         raise ValueError(f"env.environment={environment!r}: verifiers cannot build it: "
                          f"{type(err).__name__}: {err}") from err
+    if tools:
+        raise ValueError(f"env.environment={environment!r}: its tasks use tool servers "
+                         f"({[type(t).__name__ for t in tools]}), which rlvr's harness does not offer the policy")
+    return vf_env
 
 
 def load_tasks(vf_env, environment: str, num_tasks: int | None) -> list:
