@@ -12,7 +12,10 @@ flight, each bounded by `timeout_s`; a connection error, a timeout, HTTP 429 or 
 after `backoff_s`, 2·`backoff_s`, …; anything else, or a request still failing after its retries, raises (the
 step cannot go on without rollouts).
 Rollouts are laid out as `engine=pytorch` lays them out: row p·G + g, right-padded with pad_id, the mask a
-prefix, a row `finished` iff its last token is an EOS id, logprobs 0 on padding.
+prefix, a row `finished` iff its last token is an EOS id, logprobs 0 on padding. The client runs its own event
+loop for each batch (rlvr/openai_api.py), which a running loop would refuse; multi-turn episodes
+(rlvr/episodes.py) call `sample` from inside theirs, so there the batch runs on a worker thread while the caller
+waits (`outside_running_loop`).
 
 Which distribution the logprobs are of. rlvr's contract is log p(token) under the temperature-scaled
 distribution before top-p truncation. vLLM returns one of two, set by its server flag `--logprobs-mode`
@@ -67,16 +70,18 @@ comes from conf/engine/openai.yaml: the constructor has no defaults of its own.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import shutil
 import tempfile
 import time
 import uuid
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rlvr.engine.policy_files import is_lora, save_adapter, save_base, save_full
 from rlvr.engine.rows import rollouts_from_rows
@@ -94,6 +99,7 @@ if TYPE_CHECKING:
 torch = lazy_import("torch")
 
 log = logging.getLogger("rlvr")
+T = TypeVar("T")
 
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
 PROBE_TEMPERATURE = 0.5
@@ -242,7 +248,7 @@ class OpenAIEngine:
             self._body(ids, group_size, params, sub_seed(seed, f"prompt/{p}"))
             for p, ids in enumerate(prompt_ids_P)
         ]
-        replies = self.client.post_all_json("completions", bodies)
+        replies = outside_running_loop(self.client.post_all_json, "completions", bodies)
         rows = [row for reply in replies for row in self._read_choices(reply, group_size, params.temperature > 0)]
         return rollouts_from_rows(prompt_ids_P, group_size, rows, self.pad_id, self.eos_ids, params.temperature)
 
@@ -437,6 +443,17 @@ class OpenAIEngine:
             raise PolicySyncError(f"engine=openai: {self.base_url} does not serve engine.model={self.model!r} "
                                   f"(it serves {sorted(map(str, listing.models))})")
         return listing.models[self.model].get("max_model_len")
+
+
+def outside_running_loop(fn: Callable[..., T], *args: Any) -> T:
+    """fn(*args); on a worker thread, waited for, when this thread is running an event loop (where `fn`'s own
+    `asyncio.run` would raise)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return fn(*args)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlvr-openai") as pool:
+        return pool.submit(fn, *args).result()
 
 
 def local_logprobs(
