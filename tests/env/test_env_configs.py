@@ -6,7 +6,8 @@ from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
 from composing import CONF_DIR, compose_config, options
-from rlvr.run import check, declared_needs
+from rlvr.errors import ConfigError
+from rlvr.run import check, config_problems, declared_needs
 
 ENVS = [o for o in options("env") if o != "none"]
 
@@ -29,7 +30,12 @@ def test_every_environment_composes_declares_its_needs_and_builds(option):
     needs = declared_needs(cfg, "env")
     assert all(r.at_start for r in needs.machine if type(r).__name__ == "Package")
     assert ("fork" in needs.provides) == (option not in ("openenv", "verifiers"))
-    check(cfg)  # nothing else in the config minds it
+    assert config_problems(cfg, at_start=False)[1] == []  # nothing else in the config minds it
+    if option == "openenv":  # its server is checked at start, and none answers here
+        with pytest.raises(ConfigError, match="env.url=ws://127.0.0.1:8000 is not answering"):
+            check(cfg)
+    else:
+        check(cfg)
     if option in ("textarena", "verifiers"):
         pytest.importorskip(option)
     env = instantiate(cfg.env, _convert_="all")  # openenv's default url is not contacted when it is built
