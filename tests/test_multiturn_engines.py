@@ -17,6 +17,7 @@ import fake_tinker
 import pytest
 import torch
 from hydra.utils import instantiate
+from test_episodes import TryAgainEnv
 from vllm_server import SERVED_NAME, VllmServer
 
 from composing import FAST, compose_config
@@ -38,39 +39,9 @@ from rlvr.types import Example, SamplingParams, Step, TokenSignals, TrainBatch
 
 TOL = 1e-4
 """The engine parity tolerance of tests/engine/test_vllm_engine.py and test_openai_engine.py (fp32 both sides)."""
+SHORT = TryAgainEnv(max_context_tokens=32)
 EXAMPLES = [Example("12+34=", "46"), Example("7+8=", "15")]
 LOSS = PolicyLoss(0.0, 0.0, 0.0)
-
-
-@dataclass
-class TryAgain:
-    """Answer the sum; a wrong answer is told "+=" (try again) until the environment's `max_turns`."""
-
-    prompt: str
-    reference: str
-
-    async def reset(self) -> str:
-        return self.prompt
-
-    async def step(self, action: str) -> Step:
-        await asyncio.sleep(0)
-        return Step(None, 1.0, True, {}) if action == self.reference else Step("+=", 0.0, False, {})
-
-    def fork(self):
-        raise NotImplementedError
-
-    async def close(self) -> None:
-        pass
-
-
-@dataclass
-class TryAgainEnv:
-    max_turns: int = 3
-    max_context_tokens: int = 32
-    step_timeout_s: float = 5.0
-
-    def episode(self, example, seed):
-        return TryAgain(example.prompt, example.reference)
 
 
 @dataclass
@@ -218,7 +189,7 @@ def test_openai_action_logprobs_equal_the_backends_on_packed_rows(server):
     engine.connect()
     try:
         recording = Recording(engine)
-        played = play(recording, tok, TryAgainEnv(), EXAMPLES, 3, SamplingParams(1.0, 1.0, 3), seeds=[5, 6],
+        played = play(recording, tok, SHORT, EXAMPLES, 3, SamplingParams(1.0, 1.0, 3), seeds=[5, 6],
                       sample_seed=3)
         assert int(played.turns_PG.max()) >= 2
         check_packed_rows(played, recording.contexts, tok)
@@ -269,7 +240,7 @@ def test_tinker_datums_of_episodes_give_observation_tokens_no_advantage(fake_ser
                             retries=0, backoff_s=0.0, max_concurrent=4, client=fake_tinker.FakeServiceClient)
     tok, _ = tiny_preset().load_tokenizer()
     engine = TinkerEngine(backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
-    played = play(engine, tok, TryAgainEnv(), EXAMPLES, 3, SamplingParams(1.0, 1.0, 3), seeds=[5, 6], sample_seed=4)
+    played = play(engine, tok, SHORT, EXAMPLES, 3, SamplingParams(1.0, 1.0, 3), seeds=[5, 6], sample_seed=4)
     ro = played.rollouts
     assert (~ro.actions_PG_T & ro.mask_PG_T).any(), "some episode must have had an observation"
     adv_PG_T = mixed_credit(played)

@@ -5,15 +5,13 @@ and measured against the same steps sent one at a time."""
 
 import asyncio
 import json
-import socket
 import string
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from env.openenv_process import served
 from hydra.utils import instantiate
 
 from composing import FAST, compose_config
@@ -24,7 +22,6 @@ from rlvr.model.tiny import build_char_tokenizer
 from rlvr.run import build_all, run
 from rlvr.types import Example, SamplingParams
 
-ROOT = Path(__file__).resolve().parents[1]
 ENV_KEYS = {"env/turns_mean", "env/action_tokens", "env/observation_tokens", "env/truncated_frac", "env/error_frac",
             "env/timeout_frac", "env/turn_0_reward_mean", "env/step_time_s"}
 SMALL = ["trainer.max_steps=2", "trainer.batch_size=2", "trainer.group_size=4", "data.eval_size=4"]
@@ -110,33 +107,12 @@ def test_a_reasoning_gym_task_is_played_through_env_retry(tmp_path):
 
 # ---- OpenEnv, served ---------------------------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def openenv_server(tmp_path_factory):
     """`python -m tests.env.openenv_server PORT` (tests/env/openenv_game.py's Game, at most 32 sessions): its URL."""
     pytest.importorskip("openenv")
-    from rlvr.env.openenv import ServerAnswers
-
-    port, log = free_port(), tmp_path_factory.mktemp("openenv") / "server.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "tests.env.openenv_server", str(port)], cwd=ROOT, stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    url = f"ws://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180  # importing openenv-core (gradio) takes ~20 s on a busy 2-core machine
-        while ServerAnswers(url).check().status != "ok":
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, f"no answer from {url}: {log.read_text()[-3000:]}"
-            time.sleep(0.25)
+    with served(tmp_path_factory.mktemp("openenv")) as url:
         yield url
-    finally:
-        proc.kill()
-        proc.wait(30)
 
 
 STEP_S = 0.2

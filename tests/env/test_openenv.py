@@ -4,13 +4,10 @@ reward or drops the connection costs that episode; a server that is down fails t
 
 import asyncio
 import json
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from env.openenv_process import free_port, served
 from openai_compatible_server import conf_values
 
 from composing import compose_config
@@ -25,30 +22,11 @@ GAME = "tests.env.openenv_game.Game"
 NOTHING = Example("", "")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """`python -m tests.env.openenv_server PORT`: its ws:// URL once GET /health answers."""
-    port, log = free_port(), tmp_path_factory.mktemp("openenv") / "server.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "tests.env.openenv_server", str(port)], cwd=ROOT, stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    url = f"ws://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180  # importing openenv-core (gradio) takes ~20 s on a busy 2-core machine
-        while ServerAnswers(url).check().status != "ok":
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, f"no answer from {url}: {log.read_text()[-3000:]}"
-            time.sleep(0.25)
+    with served(tmp_path_factory.mktemp("openenv")) as url:
         yield url
-    finally:
-        proc.kill()
-        proc.wait(30)
 
 
 def openenv(**overrides) -> OpenEnvEnvironment:
