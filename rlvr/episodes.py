@@ -127,15 +127,16 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
     try:
         firsts = await timed(e.reset() for e in episodes)
         plays = []
-        for r, (episode, text) in enumerate(zip(episodes, firsts, strict=True)):
-            failed = getattr(episode, "ended", None) is not None  # a guarded reset that failed
-            group_first = next((t for e, t in zip(episodes[r - r % G: r - r % G + G], firsts[r - r % G: r - r % G + G],
-                                                  strict=True) if getattr(e, "ended", None) is None), text)
-            if not failed and text != group_first:
-                raise ValueError(f"episode {r} of group {r // G} started from another observation than its group's "
-                                 "first: an environment's episodes must be a function of (example, seed)")
-            plays.append(_Play(episode, encode_prompts(tokenizer, [group_first])[0], done=failed, failed=failed,
-                               transcript=[{"role": "env", "text": group_first}]))
+        for p in range(len(examples)):
+            group = range(p * G, (p + 1) * G)
+            started = [r for r in group if getattr(episodes[r], "ended", None) is None]  # a failed guarded reset: not
+            first = firsts[started[0]] if started else ""
+            if any(firsts[r] != first for r in started):
+                raise ValueError(f"the episodes of group {p} started from different observations: an environment's "
+                                 "episodes must be a function of (example, seed)")
+            prompt = encode_prompts(tokenizer, [first])[0]
+            plays += [_Play(episodes[r], prompt, done=r not in started, failed=r not in started,
+                            transcript=[{"role": "env", "text": first}]) for r in group]
         for turn in range(env.max_turns):
             live = [p for p in plays if not p.done and not p.truncated]
             for p in live:
