@@ -37,10 +37,14 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def conf_values(option: str, **overrides) -> dict:
-    """The keys of conf/<option>.yaml (e.g. "reward/judge") but `_target_`, with `overrides` applied."""
+    """The keys of conf/<option>.yaml (e.g. "reward/judge") but `_target_`, with `overrides` applied. A
+    `# @package _global_` option (env/guess: the environment and its demo's knobs) gives its group's node."""
     from omegaconf import OmegaConf
 
     values = OmegaConf.to_container(OmegaConf.load(CONF_DIR / f"{option}.yaml"), resolve=True)
+    group = option.split("/")[0]
+    if "_target_" not in values and isinstance(values.get(group), dict):
+        values = values[group]
     values.pop("_target_", None)
     unknown = set(overrides) - set(values)
     if unknown:
