@@ -7,15 +7,14 @@ import asyncio
 import json
 import string
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from env.openenv_process import served
 from hydra.utils import instantiate
+from test_multiturn_engines import Scripted
 
 from composing import FAST, compose_config
-from rlvr.engine.rows import rollouts_from_rows
 from rlvr.env.guarded import GuardedEnvironment
 from rlvr.episodes import play
 from rlvr.model.tiny import build_char_tokenizer
@@ -117,19 +116,6 @@ def openenv_server(tmp_path_factory):
 
 STEP_S = 0.2
 OPENENV = ["env=openenv", "env.step_timeout_s=10"]
-
-
-@dataclass
-class Scripted:
-    """An engine without a model: every context is answered with the same ids (then EOS)."""
-
-    ids: list[int]
-    eos_id: int
-    pad_id: int
-
-    def sample(self, prompt_ids_P, group_size, params, seed, with_entropy=False):
-        rows = [(self.ids + [self.eos_id], [-1.0] * (len(self.ids) + 1))] * (len(prompt_ids_P) * group_size)
-        return rollouts_from_rows(prompt_ids_P, group_size, rows, self.pad_id, [self.eos_id], params.temperature)
 
 
 def test_a_server_steps_the_episodes_of_a_turn_concurrently(openenv_server):
