@@ -36,6 +36,7 @@ from rlvr.resume import resume_point
 from rlvr.seeds import Seeds
 from rlvr.threads import resolve as resolve_threads
 from rlvr.trainer import Components, Trainer
+from rlvr.transform.none import NoTransform
 from rlvr.turn_credit.episode import EpisodeCredit
 from rlvr.turn_credit.tl_grpo import TLGRPO
 
@@ -374,7 +375,7 @@ def unmet_needs(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
 
 def check_components(cfg: DictConfig, c: Components) -> None:
     """Checks that need a built (but still light) component: still before any model loads."""
-    games = c.env is not None and hasattr(c.env.env, "demonstrations")  # an environment that plays its own
+    games = c.env is not None and c.env.demonstrations is not None  # an environment that plays its own
     if cfg.trainer.warmup.steps > 0 and not games and not c.data.demonstrations():
         file = ", or name a JSON-lines file of prompt/completion pairs with data.demonstrations_path=FILE" if (
             "demonstrations_path" in cfg.data) else ""
@@ -386,8 +387,7 @@ def check_components(cfg: DictConfig, c: Components) -> None:
         raise ConfigError(f"invalid config:\n  turn_credit <{cfg.turn_credit._target_}> reads branch probes of each "
                           "turn, which the episode loop does not play yet: choose turn_credit=episode, reward_to_go "
                           "or env")
-    transform_none = cfg.transform._target_.split(".")[-2] == "none"
-    if c.env is not None and not isinstance(c.turn_credit, EpisodeCredit) and not transform_none:
+    if c.env is not None and not isinstance(c.turn_credit, EpisodeCredit) and not isinstance(c.transform, NoTransform):
         raise ConfigError(
             f"invalid config:\n  turn_credit <{cfg.turn_credit._target_}> gives each turn its own advantage, and "
             f"transform <{cfg.transform._target_}> spreads one episode advantage over tokens: the two do not combine "

@@ -315,7 +315,7 @@ class Trainer:
     def _demonstrations(self, c: Components) -> list[Demonstration]:
         """The warm-up's demonstrations: the environment's games when it plays some (`env=guess`: one per
         warm-up example drawn), else the data source's."""
-        games = getattr(c.env.env, "demonstrations", None) if c.env is not None else None
+        games = c.env.demonstrations if c.env is not None else None
         if games is None:
             return c.data.demonstrations()
         count = min(self.warmup.steps * self.warmup.batch_size, MAX_GAME_DEMONSTRATIONS)
@@ -337,10 +337,9 @@ class Trainer:
             sample_s = clock.lap()
             completions = decode_completions(live.tokenizer, rollouts)
             scores = guarded_score(c.reward, completions, [e.reference for e in examples for _ in range(G)])
-            self._warn_on_failures(step, scores.fractions("reward/"),
-                                   "the verifier, its timeouts and the answer format")
-            rewards_P_G = torch.tensor(scores.values, dtype=torch.float32).view(P, G)
             played, outcome = None, scores.fractions("reward/")
+            self._warn_on_failures(step, outcome, "completions", "the verifier, its timeouts and the answer format")
+            rewards_P_G = torch.tensor(scores.values, dtype=torch.float32).view(P, G)
             score_s = clock.lap()
         else:  # multi-turn: the environment scores; its time is the episodes' env time
             played = play(live.engine, live.tokenizer, c.env, examples, G, self.sampling,
@@ -349,7 +348,7 @@ class Trainer:
             score_s, sample_s = played.env_seconds, clock.lap() - played.env_seconds
             completions = [transcript_text(t) for t in played.transcripts]
             outcome = episode_metrics(played, c.env.failures.take())
-            self._warn_on_failures(step, {k: outcome[k] for k in ("env/error_frac", "env/timeout_frac")},
+            self._warn_on_failures(step, {k: outcome[k] for k in ("env/error_frac", "env/timeout_frac")}, "episodes",
                                    "the environment, env.step_timeout_s and the server")
         signals, pieces_PG = self._signals(live, step, rollouts, rewards_P_G)
         if played is None or isinstance(c.turn_credit, EpisodeCredit):
@@ -386,15 +385,15 @@ class Trainer:
         )
         return signals, pieces_PG
 
-    def _warn_on_failures(self, step: int, fractions: dict[str, float], check: str) -> None:
-        """A warning when a failure fraction (reward/timeout_frac, env/error_frac, …) exceeds reward_warn_frac."""
+    def _warn_on_failures(self, step: int, fractions: dict[str, float], what: str, check: str) -> None:
+        """A warning when a failure fraction (reward/timeout_frac, env/error_frac, …) exceeds reward_warn_frac:
+        those `what` (completions, episodes) scored 0.0; `check` says where to look."""
         over = {k: v for k, v in fractions.items() if v > self.reward_warn_frac}
         if over:
             log.warning(
                 "step %d: %s above trainer.reward_warn_frac=%g: those %s scored 0.0, so the rewards (and the "
                 "advantages) are wrong; check %s",
-                step, ", ".join(f"{k}={v:.2f}" for k, v in over.items()), self.reward_warn_frac,
-                *(("episodes", check) if check.startswith("the environment") else ("completions", check)),
+                step, ", ".join(f"{k}={v:.2f}" for k, v in over.items()), self.reward_warn_frac, what, check,
             )
 
     def _guard_nonfinite(self, live: Live, step: int, train: dict) -> None:

@@ -145,6 +145,9 @@ class GuardedEnvironment:
         self.step_timeout_s = env.step_timeout_s
         self.max_concurrent: int | None = getattr(env, "max_concurrent", None)
         """Episodes whose calls may be in flight at once (a server's bound); None: all of them."""
+        self.demonstrations = getattr(env, "demonstrations", None)
+        """`demonstrations(count, seed)` of an environment that plays its own games for the warm-up (env=guess:
+        transcripts [prompt, action, observation, …]), else None."""
         self.max_observation_chars = max_observation_chars or OBSERVATION_CHARS_PER_TOKEN * env.max_context_tokens
         self.failures = EnvFailures()
         self._warned: set[str] = set()
