@@ -179,25 +179,23 @@ def _pack(plays: list[_Play], examples, G: int, temperature: float, pad_id: int,
     rows, T = len(plays), max(1, max(len(p.tokens) for p in plays))
     K = max(1, max(len(p.rewards) for p in plays))
 
-    def padded(values, fill, dtype):
-        out = torch.full((rows, T), fill, dtype=dtype)
-        for r, p in enumerate(plays):
-            if getattr(p, values):
-                out[r, : len(getattr(p, values))] = torch.tensor(getattr(p, values), dtype=dtype)
+    def padded(lists: list[list], fill, dtype, width: int = T):
+        """[rows, width] with each list at the left of its row, `fill` after it."""
+        out = torch.full((rows, width), fill, dtype=dtype)
+        for r, values in enumerate(lists):
+            out[r, : len(values)] = torch.tensor(values, dtype=dtype)
         return out
 
-    mask = torch.zeros(rows, T, dtype=torch.bool)
-    for r, p in enumerate(plays):
-        mask[r, : len(p.tokens)] = True
-    turn_rewards = torch.full((rows, K), math.nan)
-    for r, p in enumerate(plays):
-        turn_rewards[r, : len(p.rewards)] = torch.tensor(p.rewards, dtype=torch.float32)
+    mask = padded([[True] * len(p.tokens) for p in plays], False, torch.bool)
+    turn_rewards = padded([p.rewards for p in plays], math.nan, torch.float32, K)
     rollouts = Rollouts(
         prompt_ids_P=[plays[p * G].prompt for p in range(len(examples))], group_size=G,
-        tokens_PG_T=padded("tokens", pad_id, torch.long), logprobs_PG_T=padded("logprobs", 0.0, torch.float32),
-        mask_PG_T=mask, finished_PG=torch.tensor([p.done and not p.truncated for p in plays]),
-        temperature=temperature, entropy_PG_T=padded("entropy", 0.0, torch.float32) if with_entropy else None,
-        actions_PG_T=padded("actions", False, torch.bool), turn_PG_T=padded("turns", -1, torch.long),
+        tokens_PG_T=padded([p.tokens for p in plays], pad_id, torch.long),
+        logprobs_PG_T=padded([p.logprobs for p in plays], 0.0, torch.float32),
+        mask_PG_T=mask, finished_PG=torch.tensor([p.done and not p.truncated for p in plays]), temperature=temperature,
+        entropy_PG_T=padded([p.entropy for p in plays], 0.0, torch.float32) if with_entropy else None,
+        actions_PG_T=padded([p.actions for p in plays], False, torch.bool),
+        turn_PG_T=padded([p.turns for p in plays], -1, torch.long),
     )
     return Played(
         rollouts=rollouts,
