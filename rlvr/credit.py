@@ -2,7 +2,9 @@
 
     adv_P_G   = algorithm.advantages(rewards_P_G)          episode level (GRPO, MaxRL, REINFORCE++)
     adv_P_G[uniform groups] = 0                            every reward of the group ties: no signal
-    adv_PG_T  = transform(adv_P_G.flatten(), signals)      token level (none, GTPO, HICRA, SEPA, …)
+    base      = adv_P_G.flatten()                          one per completion; multi-turn episodes: per turn,
+              | turn_credit(adv_P_G, rewards_P_G, turns)     [P·G, T] on the action tokens (rlvr/turn_credit/)
+    adv_PG_T  = transform(base, signals)                   token level (none, GTPO, HICRA, SEPA, …)
     adv_PG_T  = algorithm.normalize(adv_PG_T, mask)        batch pass (REINFORCE++'s token z-score)
     adv_PG_T  = algorithm.loss.cap(adv_PG_T)               |advantage| ≤ adv_clip_max when set
 
@@ -48,23 +50,15 @@ class Credit:
         return not bool((self.adv_PG_T != 0).any())
 
 
-def assign_credit(rewards_P_G: Tensor, signals: TokenSignals, algorithm: Algorithm, transform: Transform) -> Credit:
+def assign_credit(rewards_P_G: Tensor, signals: TokenSignals, algorithm: Algorithm, transform: Transform,
+                  turn_credit: TurnCredit | None = None, turns: TurnSignals | None = None) -> Credit:
     """The chain in the module docstring. `signals` must carry entropies/planning marks when the transform's
-    `needs` require them."""
+    `needs` require them. Multi-turn episodes pass their `turn_credit` (rlvr/turn_credit/) and what was measured
+    per turn: it turns the episode advantages into per-turn ones on the action tokens, [P·G, T], and the
+    transform weights those token by token instead of one episode advantage per row."""
     adv_P_G = algorithm.advantages(rewards_P_G).masked_fill(uniform_groups(rewards_P_G)[:, None], 0.0)
-    adv_PG_T, transform_metrics = transform(adv_P_G.flatten(), signals)
+    base, turn_metrics = (adv_P_G.flatten(), {}) if turn_credit is None else turn_credit(adv_P_G, rewards_P_G, turns)
+    adv_PG_T, transform_metrics = transform(base, signals)
     adv_PG_T, norm_metrics = algorithm.normalize(adv_PG_T, signals.mask_PG_T)
     adv_PG_T, cap_metrics = algorithm.loss.cap(adv_PG_T)
-    return Credit(adv_P_G, adv_PG_T, {**transform_metrics, **norm_metrics, **cap_metrics})
-
-
-def assign_turn_credit(rewards_P_G: Tensor, signals: TokenSignals, turns: TurnSignals, algorithm: Algorithm,
-                       turn_credit: TurnCredit) -> Credit:
-    """Multi-turn episodes with a turn credit other than `episode` (rlvr/turn_credit/): the turn credit gives
-    each action token its turn's advantage where `assign_credit`'s token transform would spread the episode's;
-    then the same batch pass and cap. (The two do not combine yet: rlvr.run refuses a transform beside it.)"""
-    adv_P_G = algorithm.advantages(rewards_P_G).masked_fill(uniform_groups(rewards_P_G)[:, None], 0.0)
-    adv_PG_T, turn_metrics = turn_credit(adv_P_G, rewards_P_G, turns)
-    adv_PG_T, norm_metrics = algorithm.normalize(adv_PG_T, signals.mask_PG_T)
-    adv_PG_T, cap_metrics = algorithm.loss.cap(adv_PG_T)
-    return Credit(adv_P_G, adv_PG_T, {**turn_metrics, **norm_metrics, **cap_metrics})
+    return Credit(adv_P_G, adv_PG_T, {**turn_metrics, **transform_metrics, **norm_metrics, **cap_metrics})

@@ -194,7 +194,9 @@ class Algorithm(Protocol):
 
 
 class Transform(Protocol):
-    """Token-level credit: [P·G] episode advantages → [P·G, T] token advantages."""
+    """Token-level credit: [P·G] episode advantages → [P·G, T] token advantages. Multi-turn episodes whose turns
+    have advantages of their own pass [P·G, T] already (0 off action tokens); the transform weights them token
+    by token as it would weight the episode's (rlvr/transform/signals.py)."""
 
     def __call__(self, adv_PG: Tensor, signals: TokenSignals) -> tuple[Tensor, dict[str, float]]: ...
 

@@ -36,8 +36,6 @@ from rlvr.resume import resume_point
 from rlvr.seeds import Seeds
 from rlvr.threads import resolve as resolve_threads
 from rlvr.trainer import Components, Trainer
-from rlvr.transform.none import NoTransform
-from rlvr.turn_credit.episode import EpisodeCredit
 from rlvr.turn_credit.tl_grpo import TLGRPO
 
 log = logging.getLogger("rlvr")
@@ -387,9 +385,3 @@ def check_components(cfg: DictConfig, c: Components) -> None:
         raise ConfigError(f"invalid config:\n  turn_credit <{cfg.turn_credit._target_}> reads branch probes of each "
                           "turn, which the episode loop does not play yet: choose turn_credit=episode, reward_to_go "
                           "or env")
-    if c.env is not None and not isinstance(c.turn_credit, EpisodeCredit) and not isinstance(c.transform, NoTransform):
-        raise ConfigError(
-            f"invalid config:\n  turn_credit <{cfg.turn_credit._target_}> gives each turn its own advantage, and "
-            f"transform <{cfg.transform._target_}> spreads one episode advantage over tokens: the two do not combine "
-            "yet. Use transform=none with it, or turn_credit=episode with the transform"
-        )

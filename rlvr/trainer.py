@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlvr.backpressure import BackPressure
 from rlvr.checkpoint import Checkpoints, set_rng_state
-from rlvr.credit import assign_credit, assign_turn_credit
+from rlvr.credit import assign_credit
 from rlvr.data.order import prompts_at
 from rlvr.episodes import episode_seeds, play, transcript_text, turn_signals
 from rlvr.evaluation import evaluate_episodes, evaluate_held_out
@@ -60,7 +60,6 @@ from rlvr.telemetry import (
     sample_groups,
     step_row,
 )
-from rlvr.turn_credit.episode import EpisodeCredit
 from rlvr.types import Demonstration, Rollouts, SamplingParams, TokenSignals, TrainBatch
 from rlvr.warmup import Warmup
 
@@ -351,10 +350,8 @@ class Trainer:
             self._warn_on_failures(step, {k: outcome[k] for k in ("env/error_frac", "env/timeout_frac")}, "episodes",
                                    "the environment, env.step_timeout_s and the server")
         signals, pieces_PG = self._signals(live, step, rollouts, rewards_P_G)
-        if played is None or isinstance(c.turn_credit, EpisodeCredit):
-            credit = assign_credit(rewards_P_G, signals, c.algorithm, c.transform)
-        else:
-            credit = assign_turn_credit(rewards_P_G, signals, turn_signals(played), c.algorithm, c.turn_credit)
+        credit = assign_credit(rewards_P_G, signals, c.algorithm, c.transform, *(
+            () if played is None else (c.turn_credit, turn_signals(played))))
         credit_s = clock.lap()
         train = {} if credit.skipped else live.backend.train_step(
             TrainBatch(rollouts, credit.adv_PG_T), c.algorithm.loss, self.lr)

@@ -1,5 +1,6 @@
 """rlvr.credit.assign_credit: the trainer's whole credit chain, run on a batch built by hand."""
 
+import pytest
 import torch
 
 from rlvr.algorithm.grpo import GRPO
@@ -46,3 +47,29 @@ def test_the_batch_pass_runs_after_the_transform():
     nonzero = credit.adv_PG_T[credit.adv_PG_T != 0]
     assert nonzero.numel() == 7 and abs(float(nonzero.mean())) < 1e-6
     assert credit.adv_PG_T[0, 0] > 0 > credit.adv_PG_T[1, 0]  # signs kept
+
+
+def test_a_turn_credit_then_a_transform_weights_each_turn_advantage():
+    """Multi-turn: reward_to_go gives each turn its own advantage, and GTPO weights it token by token over the
+    action tokens only (the observation token `o` is outside the mask, so outside GTPO's mean)."""
+    from rlvr.transform.gtpo import GTPO
+    from rlvr.turn_credit.reward_to_go import RewardToGo
+    from tests.turn_credit.rows import turn_signals
+
+    # Group of 2 episodes, rows "00o1" (actions 0 and 1) and "0..." (one action): turn rewards [0, 1] and [0].
+    # Returns-to-go: row 0 → [1, 1]; row 1 → [0]. Baseline per turn index: turn 0 mean(1, 0) = 0.5,
+    # turn 1 reached by row 0 alone → 0 (lone). Turn advantages: row 0 [0.5, 0], row 1 [-0.5].
+    rows = ["00o1", "0..."]
+    turns = turn_signals(rows, 2, turn_rewards_PG_K=[[0.0, 1.0], [0.0, float("nan")]])
+    # Surprisals on row 0's action tokens: 1, 3, (observation 7, masked), 2 → mean over actions (1+3+2)/3 = 2;
+    # β = 0.5: w = 1 + 0.5·(u/2 − 1) = 0.75, 1.25, ·, 1.0; A = 0.5·0.75, 0.5·1.25, 0, 0·1.0
+    # Row 1: one action token, u = 4 → mean 4, w = 1 → A = −0.5.
+    logprobs = torch.tensor([[-1.0, -3.0, -7.0, -2.0], [-4.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    sig = TokenSignals(logprobs_PG_T=logprobs, mask_PG_T=turns.actions_PG_T, group_size=2, step=0,
+                       correct_rate=0.5)
+    credit = assign_credit(torch.tensor([[1.0, 0.0]]), sig, GRPO(loss()), GTPO(beta=0.5, uncertainty="surprisal"),
+                           RewardToGo(discount=1.0, std_normalize=False), turns)
+    assert credit.adv_PG_T[0].tolist() == pytest.approx([0.375, 0.625, 0.0, 0.0], abs=1e-7)  # μ + 1e-8 in w
+    assert credit.adv_PG_T[1].tolist() == pytest.approx([-0.5, 0.0, 0.0, 0.0], abs=1e-7)
+    assert credit.adv_P_G.tolist() == [[0.5, -0.5]]  # the algorithm's episode advantages, as reported
+    assert credit.metrics["turn_credit/lone_turn_fraction"] > 0  # the turn credit's metrics come along

@@ -41,12 +41,15 @@ GUESS = FAST + ["env=guess", "trainer.max_steps=3", "trainer.eval_every=2", "dat
                 "trainer.sampling.max_tokens=2", "trainer.eval_max_tokens=2"]
 
 
-@pytest.mark.parametrize("turn_credit", ["episode", "reward_to_go"])
-def test_guess_plays_episodes_end_to_end(tmp_path, turn_credit):
-    summary = run(compose_config(GUESS + [f"turn_credit={turn_credit}", "transform=none"]), tmp_path)
+@pytest.mark.parametrize(("turn_credit", "transform"), [("episode", "none"), ("reward_to_go", "sepa")])
+def test_guess_plays_episodes_end_to_end(tmp_path, turn_credit, transform):
+    """A per-turn credit and a token transform combine (SEPA weights each turn's advantage, planning marks
+    and entropies read on action tokens only)."""
+    summary = run(compose_config(GUESS + [f"turn_credit={turn_credit}", f"transform={transform}"]), tmp_path)
     steps = [r for r in rows(tmp_path) if "loss" in r]
     evals = [r for r in rows(tmp_path) if "eval/accuracy" in r]
     assert [r["step"] for r in steps] == [0, 1, 2] and [r["step"] for r in evals] == [0, 2, 3]
+    assert all(("sepa_lambda" in r) == (transform == "sepa") for r in steps)
     for r in steps:
         assert 1.0 <= r["env/turns_mean"] <= 3.0 and r["env/action_tokens"] > 0
         assert {"env/truncated_frac", "env/error_frac", "env/timeout_frac", "env/turn_0_reward_mean",
@@ -66,8 +69,6 @@ def test_guess_warms_up_on_its_own_games(tmp_path):
     assert [r["step"] for r in warm] == [0, 1, 2] and all(r["loss"] > 0 for r in warm)
 
 
-def test_turn_credit_beside_a_token_transform_and_tl_grpo_are_refused_before_any_model_loads():
-    with pytest.raises(ConfigError, match="transform=none with it, or turn_credit=episode"):
-        build_all(compose_config(GUESS + ["turn_credit=reward_to_go", "transform=gtpo"]))
+def test_tl_grpo_is_refused_before_any_model_loads():
     with pytest.raises(ConfigError, match="branch probes"):
         build_all(compose_config(GUESS + ["turn_credit=tl_grpo", "transform=none"]))

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rlvr.protocols import Needs
-from rlvr.transform.signals import as_weights, check_step
+from rlvr.transform.signals import as_weights, check_step, per_token
 from rlvr.transform.uncertainty import MAX_UNCERTAINTY, check_uncertainty, signal_needs, token_uncertainty
 from rlvr.transform.uncertainty_stats import uncertainty_stats
 from rlvr.types import TokenSignals
@@ -50,12 +50,13 @@ def check_beta(beta: float) -> float:
 
 
 def gtpo_token_advantages(adv_PG: Tensor, u_PG_T: Tensor, mask_PG_T: Tensor, beta: float) -> Tensor:
-    """[P·G] episode advantages → [P·G, T] GTPO token advantages, in the dtype of `u_PG_T`.
+    """[P·G] episode advantages (or [P·G, T] turn ones, A_t·w_t) → [P·G, T] GTPO token advantages, in the dtype
+    of `u_PG_T`.
 
     `mask_PG_T` may be bool or already a 0/1 float tensor of u's dtype. `u_PG_T` must be finite at padding
     (rlvr.transform.uncertainty gives 0 there); padding of the result is then exactly 0."""
     mask = as_weights(mask_PG_T, u_PG_T.dtype)
-    adv_PG_1 = adv_PG.to(u_PG_T.dtype)[:, None]
+    adv_PG_1 = per_token(adv_PG, u_PG_T.dtype)
     if beta == 0.0:
         return adv_PG_1 * mask
     v = u_PG_T.clamp(max=MAX_UNCERTAINTY).mul_(mask)

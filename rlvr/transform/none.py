@@ -2,7 +2,8 @@
 
     A_{i,t} = A_i · m_{i,t}
 
-where m is the completion mask, so padding stays exactly 0.
+where m is the completion mask, so padding stays exactly 0. Given [P·G, T] token advantages (a multi-turn
+episode's turns, rlvr/turn_credit/), A_{i,t} · m_{i,t}: the turn credit's own.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class NoTransform:
 
 
     def __call__(self, adv_PG: Tensor, signals: TokenSignals) -> tuple[Tensor, dict[str, float]]:
-        return adv_PG[:, None] * signals.mask_PG_T, {}
+        return (adv_PG[:, None] if adv_PG.dim() == 1 else adv_PG) * signals.mask_PG_T, {}
 
     def state_dict(self) -> dict[str, Any]:
         return {}

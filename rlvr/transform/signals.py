@@ -1,7 +1,9 @@
 """Reading what a token-level transform receives: shape checks and masks, shared by the GTPO family.
 
 Contract (rlvr.protocols.Transform): `adv_PG` holds one episode advantage per completion, prompt-major
-(row p·G + g); `signals` holds [P·G, T] right-padded tensors whose bool `mask_PG_T` marks real
+(row p·G + g), or [P·G, T] token advantages already (a multi-turn episode whose turns got advantages of
+their own, rlvr/turn_credit/: A_{i,turn(t)} on action tokens, 0 elsewhere), which the transform weights token
+by token as it weights the episode's; `signals` holds [P·G, T] right-padded tensors whose bool `mask_PG_T` marks real
 completion tokens. Every group of the step is present, including tied groups whose advantages are 0.
 A mismatch fails here, before any arithmetic, with the numbers involved.
 
@@ -27,8 +29,9 @@ def check_step(adv_PG: Tensor, signals: TokenSignals) -> None:
     if mask.dim() != 2:
         raise ValueError(f"mask_PG_T must be [P·G, T], got shape {tuple(mask.shape)}")
     rows, _ = mask.shape
-    if tuple(adv_PG.shape) != (rows,):
-        raise ValueError(f"adv_PG has shape {tuple(adv_PG.shape)}, expected ({rows},) to match mask_PG_T")
+    if tuple(adv_PG.shape) not in ((rows,), tuple(mask.shape)):
+        raise ValueError(f"adv_PG has shape {tuple(adv_PG.shape)}, expected ({rows},) or {tuple(mask.shape)} to "
+                         "match mask_PG_T")
     if tuple(signals.logprobs_PG_T.shape) != tuple(mask.shape):
         raise ValueError(
             f"logprobs_PG_T has shape {tuple(signals.logprobs_PG_T.shape)}, mask_PG_T {tuple(mask.shape)}"
@@ -39,6 +42,12 @@ def check_step(adv_PG: Tensor, signals: TokenSignals) -> None:
         raise ValueError(
             f"entropy_PG_T has shape {tuple(signals.entropy_PG_T.shape)}, mask_PG_T {tuple(mask.shape)}"
         )
+
+
+def per_token(adv_PG: Tensor, dtype: torch.dtype) -> Tensor:
+    """[P·G, 1] episode advantages (broadcast over tokens) or the [P·G, T] token ones as given, in `dtype`."""
+    adv = adv_PG.to(dtype)
+    return adv[:, None] if adv.dim() == 1 else adv
 
 
 def planning_mask(signals: TokenSignals) -> Tensor:

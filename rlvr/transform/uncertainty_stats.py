@@ -62,8 +62,9 @@ LEGACY_ALIASES = {
 
 
 def groups_with_signal(adv_PG: Tensor, group_size: int) -> Tensor:
-    """bool [P]: the group has a non-zero episode advantage (retrain would not have skipped it)."""
-    return (adv_PG.reshape(-1, group_size) != 0).any(-1)
+    """bool [P]: the group has a non-zero advantage, episode ([P·G]) or token ([P·G, T]) (retrain would not have
+    skipped it)."""
+    return (adv_PG.reshape(adv_PG.shape[0] // group_size, -1) != 0).any(-1)
 
 
 def _class_mean_var(v_PG_T: Tensor, sel_PG_T: Tensor, counted_P: Tensor, scratch: Tensor) -> Tensor:
