@@ -30,9 +30,10 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from rlvr.branch_probes import Probed, probe
 from rlvr.lazy import lazy_import
 from rlvr.model.chat_turns import end_of_turn_id, observation_ids
 from rlvr.model.prompt_encoding import encode_prompts
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from rlvr.protocols import Engine, Environment, Episode
-    from rlvr.types import Example
+    from rlvr.types import Branching, Example
 
 torch = lazy_import("torch")
 
@@ -64,6 +65,11 @@ class _Play:
     rewards: list[float] = field(default_factory=list)
     transcript: list[dict] = field(default_factory=list)
     infos: list[dict] = field(default_factory=list)
+    actions_text: list[str] = field(default_factory=list)
+    contexts: list[list[int]] = field(default_factory=list)
+    """The ids each action was sampled from (kept for branch probes only)."""
+    snapshots: list = field(default_factory=list)
+    """A fork before each action (branch probes only, rlvr/branch_probes.py)."""
     done: bool = False
     truncated: bool = False
     failed: bool = False
@@ -97,17 +103,26 @@ class Played:
     infos: list[list[dict]]
     """Per row: each turn's `Step.info`."""
     env_seconds: float
-    """Wall seconds spent in the environments (reset and steps)."""
+    """Wall seconds spent in the environments (reset and steps), branch probes excluded."""
+    branch_rewards_PG_K_B: Tensor | None = None
+    """float32 [P·G, K, B]: the branch probes' values (rlvr/branch_probes.py), when `play` was given a
+    `branching`; NaN where nothing was probed."""
+    probe_seconds: float = 0.0
+    """Wall seconds the branch probes took (sampling alternatives and stepping forks)."""
 
 
 def play(engine: Engine, tokenizer, env: Environment, examples: list[Example], group_size: int,
-         sampling: SamplingParams, seeds: list[int], sample_seed: int, with_entropy: bool = False) -> Played:
+         sampling: SamplingParams, seeds: list[int], sample_seed: int, with_entropy: bool = False,
+         branching: Branching | None = None) -> Played:
     """Play `group_size` episodes of each example (`seeds[p]`: the state its group starts from); `sample_seed`
-    seeds the engine (turn k samples with `sub_seed(sample_seed, f"turn/{k}")`)."""
-    return asyncio.run(_play(engine, tokenizer, env, examples, group_size, sampling, seeds, sample_seed, with_entropy))
+    seeds the engine (turn k samples with `sub_seed(sample_seed, f"turn/{k}")`). With `branching` (tl_grpo)
+    each episode is forked before every action and the branch probes run once all are played."""
+    return asyncio.run(_play(engine, tokenizer, env, examples, group_size, sampling, seeds, sample_seed, with_entropy,
+                             branching))
 
 
-async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_seed, with_entropy) -> Played:
+async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_seed, with_entropy,
+                branching) -> Played:
     env_seconds = 0.0
     limit = asyncio.Semaphore(getattr(env, "max_concurrent", None) or len(examples) * G)
 
@@ -145,15 +160,20 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
             live = [p for p in live if not p.truncated]
             if not live:
                 break
-            sampled = engine.sample([p.prompt + p.tokens for p in live], 1, sampling,
-                                    seed=sub_seed(sample_seed, f"turn/{turn}"), with_entropy=with_entropy)
+            contexts = [p.prompt + p.tokens for p in live]
+            sampled = engine.sample(contexts, 1, sampling, seed=sub_seed(sample_seed, f"turn/{turn}"),
+                                    with_entropy=with_entropy)
             actions = []
             for i, p in enumerate(live):
+                if branching is not None:  # s_k, before the environment sees the action
+                    p.snapshots.append(p.episode.fork())
+                    p.contexts.append(contexts[i])
                 n = int(sampled.mask_PG_T[i].sum())
                 ids = sampled.tokens_PG_T[i, :n].tolist()
                 entropy = sampled.entropy_PG_T[i, :n].tolist() if sampled.entropy_PG_T is not None else [0.0] * n
                 p.append(ids, sampled.logprobs_PG_T[i, :n].tolist(), entropy, turn)
                 actions.append(tokenizer.decode(ids, skip_special_tokens=True))
+                p.actions_text.append(actions[-1])
                 p.transcript.append({"role": "policy", "text": actions[-1]})
             steps = await timed(p.episode.step(a) for p, a in zip(live, actions, strict=True))
             for p, step in zip(live, steps, strict=True):
@@ -169,9 +189,19 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
             p.truncated = p.truncated or not p.done
             if p.failed:  # what its earlier turns earned is not trusted either
                 p.rewards = [0.0] * len(p.rewards)
+        branches, probe_seconds = None, 0.0
+        if branching is not None:
+            t0 = time.perf_counter()
+            probed = [Probed(p.snapshots, p.contexts, p.actions_text, p.rewards, not (p.truncated or p.failed))
+                      for p in plays]
+            branches = await probe(engine, tokenizer, probed, branching, max(1, max(len(p.rewards) for p in plays)),
+                                   sampling, sample_seed, lambda calls: asyncio.gather(*(bounded(c) for c in calls)))
+            probe_seconds = time.perf_counter() - t0
     finally:
-        await asyncio.gather(*(e.close() for e in episodes), return_exceptions=True)
-    return _pack(plays, examples, G, sampling.temperature, tokenizer.pad_token_id, with_entropy, env_seconds)
+        await asyncio.gather(*(e.close() for p in plays for e in p.snapshots), *(e.close() for e in episodes),
+                             return_exceptions=True)
+    played = _pack(plays, examples, G, sampling.temperature, tokenizer.pad_token_id, with_entropy, env_seconds)
+    return replace(played, branch_rewards_PG_K_B=branches, probe_seconds=probe_seconds)
 
 
 def _pack(plays: list[_Play], examples, G: int, temperature: float, pad_id: int, with_entropy: bool,
@@ -234,7 +264,8 @@ def turn_signals(played: Played) -> TurnSignals:
     ro = played.rollouts
     return TurnSignals(actions_PG_T=ro.action_mask_PG_T, turn_PG_T=ro.turn_PG_T, turns_PG=played.turns_PG,
                        group_size=ro.group_size, turn_rewards_PG_K=played.turn_rewards_PG_K,
-                       env_adv_PG_K=env_advantages(played.infos, played.turn_rewards_PG_K.shape[1]))
+                       env_adv_PG_K=env_advantages(played.infos, played.turn_rewards_PG_K.shape[1]),
+                       branch_rewards_PG_K_B=played.branch_rewards_PG_K_B)
 
 
 def encode_observation(tokenizer, observation: str, row: list[int]) -> list[int]:

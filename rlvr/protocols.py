@@ -20,7 +20,17 @@ if TYPE_CHECKING:
     from rlvr.algorithm.loss import PolicyLoss
     from rlvr.model.lora import LoraSpec
     from rlvr.turn_credit.signals import TurnSignals
-    from rlvr.types import Demonstration, Example, Rollouts, SamplingParams, Scores, Step, TokenSignals, TrainBatch
+    from rlvr.types import (
+        Branching,
+        Demonstration,
+        Example,
+        Rollouts,
+        SamplingParams,
+        Scores,
+        Step,
+        TokenSignals,
+        TrainBatch,
+    )
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,9 @@ CAPABILITIES: dict[str, Capability] = {
     "planning_mask": Capability("which completion tokens are planning tokens", "choose planning=regex"),
     "fork": Capability("episodes that copy themselves mid-play (branch probes)",
                        "choose an environment whose episodes fork (env=guess, env=retry, env=textarena)"),
+    "legal_actions": Capability("episodes that list the actions legal in their state",
+                                "choose env=guess, or turn_credit.branch_mode=llm (alternatives sampled from "
+                                "the policy)"),
     "reasoning_gym_entries": Capability("references that name each example's reasoning-gym entry",
                                         "choose data=reasoning_gym"),
 }
@@ -140,6 +153,12 @@ class Episode(Protocol):
         that cannot copy themselves raise NotImplementedError and declare no `fork` capability."""
         ...
 
+    def legal_actions(self) -> list[str]:
+        """Every action legal in the current state, as texts (for turn_credit=tl_grpo branch_mode=action_space);
+        environments without a finite action set raise NotImplementedError and declare no `legal_actions`
+        capability."""
+        ...
+
     async def close(self) -> None:
         """Release what the episode holds (a server session); called once, whatever happened."""
         ...
@@ -162,6 +181,9 @@ class Environment(Protocol):
 class TurnCredit(Protocol):
     """How a multi-turn episode's reward becomes one advantage per action token (`turn_credit=`,
     rlvr/turn_credit/): observation and padding tokens get 0."""
+
+    branching: Branching | None
+    """What the rollout must probe for it (tl_grpo's branches, rlvr/branch_probes.py); None: nothing."""
 
     def __call__(self, adv_P_G: Tensor, rewards_P_G: Tensor, turns: TurnSignals) -> tuple[Tensor, dict[str, float]]:
         ...

@@ -36,7 +36,6 @@ from rlvr.resume import resume_point
 from rlvr.seeds import Seeds
 from rlvr.threads import resolve as resolve_threads
 from rlvr.trainer import Components, Trainer
-from rlvr.turn_credit.tl_grpo import TLGRPO
 
 log = logging.getLogger("rlvr")
 
@@ -381,7 +380,3 @@ def check_components(cfg: DictConfig, c: Components) -> None:
             f"invalid config:\n  trainer.warmup.steps={cfg.trainer.warmup.steps} but data <{cfg.data._target_}> has no "
             f"warm-up demonstrations: set trainer.warmup.steps=0 (or trainer=gpu){file}"
         )
-    if c.env is not None and isinstance(c.turn_credit, TLGRPO):
-        raise ConfigError(f"invalid config:\n  turn_credit <{cfg.turn_credit._target_}> reads branch probes of each "
-                          "turn, which the episode loop does not play yet: choose turn_credit=episode, reward_to_go "
-                          "or env")

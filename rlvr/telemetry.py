@@ -151,7 +151,7 @@ def sample_groups(examples: list[Example], completions: list[str], rewards_P_G: 
 
 def episode_metrics(played: Played, failures: EnvFailures) -> dict[str, float]:
     """A multi-turn step's `env/*` metrics (docs/metrics.md): turns, action and observation tokens, truncated
-    and failed episodes, the mean reward of each turn index, environment time."""
+    and failed episodes, the mean reward of each turn index, environment time (and branch probes' time)."""
     ro = played.rollouts
     actions, real = ro.action_mask_PG_T, ro.mask_PG_T
     per_turn = played.turn_rewards_PG_K
@@ -163,6 +163,7 @@ def episode_metrics(played: Played, failures: EnvFailures) -> dict[str, float]:
         **failures.fractions("env/"),
         **{f"env/turn_{k}_reward_mean": float(per_turn[:, k].nanmean()) for k in range(per_turn.shape[1])},
         "env/step_time_s": played.env_seconds,
+        **({"env/probe_time_s": played.probe_seconds} if played.branch_rewards_PG_K_B is not None else {}),
     }
 
 

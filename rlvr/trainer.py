@@ -340,11 +340,12 @@ class Trainer:
             self._warn_on_failures(step, outcome, "completions", "the verifier, its timeouts and the answer format")
             rewards_P_G = torch.tensor(scores.values, dtype=torch.float32).view(P, G)
             score_s = clock.lap()
-        else:  # multi-turn: the environment scores; its time is the episodes' env time
+        else:  # multi-turn: the environment scores (its time is the episodes' env time); branch probes are credit
             played = play(live.engine, live.tokenizer, c.env, examples, G, self.sampling,
-                          episode_seeds(c.seeds, position, P), sample_seed, with_entropy=c.wants_entropy)
+                          episode_seeds(c.seeds, position, P), sample_seed, with_entropy=c.wants_entropy,
+                          branching=c.turn_credit.branching)
             rollouts, rewards_P_G = played.rollouts, played.rewards_P_G
-            score_s, sample_s = played.env_seconds, clock.lap() - played.env_seconds
+            score_s, sample_s = played.env_seconds, clock.lap() - played.env_seconds - played.probe_seconds
             completions = [transcript_text(t) for t in played.transcripts]
             outcome = episode_metrics(played, c.env.failures.take())
             self._warn_on_failures(step, {k: outcome[k] for k in ("env/error_frac", "env/timeout_frac")}, "episodes",
@@ -352,7 +353,7 @@ class Trainer:
         signals, pieces_PG = self._signals(live, step, rollouts, rewards_P_G)
         credit = assign_credit(rewards_P_G, signals, c.algorithm, c.transform, *(
             () if played is None else (c.turn_credit, turn_signals(played))))
-        credit_s = clock.lap()
+        credit_s = clock.lap() + (played.probe_seconds if played is not None else 0.0)
         train = {} if credit.skipped else live.backend.train_step(
             TrainBatch(rollouts, credit.adv_PG_T), c.algorithm.loss, self.lr)
         times = StepTimes(sample_s, score_s, credit_s, clock.lap())

@@ -144,6 +144,18 @@ class TrainBatch:
 
 
 @dataclass(frozen=True)
+class Branching:
+    """What the rollout probes for branching turn credit (turn_credit=tl_grpo, rlvr/branch_probes.py)."""
+
+    mode: str
+    """`action_space` (alternatives from the episode's legal actions) or `llm` (policy samples)."""
+    size: int
+    """Values per turn, the primary's included: B − 1 alternatives."""
+    lookahead: int
+    """The primary's next actions replayed after each alternative (0: the turn's own reward)."""
+
+
+@dataclass(frozen=True)
 class Step:
     """What an environment answers to one action (rlvr/protocols.py: Episode.step)."""
 

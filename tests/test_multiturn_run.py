@@ -69,6 +69,22 @@ def test_guess_warms_up_on_its_own_games(tmp_path):
     assert [r["step"] for r in warm] == [0, 1, 2] and all(r["loss"] > 0 for r in warm)
 
 
-def test_tl_grpo_is_refused_before_any_model_loads():
-    with pytest.raises(ConfigError, match="branch probes"):
-        build_all(compose_config(GUESS + ["turn_credit=tl_grpo", "transform=none"]))
+@pytest.mark.parametrize("branch_mode", ["action_space", "llm"])
+def test_tl_grpo_probes_branches_and_keeps_its_baseline_in_the_checkpoint(tmp_path, branch_mode):
+    run(compose_config(GUESS + ["turn_credit=tl_grpo", f"turn_credit.branch_mode={branch_mode}", "transform=gtpo"]),
+        tmp_path)
+    steps = [r for r in rows(tmp_path) if "loss" in r]
+    for r in steps:
+        assert r["env/probe_time_s"] > 0 and 0.0 < r["turn_credit/tl_grpo_covered_fraction"] <= 1.0
+        assert r["turn_credit/tl_grpo_branched_turn_fraction"] > 0
+    # EMA from 0.5 with decay 0.9, once per episode: it moves every step and is what the checkpoint holds
+    emas = [r["train/tl_grpo_ema_baseline"] for r in steps]
+    assert len(set(emas)) == 3
+    state = json.loads((tmp_path / "checkpoints" / "step_3" / "trainer_state.json").read_text())
+    assert state["turn_credit"] == {"ema": emas[-1]}
+
+
+def test_tl_grpo_action_space_needs_an_environment_that_lists_its_actions():
+    with pytest.raises(ConfigError, match="branch_mode=llm"):
+        build_all(compose_config(FAST + ["env=retry", "turn_credit=tl_grpo"]))
+    build_all(compose_config(FAST + ["env=retry", "turn_credit=tl_grpo", "turn_credit.branch_mode=llm"]))

@@ -252,6 +252,19 @@ class GuardedEpisode:
         copy.done = self.done
         return copy
 
+    def legal_actions(self) -> list[str]:
+        """The environment's legal actions in this state; [] for an ended episode or when listing them raises
+        (the probe then has no alternatives: counted as an environment error)."""
+        if self.ended is not None:
+            return []
+        try:
+            return list(self.inner.legal_actions())
+        except (NotImplementedError, ConfigError):
+            raise
+        except Exception as err:  # noqa: BLE001 - contained: this probe only
+            self.guard.record("error", f"legal_actions raised {describe(err)}")
+            return []
+
     async def close(self) -> None:
         """Release the episode's environment (bounded; failures logged at debug level, not counted)."""
         if self.inner is None:

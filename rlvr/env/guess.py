@@ -23,7 +23,8 @@ inside its 32 positions. With 0..9 and three guesses, guessing uniformly at rand
 `demonstrations(count, seed)` plays games by uniform random guesses (the feedback ignored, so a warm-up on
 them teaches the format — a number, then EOS — and leaves using the feedback to RL), as transcripts
 [prompt, action, observation, action, …]: the rollout loop's packer encodes them as it encodes played episodes.
-Episodes fork (a copy of the secret and the turn count).
+Episodes fork (a copy of the secret and the turn count) and list their legal actions (every number of
+[low, high]), so turn_credit=tl_grpo probes alternatives in either branch mode.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class GuessEnvironment:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs(provides=frozenset({"fork"}))
+        return Needs(provides=frozenset({"fork", "legal_actions"}))
 
     def __post_init__(self) -> None:
         if not 0 <= self.low <= self.high:
@@ -120,6 +121,9 @@ class GuessEpisode:
 
     def fork(self) -> GuessEpisode:
         return replace(self)
+
+    def legal_actions(self) -> list[str]:
+        return [str(n) for n in range(self.game.low, self.game.high + 1)]
 
     async def close(self) -> None:
         return None

@@ -20,6 +20,7 @@ what it needs from it:
 The shape every option has (a Protocol for rlvr/protocols.py):
 
     needs(settings) -> Needs                                 classmethod; tl_grpo requires "fork"
+    branching: Branching | None                              what the rollout probes (tl_grpo's), else None
     __call__(adv_P_G, rewards_P_G, turns) -> (adv_PG_T, metrics)
     state_dict() -> dict;  load_state_dict(dict)             tl_grpo's EMA baseline; {} for the others
 

@@ -57,6 +57,9 @@ def env_advantages(infos_PG: Sequence[Sequence[Mapping[str, Any]]], K: int) -> T
 
 
 class EnvAdvantages:
+    branching = None
+    """Nothing for the rollout to probe."""
+
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         return Needs()

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 
 class EpisodeCredit:
+    branching = None
+    """Nothing for the rollout to probe."""
+
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         return Needs()

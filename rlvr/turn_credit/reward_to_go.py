@@ -58,6 +58,9 @@ def returns_to_go(rewards_PG_K: Tensor, played_PG_K: Tensor, discount: float) ->
 
 
 class RewardToGo:
+    branching = None
+    """Nothing for the rollout to probe."""
+
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         return Needs()

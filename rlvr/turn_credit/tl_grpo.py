@@ -23,17 +23,18 @@ see earlier groups' rewards, and every episode is folded (truncated ones and tie
 `train/tl_grpo_ema_baseline` (the predecessor's name) is the EMA after the step. Calling twice on one step
 folds twice: call once per step.
 
-What the rollout must give (`TurnSignals.branch_rewards_PG_K_B`, B ≤ `branch_size`). For turn k of episode r,
+What the rollout must give (`TurnSignals.branch_rewards_PG_K_B`, B ≤ `branch_size`; rlvr/branch_probes.py
+measures it, told what to probe by `self.branching`). For turn k of episode r,
 with s_k the state before the primary action a_k and c = the next `lookahead_steps` actions the primary
 episode took after a_k (fewer near its end):
 
     v_{r,k,0} = reward collected from s_k by a_k then c           (lookahead 0: the turn's own reward r_k)
     v_{r,k,b} = reward collected on a fork of s_k by an alternative action then the same c, replayed (not
                 resampled); `branch_mode` action_space: up to B − 1 distinct legal actions other than a_k,
-                drawn at random (unseeded in the predecessor; seed it from the step's seed); llm: B − 1
+                drawn at random (unseeded in the predecessor; seeded from the step's seed here); llm: B − 1
                 actions sampled from the policy at turn k's context
     NaN       where nothing was probed; a turn whose action was invalid carries only v_{r,k,0}. A probe that
-              failed was 0.0 in the predecessor (write 0.0 to keep that, NaN to leave it out)
+              failed was 0.0 in the predecessor, and is here
 
 So `branch_mode`, `branch_size` and `lookahead_steps` are the rollout's knobs (held here, read by it); the
 credit reads `turn_weight`, `ema_decay`, `ema_init` and B ≤ `branch_size`.
@@ -57,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
 from rlvr.turn_credit.signals import TurnSignals, check_turns, episode_tokens, per_turn, played_PG_K, spread
+from rlvr.types import Branching
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -92,8 +94,11 @@ def fold_ema(ema: float, decay: float, rewards_P_G: list[list[float]]) -> tuple[
 class TLGRPO:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs(requires={"fork": f"turn_credit=tl_grpo probes alternative actions (branch_mode="
-                                       f"{settings.get('branch_mode')}) on copies of each episode"})
+        mode = settings.get("branch_mode")
+        why = {"fork": f"turn_credit=tl_grpo probes alternative actions (branch_mode={mode}) on copies of each episode"}
+        if mode == "action_space":
+            why["legal_actions"] = "turn_credit=tl_grpo branch_mode=action_space draws alternatives among them"
+        return Needs(requires=why)
 
     def __init__(self, *, turn_weight: float, ema_decay: float, ema_init: float, branch_mode: str,
                  branch_size: int, lookahead_steps: int) -> None:
@@ -110,15 +115,15 @@ class TLGRPO:
         if isinstance(lookahead_steps, bool) or not isinstance(lookahead_steps, int) or lookahead_steps < 0:
             raise ValueError(f"lookahead_steps={lookahead_steps!r} must be an int >= 0")
         self.turn_weight, self.ema_decay = float(turn_weight), float(ema_decay)
-        self.branch_mode, self.branch_size, self.lookahead_steps = branch_mode, branch_size, lookahead_steps
+        self.branching = Branching(branch_mode, branch_size, lookahead_steps)
         self.ema = float(ema_init)
 
     def __call__(self, adv_P_G: Tensor, rewards_P_G: Tensor, turns: TurnSignals) -> tuple[Tensor, dict[str, float]]:
         check_turns(adv_P_G, rewards_P_G, turns)
         branch = per_turn("branch_rewards_PG_K_B", turns.branch_rewards_PG_K_B, turns, "tl_grpo", dims=3)
-        if not 1 <= branch.shape[2] <= self.branch_size:
+        if not 1 <= branch.shape[2] <= self.branching.size:
             raise ValueError(f"branch_rewards_PG_K_B has B={branch.shape[2]} values per turn, expected 1 to "
-                             f"branch_size={self.branch_size} (the primary, then the alternatives)")
+                             f"branch_size={self.branching.size} (the primary, then the alternatives)")
         if not bool(torch.isfinite(rewards_P_G).all()):
             raise ValueError(f"rewards_P_G holds a non-finite reward, which would poison the EMA baseline: "
                              f"{rewards_P_G.tolist()}")
