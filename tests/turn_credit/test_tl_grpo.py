@@ -123,5 +123,6 @@ def test_knobs_out_of_range_fail_at_construction(change):
         TLGRPO(**{**KNOBS, **change})
 
 
-def test_needs_fork():
-    assert set(TLGRPO.needs(KNOBS).requires) == {"fork"}
+def test_needs_fork_and_for_action_space_legal_actions():
+    assert set(TLGRPO.needs(KNOBS).requires) == {"fork", "legal_actions"}
+    assert set(TLGRPO.needs({**KNOBS, "branch_mode": "llm"}).requires) == {"fork"}
