@@ -19,6 +19,9 @@ server with a session limit). An episode ends when the environment says done, or
 is truncated (kept, marked) when it has taken `max_turns` actions or its next turn could not fit in
 `max_context_tokens` (context plus `max_tokens` new ones). Its reward is the sum of its turns' rewards.
 
+With `branching` (turn_credit=tl_grpo), each episode is forked before every action (the state s_k) and, once
+the batch is played, rlvr/branch_probes.py tries alternatives on those forks: `Played.branch_rewards_PG_K_B`.
+
 An observation's ids: `tokenizer.encode(text, add_special_tokens=False)` without a chat template; with one,
 the suffix the template adds for a user message after the assistant's turn (rlvr/model/chat_turns.py), led by
 the end-of-turn token when the action did not sample it (cut by max_tokens). The trainer checks once at start
@@ -139,9 +142,9 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
         return out
 
     episodes = [env.episode(example, seed) for example, seed in zip(examples, seeds, strict=True) for _ in range(G)]
+    plays: list[_Play] = []
     try:
         firsts = await timed(e.reset() for e in episodes)
-        plays = []
         for p in range(len(examples)):
             group = range(p * G, (p + 1) * G)
             started = [r for r in group if getattr(episodes[r], "ended", None) is None]  # a failed guarded reset: not

@@ -122,11 +122,12 @@ def eval_row(steps_done: int, scores: Scores, rollouts: Rollouts, seconds: float
 
 def sample_groups(examples: list[Example], completions: list[str], rewards_P_G: Tensor, credit: Credit,
                   signals: TokenSignals, pieces_PG: list[list[str]] | None,
-                  transcripts: list[list[dict]] | None = None) -> list[dict]:
+                  played: Played | None = None) -> list[dict]:
     """One `samples/` record per example given (the first groups of the step): its completions with rewards,
     episode advantages and the advantages of the action tokens (`signals.mask_PG_T`: every completion token of
     a single turn), plus each token's piece and planning mark when the transform used them; for multi-turn
-    episodes also each episode's role-tagged transcript (`[{"role": "env" | "policy", "text"}, …]`)."""
+    episodes also each episode's role-tagged transcript (`[{"role": "env" | "policy", "text"}, …]`), each policy
+    turn with its own tokens' advantages (`"advantages"`)."""
     G, out = rewards_P_G.shape[1], []
     for p, example in enumerate(examples):
         rows = range(p * G, (p + 1) * G)
@@ -139,9 +140,10 @@ def sample_groups(examples: list[Example], completions: list[str], rewards_P_G: 
             "advantages": credit.adv_P_G[p].tolist(),
             "token_advantages": [credit.adv_PG_T[r][a].tolist() for r, a in zip(rows, actions)],
         }
-        if transcripts is not None:  # an episode's prompt is its environment's first observation
-            group["prompt"] = transcripts[p * G][0]["text"]
-            group["transcripts"] = transcripts[p * G : (p + 1) * G]
+        if played is not None:  # an episode's prompt is its environment's first observation
+            group["prompt"] = played.transcripts[p * G][0]["text"]
+            group["transcripts"] = [_with_advantages(played.transcripts[r], credit.adv_PG_T[r],
+                                                     played.rollouts.turn_PG_T[r]) for r in rows]
         if pieces_PG is not None and signals.planning_PG_T is not None:
             group["tokens"] = [pieces_PG[r] for r in rows]
             group["planning"] = [signals.planning_PG_T[r][a].int().tolist() for r, a in zip(rows, actions)]
@@ -165,6 +167,16 @@ def episode_metrics(played: Played, failures: EnvFailures) -> dict[str, float]:
         "env/step_time_s": played.env_seconds,
         **({"env/probe_time_s": played.probe_seconds} if played.branch_rewards_PG_K_B is not None else {}),
     }
+
+
+def _with_advantages(transcript: list[dict], adv_T: Tensor, turn_T: Tensor) -> list[dict]:
+    """The transcript with the k-th policy turn's token advantages beside its text."""
+    out, k = [], 0
+    for entry in transcript:
+        if entry["role"] == "policy":
+            entry, k = {**entry, "advantages": adv_T[turn_T == k].tolist()}, k + 1
+        out.append(entry)
+    return out
 
 
 def console_line(row: dict, progress: str) -> str:

@@ -359,7 +359,7 @@ class Trainer:
         times = StepTimes(sample_s, score_s, credit_s, clock.lap())
         self._guard_nonfinite(live, step, train)
         live.out.write_samples(step, sample_groups(examples[: self.samples_per_step], completions, rewards_P_G, credit,
-                                                   signals, pieces_PG, played and played.transcripts))
+                                                   signals, pieces_PG, played))
         counts = StepCounts.of(rollouts, rewards_P_G)
         for key, value in (("correct", counts.correct), ("completions", counts.completions), ("tokens", counts.tokens)):
             live.totals[key] += value

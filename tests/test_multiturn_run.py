@@ -58,6 +58,8 @@ def test_guess_plays_episodes_end_to_end(tmp_path, turn_credit, transform):
     group = json.loads((tmp_path / "samples" / "step_000000.jsonl").read_text().splitlines()[0])
     assert group["prompt"] == "=" and [t[0] for t in group["transcripts"]] == [{"role": "env", "text": "="}] * 8
     assert all(t["role"] in ("env", "policy") for episode in group["transcripts"] for t in episode)
+    for episode, advantages in zip(group["transcripts"], group["token_advantages"], strict=True):  # turn by turn
+        assert sum((t["advantages"] for t in episode if t["role"] == "policy"), []) == advantages
     state = json.loads((tmp_path / "checkpoints" / "step_3" / "trainer_state.json").read_text())
     assert state["turn_credit"] == {} and summary["steps"] == 3
 
