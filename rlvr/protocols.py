@@ -50,6 +50,9 @@ CAPABILITIES: dict[str, Capability] = {
     "lora": Capability("a LoRA adapter to train", "choose a model preset with model.lora set"),
     "ratio_clipping": Capability("PPO ratio clipping in the loss",
                                  "choose backend=local, or backend=tinker with backend.loss_fn=ppo or cispo"),
+    "local_loss": Capability("the local loss, computed token by token in this process",
+                             "choose backend=local (backend=tinker computes its loss on the service, whose loss_fn's "
+                             "have no kl_cov or clip_cov)"),
     "planning_mask": Capability("which completion tokens are planning tokens", "choose planning=regex"),
     "fork": Capability("episodes that copy themselves mid-play (branch probes)",
                        "choose an environment whose episodes fork (env=guess, env=retry, env=textarena)"),

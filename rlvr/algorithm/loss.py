@@ -1,18 +1,48 @@
 """The policy loss every algorithm trains with (docs/algorithms.md#policy-loss).
 
-Per completion token t with advantage A ≠ 0:
+Per completion token t with advantage A ≠ 0 (a "valid" token):
 
     δ = log π_θ(t) − log π_old(t),   r = exp(δ)
+
+mode=standard (the default):
     clip_eps = 0:   ℓ = −r·A                                   (importance-sampled REINFORCE)
     clip_eps > 0:   ℓ = −min(r·A, clip(r, 1−ε, 1+ε_high)·A)    (PPO clip; ε_high = clip_eps_high or ε)
 
-    loss = Σ ℓ / (number of tokens with A ≠ 0 in the whole step)
+mode=kl_cov and mode=clip_cov (arXiv 2505.22617, "The Entropy Mechanism of RL for Reasoning LMs"; spec §4.3,
+§4.4) first score every valid token of the step by the covariance of its advantage and its new log-probability
+(no gradient; means over the step's valid tokens):
+
+    cov = (A − mean A)·(log π_θ − mean log π_θ)
+
+    kl_cov:   ℓ = −r·A, plus kl_cov_coef·|δ| on the k tokens of largest cov,
+              k = max(1, int(valid·min(kl_cov_percent, 100)/100))          (kl_cov_percent = 0.2 means 0.2 %)
+    clip_cov: ε_lo = clip_eps if > 0 else 1.0, ε_hi = clip_eps_high or ε_lo,
+              ℓ = max(−r·A, −clip(r, 1−ε_lo, 1+ε_hi)·A);
+              among the tokens with clip_cov_min < cov < clip_cov_max whose clipped branch is not active
+              (−clip(r)·A > −r·A), n = max(int(clip_cov_ratio·valid), 1) drawn at random (at most all of
+              them) get ℓ = 0 (no gradient; they still count in the token count below)
+
+Every mode: loss = Σ ℓ / (number of tokens with A ≠ 0 in the whole step)
 
 i.e. one token-level mean over the step (DAPO-style): long completions carry proportionally more weight,
 and micro-batching changes memory, not the objective. Tokens whose advantage is exactly 0 are left out of
 both the sum and the count. Both log-probabilities are of the temperature-scaled distribution the
 sampler drew from (see rlvr/types.py Rollouts), so an on-policy step has r = 1 and the gradient is
-REINFORCE's. There is no KL term.
+REINFORCE's. There is no KL term (kl_cov's |δ| penalty on its selected tokens aside).
+
+Covariance selection (kl_cov, clip_cov), a deliberate departure from the predecessor (spec §4.3–4.5): the
+tokens are chosen over the **whole step** (every micro-batch together), so `backend.micro_batch_size` still
+never changes the objective; the predecessor chose them inside each micro-batch (means, k and the random
+draw per micro-batch), so its loss depended on the micro-batch size. The local backend gets the step's new
+log-probabilities from a no-grad forward pass before the gradient pass (the parameters do not change between
+micro-batches of a step, so they are the values the gradient pass sees): one extra forward pass per step in
+these modes, none in `standard`. clip_cov's draw uses a generator the backend seeds from the run's seed and
+its step counter, so a resumed run draws the same tokens. Edge cases: a step with no valid token selects
+nothing; kl_cov_percent = 0 or clip_cov_ratio = 0 still selects one token (the spec's max(1, …)); clip_cov
+with no token inside (clip_cov_min, clip_cov_max) selects nothing. On-policy (r = 1 up to float noise, this
+trainer's single update per batch) kl_cov's |δ| is ≈ 0 in value, and its gradient's sign is the noise's:
+the penalty bites once the policy moves off the sampler's. Metrics: `policy/cov_fraction` = selected / valid
+(both modes, absent in standard); `clip_fraction` is 0 under kl_cov and the selected fraction under clip_cov.
 
 `adv_clip_max` > 0 caps non-zero token advantages to [−cap, cap] before the loss (not ratio clipping;
 docs/algorithms.md#advantage-cap). Metrics: adv_cap_fraction (capped / non-zero), adv_cap_magnitude
@@ -29,9 +59,13 @@ from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
 
 if TYPE_CHECKING:
-    from torch import Tensor
+    from torch import Generator, Tensor
 
 torch = lazy_import("torch")
+
+MODES = ("standard", "kl_cov", "clip_cov")
+COVARIANCE_MODES = ("kl_cov", "clip_cov")
+"""The modes that select tokens by covariance over the whole step (only the local backend computes them)."""
 
 
 @dataclass(frozen=True)
@@ -39,12 +73,24 @@ class PolicyLoss:
     clip_eps: float
     clip_eps_high: float
     adv_clip_max: float
+    mode: str = "standard"
+    kl_cov_percent: float = 0.2
+    """kl_cov: percent (not fraction) of the step's valid tokens that get the |δ| penalty."""
+    kl_cov_coef: float = 1.0
+    clip_cov_ratio: float = 0.0002
+    """clip_cov: fraction of the step's valid tokens whose loss is zeroed."""
+    clip_cov_min: float = 1.0
+    clip_cov_max: float = 5.0
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        requires = {}
         if settings["clip_eps"] > 0:
-            return Needs(requires={"ratio_clipping": f"algorithm.loss.clip_eps={settings['clip_eps']}"})
-        return Needs()
+            requires["ratio_clipping"] = f"algorithm.loss.clip_eps={settings['clip_eps']}"
+        mode = settings.get("mode", "standard")
+        if mode in COVARIANCE_MODES:
+            requires["local_loss"] = f"algorithm.loss.mode={mode}"
+        return Needs(requires=requires)
 
     def __post_init__(self) -> None:
         if self.clip_eps < 0 or self.clip_eps_high < 0 or self.adv_clip_max < 0:
@@ -54,6 +100,22 @@ class PolicyLoss:
             )
         if self.clip_eps_high > 0 and self.clip_eps == 0:
             raise ValueError(f"algorithm.loss.clip_eps_high={self.clip_eps_high} needs algorithm.loss.clip_eps > 0")
+        if self.mode not in MODES:
+            raise ValueError(f"algorithm.loss.mode={self.mode!r} must be one of {', '.join(MODES)}")
+        if not 0 <= self.kl_cov_percent <= 100:
+            raise ValueError(f"algorithm.loss.kl_cov_percent={self.kl_cov_percent} must be in [0, 100] (a percent)")
+        if self.kl_cov_coef < 0:
+            raise ValueError(f"algorithm.loss.kl_cov_coef={self.kl_cov_coef} must be >= 0")
+        if not 0 <= self.clip_cov_ratio <= 1:
+            raise ValueError(f"algorithm.loss.clip_cov_ratio={self.clip_cov_ratio} must be in [0, 1] (a fraction)")
+        if not self.clip_cov_min < self.clip_cov_max:
+            raise ValueError(f"algorithm.loss.clip_cov_min={self.clip_cov_min} must be < "
+                             f"algorithm.loss.clip_cov_max={self.clip_cov_max}")
+
+    @property
+    def selects_tokens(self) -> bool:
+        """Whether `token_losses` needs `select_tokens`' mask, chosen over the whole step."""
+        return self.mode in COVARIANCE_MODES
 
     def cap(self, adv_PG_T: Tensor) -> tuple[Tensor, dict[str, float]]:
         if self.adv_clip_max <= 0:
@@ -67,9 +129,53 @@ class PolicyLoss:
         }
         return adv_PG_T.clamp(-self.adv_clip_max, self.adv_clip_max), metrics
 
-    def token_losses(self, new_lp: Tensor, old_lp: Tensor, adv: Tensor) -> tuple[Tensor, Tensor]:
-        """Per-token loss ℓ and a bool 'this token was clipped' (all False without clipping)."""
+    def select_tokens(
+        self, new_lp_N_T: Tensor, old_lp_N_T: Tensor, adv_N_T: Tensor, mask_N_T: Tensor,
+        generator: Generator | None = None,
+    ) -> Tensor:
+        """bool [N, T]: the tokens kl_cov penalises or clip_cov zeroes, chosen among `mask_N_T`'s (the valid
+        tokens of the WHOLE step) by the covariance score of the module docstring; all False in standard.
+        `generator` (CPU) draws clip_cov's pick; the candidates are taken in row-major order, so the pick is a
+        function of the step's tensors and the generator's state only."""
+        selected = torch.zeros_like(mask_N_T, dtype=torch.bool)
+        valid = int(mask_N_T.sum())
+        if not self.selects_tokens or valid == 0:
+            return selected
+        new, adv = new_lp_N_T.detach()[mask_N_T], adv_N_T[mask_N_T]  # valid tokens, row-major
+        cov = (adv - adv.mean()) * (new - new.mean())
+        if self.mode == "kl_cov":
+            chosen = cov.topk(max(1, int(valid * min(self.kl_cov_percent, 100) / 100))).indices
+        else:
+            ratio, (lo, hi) = torch.exp(new - old_lp_N_T[mask_N_T]), self.clip_cov_bounds()
+            clipped_branch = -ratio.clamp(1 - lo, 1 + hi) * adv > -ratio * adv
+            inside = (cov > self.clip_cov_min) & (cov < self.clip_cov_max) & ~clipped_branch
+            candidates = inside.nonzero().squeeze(-1)
+            n = min(max(int(self.clip_cov_ratio * valid), 1), len(candidates))
+            chosen = candidates[torch.randperm(len(candidates), generator=generator)[:n].to(candidates.device)]
+        selected.view(-1)[mask_N_T.flatten().nonzero().squeeze(-1)[chosen]] = True
+        return selected
+
+    def clip_cov_bounds(self) -> tuple[float, float]:
+        """clip_cov's (ε_lo, ε_hi): clip_eps or 1.0, and clip_eps_high or ε_lo (spec §4.4)."""
+        lo = self.clip_eps if self.clip_eps > 0 else 1.0
+        return lo, self.clip_eps_high or lo
+
+    def token_losses(
+        self, new_lp: Tensor, old_lp: Tensor, adv: Tensor, selected: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Per-token loss ℓ and a bool per token counted in `clip_fraction` (clipped tokens in standard, none in
+        kl_cov, the selected ones in clip_cov). `selected` is this micro-batch's rows of `select_tokens`'
+        whole-step mask (required by kl_cov and clip_cov, unused by standard)."""
+        if self.selects_tokens and selected is None:
+            raise ValueError(f"algorithm.loss.mode={self.mode}: token_losses needs select_tokens' whole-step mask")
         ratio = torch.exp(new_lp - old_lp)
+        if self.mode == "kl_cov":
+            penalty = self.kl_cov_coef * (new_lp - old_lp).abs()
+            return -ratio * adv + torch.where(selected, penalty, 0.0), torch.zeros_like(adv, dtype=torch.bool)
+        if self.mode == "clip_cov":
+            lo, hi = self.clip_cov_bounds()
+            loss = torch.maximum(-ratio * adv, -ratio.clamp(1 - lo, 1 + hi) * adv)
+            return torch.where(selected, torch.zeros_like(loss), loss), selected
         if self.clip_eps == 0:
             return -ratio * adv, torch.zeros_like(adv, dtype=torch.bool)
         hi = self.clip_eps_high or self.clip_eps

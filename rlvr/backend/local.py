@@ -16,6 +16,15 @@ advantage (rlvr/algorithm/loss.py), so `micro_batch_size` changes memory, not th
 A step whose loss or gradient norm is not finite leaves the weights and the optimizer untouched and
 reports `train/nonfinite_skip: 1` (the trainer stops the run after too many in a row).
 
+`algorithm.loss.mode` kl_cov / clip_cov choose their tokens over the whole step (rlvr/algorithm/loss.py):
+a no-grad forward pass over every row (micro-batch by micro-batch, so no more memory than the gradient pass)
+gives the step's new log-probabilities first, `PolicyLoss.select_tokens` picks on all of them, and each
+micro-batch's gradient pass takes its rows of that pick. One extra forward pass per step in these modes only.
+clip_cov's random pick draws from a CPU generator seeded with sub_seed(lora_seed, "clip_cov/step/<k>"), k =
+`train_steps` (calls of `train_step` so far, saved with the checkpoint in `local_state.json`): the run's
+seed reaches the backend as seeds.lora = sub_seed(root, "lora"), and the named stream is independent of the
+LoRA initialisation (rlvr/seeds.py), so a resumed run draws what the uninterrupted one drew.
+
 Rows whose every advantage is 0 (groups whose rewards tied, MaxRL groups with no success) contribute
 nothing to the loss or its token count, so they are dropped before the forward pass, and the padded
 length is cut to the longest remaining completion: the gradient is bit-identical, the work shrinks as
@@ -24,6 +33,7 @@ more groups tie (on the tiny task, a third of the groups at the start and most o
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Mapping
@@ -35,6 +45,7 @@ from rlvr.lazy import lazy_import
 from rlvr.model.lora import LoraSpec
 from rlvr.protocols import Needs
 from rlvr.requirements import CudaDevice
+from rlvr.seeds import sub_seed
 from rlvr.types import TrainBatch
 
 if TYPE_CHECKING:
@@ -46,6 +57,13 @@ safetensors_torch = lazy_import("safetensors.torch")
 
 LOGIT_CHUNK = 2**28
 """fp32 logit elements materialised at once when computing training log-probabilities (1 GiB)."""
+STATE_FILE = "local_state.json"
+"""The backend's own counters in a checkpoint folder (`train_steps`)."""
+
+
+def selection_generator(seed: int, step: int) -> torch.Generator:
+    """The CPU generator clip_cov draws step `step`'s tokens from: sub_seed(seed, "clip_cov/step/<step>")."""
+    return torch.Generator().manual_seed(sub_seed(seed, f"clip_cov/step/{step}"))
 
 
 def resolve_device(device: str) -> torch.device:
@@ -59,7 +77,7 @@ class LocalBackend:
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         device = settings["device"]
         machine = (CudaDevice(device),) if device == "auto" or device.startswith("cuda") else ()
-        return Needs(provides=frozenset({"local_policy", "ratio_clipping"}), machine=machine)
+        return Needs(provides=frozenset({"local_policy", "ratio_clipping", "local_loss"}), machine=machine)
 
     def __init__(
         self,
@@ -87,6 +105,9 @@ class LocalBackend:
         self.pad_id = pad_id
         self.grad_clip_norm = grad_clip_norm
         self.micro_batch_size = micro_batch_size
+        self.lora_seed = lora_seed
+        self.train_steps = 0
+        """Calls of `train_step` so far (steps skipped for a non-finite loss included): clip_cov's draw index."""
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=0.0, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
 
@@ -112,13 +133,15 @@ class LocalBackend:
         mb = self.micro_batch_size or max(N, 1)
         if not self._policy.training:
             self._policy.train()
+        selected = self._selection(loss, ids, attn, Lp, tokens, old_lp, adv, action, ro.temperature, mb)
         self.optimizer.zero_grad(set_to_none=True)
         sums = {"loss": 0.0, "clipped": 0.0, "abs_kl": 0.0, "ratio_max": 0.0}
         for s in range(0, N, mb):
             rows = slice(s, s + mb)
             new_lp = self.completion_logprobs(ids[rows], attn[rows], Lp, tokens[rows], ro.temperature)
             m = action[rows]
-            tok_loss, clipped = loss.token_losses(new_lp, old_lp[rows], adv[rows])
+            tok_loss, clipped = loss.token_losses(new_lp, old_lp[rows], adv[rows],
+                                                  None if selected is None else selected[rows])
             mb_loss = (tok_loss * m).sum() / total
             mb_loss.backward()
             with torch.no_grad():
@@ -136,7 +159,10 @@ class LocalBackend:
                 group["lr"] = lr
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.train_steps += 1
+        covariance = {} if selected is None else {"policy/cov_fraction": float(selected.sum()) / total}
         return {
+            **covariance,
             "train/nonfinite_skip": 0.0 if finite else 1.0,
             "loss": sums["loss"],
             "clip_fraction": sums["clipped"] / total,
@@ -148,6 +174,19 @@ class LocalBackend:
             "local_train_rows": float(N),
             "local_train_wall_s": time.perf_counter() - t0,
         }
+
+    def _selection(self, loss: PolicyLoss, ids: Tensor, attn: Tensor, Lp: int, tokens: Tensor, old_lp: Tensor,
+                   adv: Tensor, action: Tensor, temperature: float, mb: int) -> Tensor | None:
+        """kl_cov / clip_cov: `loss.select_tokens` on the whole step's [N, T] new log-probabilities, from a no-grad
+        pass micro-batch by micro-batch (the weights the gradient pass will see); None in standard (no pass)."""
+        if not loss.selects_tokens:
+            return None
+        with torch.no_grad():
+            new_lp = [self.completion_logprobs(ids[s : s + mb], attn[s : s + mb], Lp, tokens[s : s + mb], temperature)
+                      for s in range(0, ids.shape[0], mb)]
+        new_lp_N_T = torch.cat(new_lp) if new_lp else old_lp.new_zeros(old_lp.shape)
+        draws = selection_generator(self.lora_seed, self.train_steps)
+        return loss.select_tokens(new_lp_N_T, old_lp, adv, action, draws)
 
     def _rows(self, prompts: list[list[int]], tokens_N_T: Tensor, mask_N_T: Tensor):
         """input ids [N, Lp+T] (row i = prompts[i] left-padded to Lp, then its completion), attention
@@ -180,7 +219,8 @@ class LocalBackend:
 
     def save(self, path: Path) -> None:
         """The adapter (`save_pretrained`: adapter_model.safetensors + adapter_config.json) or the full
-        weights (model.safetensors + config.json, loadable by `from_pretrained`), plus `optimizer.pt`."""
+        weights (model.safetensors + config.json, loadable by `from_pretrained`), plus `optimizer.pt` and
+        `local_state.json` (the step counter clip_cov's draws read)."""
         path.mkdir(parents=True, exist_ok=True)
         if isinstance(self._policy, peft.PeftModel):
             self._policy.save_pretrained(path)
@@ -188,9 +228,10 @@ class LocalBackend:
             safetensors_torch.save_model(self._policy, str(path / "model.safetensors"))  # tied weights are stored once
             self._policy.config.save_pretrained(path)
         torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
+        (path / STATE_FILE).write_text(json.dumps({"train_steps": self.train_steps}) + "\n")
 
     def load(self, path: Path) -> None:
-        """Restore what `save` wrote: weights and optimizer moments, exactly."""
+        """Restore what `save` wrote: weights, optimizer moments and the step counter, exactly."""
         if isinstance(self._policy, peft.PeftModel):
             state = safetensors_torch.load_file(path / "adapter_model.safetensors", device=str(self.device))
             result = peft.set_peft_model_state_dict(self._policy, state)
@@ -199,3 +240,6 @@ class LocalBackend:
         else:
             safetensors_torch.load_model(self._policy, str(path / "model.safetensors"), device=str(self.device))
         self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device))
+        # a checkpoint from before the counter existed cannot be a clip_cov run, the one reader of it: 0
+        state = json.loads((path / STATE_FILE).read_text()) if (path / STATE_FILE).exists() else {}
+        self.train_steps = int(state.get("train_steps", 0))

@@ -27,9 +27,13 @@ empty (a sampled row has at least one token), and a prompt must have at least on
 
 Losses: `backend.loss_fn` is any of the SDK's `LossFnType` but `custom`/`cross_entropy` (RL needs
 advantages). `algorithm.loss.clip_eps` > 0 needs a clipping loss (ppo, cispo): the service gets
-`clip_low_threshold = 1 − ε`, `clip_high_threshold = 1 + ε_high`. The service computes training
-log-probabilities at temperature 1, so sample at trainer.sampling.temperature=1 for an on-policy ratio of 1
-(a warning says so otherwise; the predecessor sampled at T = 0.7 against these T = 1 log-probabilities).
+`clip_low_threshold = 1 − ε`, `clip_high_threshold = 1 + ε_high`. `algorithm.loss.mode` kl_cov and clip_cov
+need the local loss (they pick tokens by covariance over the whole step, which no service loss does): the
+loss's `needs` require the `local_loss` capability, which only backend=local provides, so rlvr/run.py refuses
+them with backend=tinker before anything starts (and `loss_config` raises should one get here).
+The service computes training log-probabilities at temperature 1, so sample at trainer.sampling.temperature=1
+for an on-policy ratio of 1 (a warning says so otherwise; the predecessor sampled at T = 0.7 against these
+T = 1 log-probabilities).
 A non-finite loss is reported, not skipped: gradients accumulate on the service until `optim_step`, so
 there is nothing clean to skip to.
 
@@ -308,6 +312,9 @@ class TinkerBackend:
         }
 
     def loss_config(self, loss: PolicyLoss) -> dict[str, float] | None:
+        if loss.selects_tokens:
+            raise ConfigError(f"algorithm.loss.mode={loss.mode} needs the local loss (backend=local): the Tinker "
+                              "service computes only its own loss_fn's")
         if loss.clip_eps == 0:
             return None
         if self.loss_fn not in CLIPPING_LOSSES:
