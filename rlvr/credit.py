@@ -1,7 +1,8 @@
 """Credit assignment for one step: rewards [P, G] and the token signals → one advantage per completion token.
 
-    adv_P_G   = algorithm.advantages(rewards_P_G)          episode level (GRPO, MaxRL, REINFORCE++)
+    adv_P_G   = algorithm.advantages(rewards_P_G)          episode level (GRPO, MaxRL, REINFORCE++, discover_entropic)
     adv_P_G[uniform groups] = 0                            every reward of the group ties: no signal
+              (+ algorithm.advantage_metrics(untied groups), where the algorithm has it: discover_entropic's β)
     base      = adv_P_G.flatten()                          one per completion; multi-turn episodes: per turn,
               | turn_credit(adv_P_G, rewards_P_G, turns)     [P·G, T] on the action tokens (rlvr/turn_credit/)
     adv_PG_T  = transform(base, signals)                   token level (none, GTPO, HICRA, SEPA, …)
@@ -42,7 +43,7 @@ class Credit:
     adv_PG_T: Tensor
     """Token advantages after the transform, the batch pass and the cap; 0 at padding."""
     metrics: dict[str, float]
-    """The transform's, the batch pass's and the cap's metrics (names in docs/metrics.md)."""
+    """The episode advantages', the transform's, the batch pass's and the cap's metrics (names in docs/metrics.md)."""
 
     @property
     def skipped(self) -> bool:
@@ -56,9 +57,13 @@ def assign_credit(rewards_P_G: Tensor, signals: TokenSignals, algorithm: Algorit
     `needs` require them. Multi-turn episodes pass their `turn_credit` (rlvr/turn_credit/) and what was measured
     per turn: it turns the episode advantages into per-turn ones on the action tokens, [P·G, T], and the
     transform weights those token by token instead of one episode advantage per row."""
-    adv_P_G = algorithm.advantages(rewards_P_G).masked_fill(uniform_groups(rewards_P_G)[:, None], 0.0)
+    tied_P = uniform_groups(rewards_P_G)
+    adv_P_G = algorithm.advantages(rewards_P_G).masked_fill(tied_P[:, None], 0.0)
+    measure = getattr(algorithm, "advantage_metrics", None)  # optional (rlvr/protocols.py: Algorithm)
+    episode_metrics = {} if measure is None else measure(rewards_P_G[~tied_P])
     base, turn_metrics = (adv_P_G.flatten(), {}) if turn_credit is None else turn_credit(adv_P_G, rewards_P_G, turns)
     adv_PG_T, transform_metrics = transform(base, signals)
     adv_PG_T, norm_metrics = algorithm.normalize(adv_PG_T, signals.mask_PG_T)
     adv_PG_T, cap_metrics = algorithm.loss.cap(adv_PG_T)
-    return Credit(adv_P_G, adv_PG_T, {**turn_metrics, **transform_metrics, **norm_metrics, **cap_metrics})
+    return Credit(adv_P_G, adv_PG_T,
+                  {**episode_metrics, **turn_metrics, **transform_metrics, **norm_metrics, **cap_metrics})

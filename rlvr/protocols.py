@@ -204,7 +204,12 @@ class Reward(Protocol):
 
 
 class Algorithm(Protocol):
-    """Episode-level credit plus the policy loss it trains with."""
+    """Episode-level credit plus the policy loss it trains with.
+
+    An algorithm whose episode advantages measure something per group (discover_entropic's solved β and KL) also
+    has `advantage_metrics(rewards_P_G) -> dict[str, float]`: rlvr/credit.py calls it, where it exists, with the
+    step's groups whose rewards do not tie (possibly none), and merges what it returns, averaged over those groups,
+    into the step's metrics. It is optional, so it is not a member here."""
 
     loss: PolicyLoss
 

@@ -7,6 +7,12 @@ on, a batch-level z-score of the token advantages after the token transform:
     a ← a − mean                    for a ≠ 0, if std < 1e-8
     zeros stay exactly 0 (prompt padding, tied groups, tokens a transform zeroed)
 
+Edge cases (spec/retrain.md §2.4, tests/algorithm/test_reinforce_pp.py): no non-zero value → unchanged, metrics
+all 0.0; a single value, or values all equal, have std < 1e-8 and are only centred, so each becomes 0 (a step
+whose signal is one value, or one repeated value, then trains nothing) up to the rounding of the mean, as in the
+predecessor's float arithmetic ([0.1, 0.1, 0.1] in float64: mean 0.1 + 1.4e-17, so −1.4e-17 each); a spread
+under 1e-8 is centred, not divided; a value equal to the batch mean becomes 0 and leaves the loss like any zero.
+
 Metrics: batch_adv_count, batch_adv_mean, batch_adv_std (before normalisation).
 """
 
