@@ -12,7 +12,10 @@ from composing import CONF_DIR, compose_options, options
 NAMES = options("transform")  # every file in conf/transform/, so a new option is tested without editing a list
 # What each transform class asks of the planning detector (its `needs`), with the YAML defaults.
 NEEDS_PLANNING = {"NoTransform": False, "GTPO": False, "EntropyMask": False, "HICRA": True, "SEPA": True,
-                  "SEPAAmp": True, "SEPAAmpClamped": True}
+                  "SEPAAmp": True, "SEPAAmpClamped": True, "Delight": False, "DelightSEPA": False,
+                  "HardDelight": False}
+CONTROLLER_KNOBS = ("steps", "schedule", "delay_steps", "correct_rate_gate", "ema_decay", "var_threshold",
+                    "warmup_sequences")
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +79,22 @@ def test_shannon_entropy_override_asks_for_entropy(name, composed):
     cfg.uncertainty = "shannon_entropy"
     assert "entropy" in requires(cfg)
     instantiate(cfg)
+
+
+def test_delight_defaults_are_the_predecessors(composed):
+    # retrain §3.9: delight_eta 1.0 (fixed), eta_min 0.05, eta_max 5.0, target_neutral_frac 0.5, ordering gap and
+    # EMA off; normalisation none for delight, scale for delight_sepa; hard_delight k_frac 0.2; no λ override
+    eta = ("eta", "eta_mode", "eta_min", "eta_max", "eta_target_neutral_frac", "eta_target_ordering_gap",
+           "eta_ema_decay")
+    for name in ("delight", "delight_sepa"):
+        assert tuple(composed[name][k] for k in eta) == (1.0, "fixed", 0.05, 5.0, 0.5, 0.0, 0.0)
+    assert (composed["delight"].norm, composed["delight_sepa"].norm) == ("none", "scale")
+    assert composed["hard_delight"].k_frac == 0.2
+    assert composed["delight_sepa"].fixed_lambda is None and composed["hard_delight"].fixed_lambda is None
+
+
+@pytest.mark.parametrize("name", ["delight_sepa", "hard_delight"])
+def test_delight_lambda_schedules_are_sepas(name, composed):
+    """The λ schedule's knobs are restated (a transform option cannot extend sepa.yaml without GTPO's beta and
+    uncertainty): they must stay equal to sepa.yaml's."""
+    assert {k: composed[name][k] for k in CONTROLLER_KNOBS} == {k: composed["sepa"][k] for k in CONTROLLER_KNOBS}

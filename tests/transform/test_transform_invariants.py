@@ -4,8 +4,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 
+from rlvr.transform.delight import Delight
+from rlvr.transform.delight_sepa import DelightSEPA
 from rlvr.transform.entropy_mask import EntropyMask
 from rlvr.transform.gtpo import GTPO
+from rlvr.transform.hard_delight import HardDelight
 from rlvr.transform.hicra import HICRA
 from rlvr.transform.sepa import SEPA, SEPAAmp, SEPAAmpClamped
 from tests.transform.transform_cases import StepCase, step_cases
@@ -21,6 +24,21 @@ CONTROLLER = dict(
 )
 
 
+ETA = dict(eta=0.8, eta_mode="fixed", eta_min=0.05, eta_max=5.0, eta_target_neutral_frac=0.5,
+           eta_target_ordering_gap=0.0, eta_ema_decay=0.0)
+ADAPTIVE = {**ETA, "eta_mode": "adaptive", "eta_target_ordering_gap": 0.3, "eta_ema_decay": 0.5}
+
+
+def _delight_transforms():
+    """Delight reads surprisal only (no `uncertainty` knob); the controller ones with the auto schedule."""
+    return [
+        Delight(norm="none", **ETA),
+        Delight(norm="mad_scale", **ADAPTIVE),
+        DelightSEPA(norm="scale", fixed_lambda=None, **ADAPTIVE, **CONTROLLER),
+        HardDelight(k_frac=0.3, fixed_lambda=None, **CONTROLLER),
+    ]
+
+
 def _transforms(uncertainty: str):
     return [
         GTPO(beta=0.5, uncertainty=uncertainty),
@@ -29,6 +47,7 @@ def _transforms(uncertainty: str):
         SEPAAmp(beta=0.5, uncertainty=uncertainty, **CONTROLLER),
         SEPAAmpClamped(beta=0.5, uncertainty=uncertainty, **CONTROLLER),
         EntropyMask(beta=0.5, rho=0.3, uncertainty=uncertainty),
+        *(_delight_transforms() if uncertainty == "surprisal" else []),
     ]
 
 
@@ -55,12 +74,26 @@ def test_padding_never_leaks_and_garbage_padding_changes_nothing(case: StepCase)
 @settings(max_examples=100, deadline=None)
 @given(step_cases())
 def test_sign_of_the_episode_advantage_is_preserved(case: StepCase):
-    # every token advantage is 0 or has the sign of its completion's A (HICRA at the largest α = 1 included)
+    # every token advantage is 0 or has the sign of its completion's A (HICRA at the largest α = 1 included;
+    # Delight's gates and blends lie in [0, 1])
     adv_PG = case.adv()
     for transform in _transforms("surprisal"):
         out, _ = transform(adv_PG, case.signals(step=9))
         assert torch.all(out * adv_PG[:, None] >= 0), type(transform).__name__
         assert torch.all(out[adv_PG == 0] == 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(step_cases())
+def test_sign_of_each_token_advantage_is_preserved(case: StepCase):
+    # [P·G, T] token advantages (multi-turn turn credit, mixed signs within a completion): every output token is 0
+    # or has its own A_t's sign, A_t = 0 stays 0, padding stays 0 — with garbage in the padding of the signals
+    adv_PG_T = case.turn_adv()
+    mask = case.signals().mask_PG_T
+    for transform in _transforms("surprisal"):
+        out, _ = transform(adv_PG_T, case.signals(step=9, correct_rate=0.5, garbage_padding=True))
+        assert torch.all(out * adv_PG_T >= 0), type(transform).__name__
+        assert torch.all(out[adv_PG_T == 0] == 0) and out[~mask].abs().sum().item() == 0.0
 
 
 @settings(max_examples=50, deadline=None)

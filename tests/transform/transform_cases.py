@@ -2,7 +2,8 @@
 
 Log-probabilities are multiples of −0.001 in [−60, 0] (so surprisal clipping at 50 is exercised and no
 mean sits within rounding of GTPO's 1e-7 guard by accident); advantages are multiples of 0.01, and a
-group is all-zero (tied) with probability ≈ 1/3.
+group is all-zero (tied) with probability ≈ 1/3. `turn_adv` turns them into [P·G, T] token advantages of mixed
+signs, as a multi-turn turn credit gives them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from hypothesis import strategies as st
 
 from rlvr.types import TokenSignals
 from tests.transform.retrain_reference import mask_of, pad
+
+TURN_FACTORS = (1.0, 1.0, -0.5, 0.0, 1.5)
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,12 @@ class StepCase:
 
     def adv(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         return torch.tensor(self.adv_PG, dtype=dtype)
+
+    def turn_adv(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """[P·G, T] token advantages as a multi-turn turn credit gives them: each completion's A times a repeating
+        per-token pattern (TURN_FACTORS: some tokens flip sign, some get 0), 0 at padding."""
+        factors_T = torch.tensor([TURN_FACTORS[t % len(TURN_FACTORS)] for t in range(self.length)], dtype=dtype)
+        return self.adv(dtype)[:, None] * factors_T * mask_of(self.logprobs_PG, self.length)
 
 
 @st.composite
