@@ -16,20 +16,22 @@ ratio was not 1 on-policy (docs/predecessor.md#the-training-step). Here sampler 
 distribution.
 
 Sampling draws from a `torch.Generator` seeded per call, so a run's rollouts depend on (seed, step) and
-the weights alone.
+the weights alone. Given one seed per prompt instead (a distributed run, rlvr/distributed.py), each group
+draws from its own generator, so a group's completions do not depend on which other groups share the batch
+(nor on how many processes share the step).
 
 Weights: under LoRA with `merge_lora: true`, the engine samples from a plain copy of the model in which
 every adapted Linear holds W0 + s·B·A, refreshed by `sync` after each optimizer step (one addmm per
 adapted layer). Decoding then runs no PEFT wrapper code, which on the tiny model is half of each decode
 forward; the price is a second copy of the adapted weights (all other weights are shared, not copied).
-With `merge_lora: false`, or under full fine-tuning, the engine samples from the backend's module itself
-and `sync` has nothing to copy.
+With `merge_lora: false`, under full fine-tuning, or from a policy sharded by backend=fsdp (which cannot be
+copied), the engine samples from the backend's module itself and `sync` has nothing to copy.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlvr.lazy import lazy_import, no_grad
@@ -37,7 +39,10 @@ from rlvr.protocols import Needs
 from rlvr.types import Rollouts, SamplingParams
 
 if TYPE_CHECKING:
-    from torch import Tensor, nn
+    from torch import Generator, Tensor, nn
+
+    Generators = Generator | list[tuple[Generator, slice]]
+    """One generator for every row of a chunk, or (generator, rows) per group the chunk holds."""
 
 torch = lazy_import("torch")
 transformers = lazy_import("transformers")
@@ -47,7 +52,7 @@ class PyTorchEngine:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs(provides=frozenset({"entropy"}),
+        return Needs(provides=frozenset({"entropy", "group_seeds"}),
                      requires={"local_policy": "it samples from the trained module in this process"})
 
     def __init__(self, module: nn.Module, eos_ids: list[int], pad_id: int, max_batch_rows: int, merge_lora: bool):
@@ -70,18 +75,30 @@ class PyTorchEngine:
         prompt_ids_P: list[list[int]],
         group_size: int,
         params: SamplingParams,
-        seed: int,
+        seed: int | Sequence[int],
         with_entropy: bool = False,
     ) -> Rollouts:
         rows = [ids for ids in prompt_ids_P for _ in range(group_size)]
         device = next(self.module.parameters()).device
-        gen = torch.Generator(device=device).manual_seed(seed)
+        if isinstance(seed, int):
+            gen = torch.Generator(device=device).manual_seed(seed)
+            chunk_gen = lambda start, stop: gen  # noqa: E731 - one stream for every row
+        else:
+            if len(seed) != len(prompt_ids_P):
+                raise ValueError(f"{len(seed)} seeds for {len(prompt_ids_P)} prompts: give one per prompt")
+            gens = [torch.Generator(device=device).manual_seed(s) for s in seed]
+
+            def chunk_gen(start: int, stop: int) -> list[tuple[torch.Generator, slice]]:
+                """(generator, its rows within the chunk) for each group that rows start..stop−1 touch."""
+                return [(gens[p], slice(max(p * group_size, start) - start, min((p + 1) * group_size, stop) - start))
+                        for p in range(start // group_size, (stop - 1) // group_size + 1)]
         was_training = self.module.training
         if was_training:
             self.module.eval()
         try:
             chunks = [
-                self._decode(rows[i : i + self.max_batch_rows], params, gen, with_entropy, device)
+                self._decode(rows[i : i + self.max_batch_rows], params,
+                             chunk_gen(i, min(i + self.max_batch_rows, len(rows))), with_entropy, device)
                 for i in range(0, len(rows), self.max_batch_rows)
             ]
         finally:
@@ -104,7 +121,7 @@ class PyTorchEngine:
         )
 
     def _decode(
-        self, rows: list[list[int]], params: SamplingParams, gen: torch.Generator, with_entropy: bool, device
+        self, rows: list[list[int]], params: SamplingParams, gen: Generators, with_entropy: bool, device
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         N, L = len(rows), max(len(r) for r in rows)
         input_ids = torch.full((N, L), self.pad_id, dtype=torch.long, device=device)
@@ -151,7 +168,14 @@ class PyTorchEngine:
         )
 
 
-def draw(logits_N_V: Tensor, params: SamplingParams, gen: torch.Generator, with_entropy: bool):
+def multinomial(probs_N_V: Tensor, gen: Generators) -> Tensor:
+    """One draw per row, [N, 1]: from one generator, or from each group's own over its rows."""
+    if isinstance(gen, list):
+        return torch.cat([torch.multinomial(probs_N_V[rows], 1, generator=g) for g, rows in gen])
+    return torch.multinomial(probs_N_V, 1, generator=gen)
+
+
+def draw(logits_N_V: Tensor, params: SamplingParams, gen: Generators, with_entropy: bool):
     """One decoding step: (token [N], logprob [N], entropy [N] or the logprob tensor as a placeholder)."""
     logp_N_V = torch.log_softmax(logits_N_V / max(params.temperature, 1e-7), dim=-1)
     if params.temperature == 0:
@@ -162,10 +186,10 @@ def draw(logits_N_V: Tensor, params: SamplingParams, gen: torch.Generator, with_
             sorted_p, order = probs.sort(-1, descending=True)
             drop = (sorted_p.cumsum(-1) - sorted_p) > params.top_p
             sorted_p = sorted_p.masked_fill(drop, 0.0)
-            choice = torch.multinomial(sorted_p, 1, generator=gen)
+            choice = multinomial(sorted_p, gen)
             token = order.gather(-1, choice).squeeze(-1)
         else:
-            token = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+            token = multinomial(probs, gen).squeeze(-1)
     logp = logp_N_V.gather(-1, token[:, None]).squeeze(-1)
     entropy = -(logp_N_V.exp() * logp_N_V).nan_to_num().sum(-1) if with_entropy else logp
     return token, logp, entropy
@@ -185,12 +209,13 @@ class MergedLora:
 
     @classmethod
     def of(cls, policy: nn.Module) -> MergedLora | None:
-        """None when there is nothing to merge (no PEFT LoRA) or it cannot be merged exactly (non-Linear
-        base layers, DoRA, several active adapters)."""
+        """None when there is nothing to merge (no PEFT LoRA), it cannot be merged exactly (non-Linear
+        base layers, DoRA, several active adapters) or the policy is sharded (FSDP modules cannot be copied)."""
         from peft import PeftModel
         from peft.tuners.lora import LoraLayer
+        from torch.distributed.fsdp import FSDPModule
 
-        if not isinstance(policy, PeftModel):
+        if not isinstance(policy, PeftModel) or isinstance(policy, FSDPModule):
             return None
         base = policy.get_base_model()
         layers = {name: m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
