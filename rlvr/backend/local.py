@@ -37,6 +37,7 @@ import json
 import math
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,26 @@ LOGIT_CHUNK = 2**28
 """fp32 logit elements materialised at once when computing training log-probabilities (1 GiB)."""
 STATE_FILE = "local_state.json"
 """The backend's own counters in a checkpoint folder (`train_steps`)."""
+
+
+@dataclass(frozen=True)
+class StepRows:
+    """A step's training rows (those with any non-zero advantage), [N, …], on the training device."""
+
+    ids: Tensor
+    """[N, Lp+T] prompt (left-padded to Lp) + completion ids."""
+    attn: Tensor
+    Lp: int
+    tokens: Tensor
+    """[N, T] completion ids (on the CPU)."""
+    old_lp: Tensor
+    adv: Tensor
+    action: Tensor
+    """[N, T] bool: action tokens with a non-zero advantage (what the loss sums over)."""
+    temperature: float
+    total: int
+    """The divisor of the token-level mean: the whole step's count of such tokens (at least 1)."""
+    tokens_with_signal: int
 
 
 def selection_generator(seed: int, step: int) -> torch.Generator:
@@ -101,6 +122,7 @@ class LocalBackend:
         if lora is not None:
             torch.manual_seed(lora_seed)  # LoRA A matrices are drawn at wrap time
             model = peft.get_peft_model(model, lora.to_peft())
+        model = self._shard(model)
         self._policy = model
         self.pad_id = pad_id
         self.grad_clip_norm = grad_clip_norm
@@ -110,6 +132,10 @@ class LocalBackend:
         """Calls of `train_step` so far (steps skipped for a non-finite loss included): clip_cov's draw index."""
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=0.0, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+
+    def _shard(self, model: nn.Module) -> nn.Module:
+        """The module as this process trains it: here the whole of it (backend=fsdp shards it, rlvr/backend/fsdp.py)."""
+        return model
 
     @property
     def policy(self) -> nn.Module:
@@ -121,45 +147,72 @@ class LocalBackend:
 
     def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]:
         t0 = time.perf_counter()
+        rows = self._step_rows(batch)
+        N = rows.ids.shape[0]
+        mb = self.micro_batch_size or max(N, 1)
+        if not self._policy.training:
+            self._policy.train()
+        selected = self._selection(loss, rows, mb)
+        self.optimizer.zero_grad(set_to_none=True)
+        sums = self._accumulate(loss, rows, [slice(s, s + mb) for s in range(0, N, mb)], selected, scale=1.0)
+        grad_norm, finite = self._update(lr, sums["loss"])
+        return self._report(sums, rows, selected, grad_norm, finite, lr, N, t0)
+
+    def _step_rows(self, batch: TrainBatch) -> StepRows:
+        """The step's rows that carry signal, laid out for the forward pass (every rank computes all of them)."""
         ro = batch.rollouts
         action_PG_T = (batch.adv_PG_T != 0) & ro.action_mask_PG_T
-        total = max(int(action_PG_T.sum()), 1)
         keep = action_PG_T.any(-1).nonzero().squeeze(-1)  # rows with any signal, in order
         T = int(ro.mask_PG_T[keep].sum(-1).max()) if len(keep) else 0
         tokens, mask = ro.tokens_PG_T[keep, :T], ro.mask_PG_T[keep, :T]
         old_lp, adv, action = (x[keep, :T].to(self.device) for x in (ro.logprobs_PG_T, batch.adv_PG_T, action_PG_T))
         ids, attn, Lp = self._rows([ro.prompt_ids_P[i // ro.group_size] for i in keep.tolist()], tokens, mask)
-        N = ids.shape[0]
-        mb = self.micro_batch_size or max(N, 1)
-        if not self._policy.training:
-            self._policy.train()
-        selected = self._selection(loss, ids, attn, Lp, tokens, old_lp, adv, action, ro.temperature, mb)
-        self.optimizer.zero_grad(set_to_none=True)
+        return StepRows(ids, attn, Lp, tokens, old_lp, adv, action, ro.temperature, max(int(action_PG_T.sum()), 1),
+                        int(action_PG_T.sum()))
+
+    def _accumulate(self, loss: PolicyLoss, rows: StepRows, batches: list[slice], selected: Tensor | None,
+                    scale: float) -> dict[str, float]:
+        """Forward and backward over `batches` (slices of `rows`), each adding Σ ℓ over its tokens / the whole
+        step's token count (× `scale`) to the gradients; returns the summed (unscaled) loss and statistics."""
         sums = {"loss": 0.0, "clipped": 0.0, "abs_kl": 0.0, "ratio_max": 0.0}
-        for s in range(0, N, mb):
-            rows = slice(s, s + mb)
-            new_lp = self.completion_logprobs(ids[rows], attn[rows], Lp, tokens[rows], ro.temperature)
-            m = action[rows]
-            tok_loss, clipped = loss.token_losses(new_lp, old_lp[rows], adv[rows],
-                                                  None if selected is None else selected[rows])
-            mb_loss = (tok_loss * m).sum() / total
-            mb_loss.backward()
+        for b in batches:
+            new_lp = self.completion_logprobs(rows.ids[b], rows.attn[b], rows.Lp, rows.tokens[b], rows.temperature)
+            m = rows.action[b]
+            tok_loss, clipped = loss.token_losses(new_lp, rows.old_lp[b], rows.adv[b],
+                                                  None if selected is None else selected[b])
+            mb_loss = (tok_loss * m).sum() / rows.total
+            (mb_loss * scale if scale != 1.0 else mb_loss).backward()
             with torch.no_grad():
-                delta = (new_lp - old_lp[rows])[m]
+                delta = (new_lp - rows.old_lp[b])[m]
                 sums["loss"] += float(mb_loss)
                 sums["clipped"] += float(clipped[m].sum())
                 sums["abs_kl"] += float(delta.abs().sum())
                 if delta.numel():
                     sums["ratio_max"] = max(sums["ratio_max"], float(delta.max().exp()))
+        return sums
+
+    def _update(self, lr: float, loss_sum: float) -> tuple[float, bool]:
+        """Clip (when set), step the optimizer unless the loss or the gradient norm is not finite, zero the
+        gradients; returns the pre-clip gradient norm and whether the step was taken."""
         max_norm = self.grad_clip_norm if self.grad_clip_norm > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
-        finite = math.isfinite(sums["loss"]) and math.isfinite(grad_norm)
+        grad_norm = self._grad_norm(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        finite = math.isfinite(loss_sum) and math.isfinite(grad_norm)
         if finite:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.train_steps += 1
+        return grad_norm, finite
+
+    @staticmethod
+    def _grad_norm(norm: Tensor) -> float:
+        return float(norm)
+
+    @staticmethod
+    def _report(sums: dict[str, float], rows: StepRows, selected: Tensor | None, grad_norm: float, finite: bool,
+                lr: float, trained_rows: int, t0: float) -> dict[str, float]:
+        total = rows.total
         covariance = {} if selected is None else {"policy/cov_fraction": float(selected.sum()) / total}
         return {
             **covariance,
@@ -170,23 +223,22 @@ class LocalBackend:
             "policy/ratio_max": sums["ratio_max"],
             "grad_norm": grad_norm,
             "lr": lr,
-            "rl/optimizer_nonzero_advantage_action_tokens": float(int(action_PG_T.sum())),
-            "local_train_rows": float(N),
+            "rl/optimizer_nonzero_advantage_action_tokens": float(rows.tokens_with_signal),
+            "local_train_rows": float(trained_rows),
             "local_train_wall_s": time.perf_counter() - t0,
         }
 
-    def _selection(self, loss: PolicyLoss, ids: Tensor, attn: Tensor, Lp: int, tokens: Tensor, old_lp: Tensor,
-                   adv: Tensor, action: Tensor, temperature: float, mb: int) -> Tensor | None:
+    def _selection(self, loss: PolicyLoss, r: StepRows, mb: int) -> Tensor | None:
         """kl_cov / clip_cov: `loss.select_tokens` on the whole step's [N, T] new log-probabilities, from a no-grad
         pass micro-batch by micro-batch (the weights the gradient pass will see); None in standard (no pass)."""
         if not loss.selects_tokens:
             return None
         with torch.no_grad():
-            new_lp = [self.completion_logprobs(ids[s : s + mb], attn[s : s + mb], Lp, tokens[s : s + mb], temperature)
-                      for s in range(0, ids.shape[0], mb)]
-        new_lp_N_T = torch.cat(new_lp) if new_lp else old_lp.new_zeros(old_lp.shape)
+            new_lp = [self.completion_logprobs(r.ids[s : s + mb], r.attn[s : s + mb], r.Lp, r.tokens[s : s + mb],
+                                               r.temperature) for s in range(0, r.ids.shape[0], mb)]
+        new_lp_N_T = torch.cat(new_lp) if new_lp else r.old_lp.new_zeros(r.old_lp.shape)
         draws = selection_generator(self.lora_seed, self.train_steps)
-        return loss.select_tokens(new_lp_N_T, old_lp, adv, action, draws)
+        return loss.select_tokens(new_lp_N_T, r.old_lp, r.adv, r.action, draws)
 
     def _rows(self, prompts: list[list[int]], tokens_N_T: Tensor, mask_N_T: Tensor):
         """input ids [N, Lp+T] (row i = prompts[i] left-padded to Lp, then its completion), attention
