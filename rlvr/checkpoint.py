@@ -13,7 +13,8 @@ written last. Writing goes:
 so a kill at any point leaves `latest` naming a complete checkpoint (or none yet). Reading trusts
 `latest` when it names a folder holding `trainer_state.json`, and otherwise takes the newest such folder.
 A failed write (full disk, lost mount) removes the temporary folder and raises `CheckpointError`; the
-previous checkpoint is untouched.
+previous checkpoint is untouched. In a distributed run (backend=fsdp) every rank writes its shards into the
+temporary folder (`dcp/`) and rank 0 writes the rest and renames it, so the same holds.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rlvr import distributed
 from rlvr.lazy import lazy_import
 
 torch = lazy_import("torch")
@@ -87,27 +89,37 @@ class Checkpoints:
         """0 keeps every checkpoint."""
 
     def save(self, steps_done: int, write_weights: Callable[[Path], None], state: dict, final: bool) -> Path:
-        self.root.mkdir(parents=True, exist_ok=True)
+        """In a distributed run every rank calls this: each writes its shards (`write_weights`), rank 0 the rest,
+        the rename and `latest`, between barriers, so no rank goes on before the checkpoint is complete."""
+        main = distributed.is_main()
         name = f"step_{steps_done}"
         tmp, final_dir = self.root / f".{name}.tmp", self.root / name
         previous = self.latest()
         try:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir()
+            if main:
+                self.root.mkdir(parents=True, exist_ok=True)
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir()
+            distributed.sync()
             write_weights(tmp)
-            torch.save(rng_state(), tmp / "rng.pt")
-            _fault("checkpoint")
-            (tmp / STATE_FILE).write_text(json.dumps({**state, "final": final}, indent=2) + "\n")
-            _fsync_tree(tmp)
-            shutil.rmtree(final_dir, ignore_errors=True)
-            tmp.rename(final_dir)
-            _fsync(self.root)
-            self._point_latest_to(name)
+            distributed.sync()
+            if main:
+                torch.save(rng_state(), tmp / "rng.pt")
+                _fault("checkpoint")
+                (tmp / STATE_FILE).write_text(json.dumps({**state, "final": final}, indent=2) + "\n")
+                _fsync_tree(tmp)
+                shutil.rmtree(final_dir, ignore_errors=True)
+                tmp.rename(final_dir)
+                _fsync(self.root)
+                self._point_latest_to(name)
         except OSError as err:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if main:
+                shutil.rmtree(tmp, ignore_errors=True)
             kept = f"the previous checkpoint {previous} is intact" if previous else "no earlier checkpoint exists"
             raise CheckpointError(f"could not write checkpoint {final_dir}: {err.strerror or err}; {kept}") from err
-        self._prune(keep={name})
+        if main:
+            self._prune(keep={name})
+        distributed.sync()
         return final_dir
 
     def latest(self) -> Path | None:

@@ -40,16 +40,24 @@ def _clean(value):
 
 
 class RunDir:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, writes: bool = True) -> None:
         self.path = Path(path)
-        (self.path / "samples").mkdir(parents=True, exist_ok=True)
-        (self.path / "checkpoints").mkdir(exist_ok=True)
+        self.writes = writes
+        """False on the ranks of a distributed run other than 0: every method but reading is then a no-op (rank 0
+        writes the folder; the others only write their shards of each checkpoint)."""
+        if writes:
+            (self.path / "samples").mkdir(parents=True, exist_ok=True)
+            (self.path / "checkpoints").mkdir(exist_ok=True)
 
     def append(self, name: str, row: dict) -> None:
+        if not self.writes:
+            return
         with open(self.path / name, "a") as f:
             f.write(json.dumps({k: _clean(v) for k, v in row.items()}) + "\n")
 
     def write_samples(self, step: int, records: list[dict]) -> None:
+        if not self.writes:
+            return
         with open(self.path / "samples" / f"step_{step:06d}.jsonl", "w") as f:
             for r in records:
                 f.write(json.dumps(r) + "\n")
@@ -68,6 +76,8 @@ class RunDir:
         })
 
     def write_json(self, name: str, data: dict) -> None:
+        if not self.writes:
+            return
         tmp = self.path / f".{name}.tmp"
         tmp.write_text(json.dumps(data, indent=2) + "\n")
         os.replace(tmp, self.path / name)

@@ -53,6 +53,9 @@ CAPABILITIES: dict[str, Capability] = {
     "local_loss": Capability("the local loss, computed token by token in this process",
                              "choose backend=local (backend=tinker computes its loss on the service, whose loss_fn's "
                              "have no kl_cov or clip_cov)"),
+    "distributed": Capability("training over several processes (torchrun, SLURM tasks)", "choose backend=fsdp"),
+    "group_seeds": Capability("sampling that draws each prompt group from its own seeded generator",
+                              "choose engine=pytorch"),
     "planning_mask": Capability("which completion tokens are planning tokens", "choose planning=regex"),
     "fork": Capability("episodes that copy themselves mid-play (branch probes)",
                        "choose an environment whose episodes fork (env=guess, env=retry, env=textarena)"),

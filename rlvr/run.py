@@ -25,8 +25,10 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from rlvr import distributed
 from rlvr.campaign import record
 from rlvr.checkpoint import Checkpoints
+from rlvr.distributed import World
 from rlvr.env.guarded import GuardedEnvironment
 from rlvr.errors import ConfigError
 from rlvr.outputs import RunDir
@@ -49,15 +51,25 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
         hydra_cfg = HydraConfig.get()
         out_dir = hydra_cfg.runtime.output_dir
         campaign_root = Path(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
-    folder = Path(out_dir)
+    own = folder = Path(out_dir)
+    world = None
+    if not World.from_env().is_main:  # the other ranks of a distributed run log warnings only
+        logging.getLogger("rlvr").setLevel(logging.WARNING)
     try:
         components, trainer = build_all(cfg, campaign_root)
-        folder, resume_from = resume_point(cfg.resume, folder, components.config, list(cfg.resume_allow_changes))
-        check_writable(folder)
+        world = components.world
+        if world is None:
+            folder, resume_from = place(cfg, folder, components.config)
+        else:  # rank 0 decides the folder (the ranks' Hydra clocks may name different ones), every rank joins it
+            join(world, cfg)
+            folder, resume_from = distributed.on_main(place, cfg, folder, components.config)
+            if not world.is_main:
+                quiet_rank(components, own, folder)
     except Exception:
-        remove_if_fresh(folder)  # a run that never started leaves no half-written folder behind
+        if world is None or world.is_main:
+            remove_if_fresh(folder)  # a run that never started leaves no half-written folder behind
         raise
-    out = RunDir(folder)
+    out = RunDir(folder, writes=world is None or world.is_main)
     if resume_from is not None and finished(resume_from, trainer.max_steps) and (folder / "summary.json").exists():
         log.info("run folder %s already finished %d steps: nothing to do", folder, trainer.max_steps)
         return json.loads((folder / "summary.json").read_text())
@@ -65,7 +77,7 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
 
     def status(state: str, reason: str | None = None) -> None:
         out.write_status(state, max_steps=trainer.max_steps, reason=reason)
-        if campaign_root is not None:
+        if campaign_root is not None and out.writes:
             record(campaign_root, folder, state, reason)
 
     threads = resolve_threads(cfg.get("threads"))
@@ -86,6 +98,38 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
         raise
     status("finished")
     return summary
+
+
+def place(cfg: DictConfig, folder: Path, config: dict) -> tuple[Path, Path | None]:
+    """The run's folder (this one, or a fresh sibling under resume=never) and the checkpoint to continue from."""
+    folder, resume_from = resume_point(cfg.resume, folder, config, list(cfg.resume_allow_changes))
+    check_writable(folder)
+    return folder, resume_from
+
+
+def join(world: World, cfg: DictConfig) -> None:
+    """Join the run's process group (torch's first import here: every check of the config has passed)."""
+    import torch
+
+    device = cfg.backend.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    distributed.init(world, device, float(cfg.backend.timeout_s))
+    log.info("rank %d of %d (local rank %d)", world.rank, world.size, world.local_rank)
+
+
+def quiet_rank(components: Components, own: Path, folder: Path) -> None:
+    """A rank other than 0 writes no files: Hydra's train.log handler is closed, the folder Hydra made for it (if
+    its clock named another one) removed, and its logger is none."""
+    from rlvr.logger.none import NoLogger
+
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        root.removeHandler(handler)
+        handler.close()
+    if own != folder:
+        remove_if_fresh(own)
+    components.logger = NoLogger()
 
 
 def finished(checkpoint: Path, max_steps: int) -> bool:
@@ -136,6 +180,7 @@ def build_all(cfg: DictConfig, campaign_root: Path | None = None) -> tuple[Compo
         config=config,
         config_sha256=hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
         needs=needs,
+        world=World.from_env() if "distributed" in needs["backend"].provides else None,
     )
     check_components(cfg, components)
     return components, build(cfg, "trainer")
@@ -189,7 +234,21 @@ def config_problems(cfg: DictConfig, at_start: bool = True) -> tuple[dict[str, N
         return {}, errors
     needs = {group: declared_needs(cfg, group) for group in chosen_groups(cfg)}
     errors = value_errors(cfg) + unmet_needs(cfg, needs)
-    return needs, (errors + start_errors(cfg, needs) if at_start else errors)
+    return needs, (errors + start_errors(cfg, needs) + world_errors(cfg, needs) if at_start else errors)
+
+
+def world_errors(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
+    """A run started as several processes (torchrun, a SLURM job of several tasks) needs a backend that trains
+    over them; such a backend plays no multi-turn episodes yet."""
+    world, errors = World.from_env(), []
+    sharded = "distributed" in needs["backend"].provides
+    if world.size > 1 and not sharded:
+        errors.append(f"this run is {world.size} processes (torchrun or SLURM tasks), but backend "
+                      f"<{cfg.backend._target_}> trains in one: choose backend=fsdp, or start one process")
+    if sharded and cfg.get("env") is not None:
+        errors.append(f"backend=fsdp with env <{cfg.env._target_}>: multi-turn episodes are not distributed yet "
+                      "(use backend=local)")
+    return errors
 
 
 def type_errors(cfg: DictConfig) -> list[str]:

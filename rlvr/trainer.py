@@ -24,6 +24,7 @@ from rlvr.backpressure import BackPressure
 from rlvr.checkpoint import Checkpoints, set_rng_state
 from rlvr.credit import assign_credit
 from rlvr.data.order import prompts_at
+from rlvr.distributed import World, all_gather, gather_step
 from rlvr.episodes import episode_seeds, play, transcript_text, turn_signals
 from rlvr.evaluation import evaluate_episodes, evaluate_held_out
 from rlvr.lazy import lazy_import
@@ -107,6 +108,8 @@ class Components:
     """Multi-turn: the environment episodes are played in (bounded, rlvr/env/guarded.py); None: single turn."""
     turn_credit: TurnCredit | None = None
     """Multi-turn: how an episode's reward becomes token advantages (rlvr/turn_credit/)."""
+    world: World | None = None
+    """This process's place in a distributed run (backend=fsdp, rlvr/distributed.py); None: one process."""
 
     @property
     def remote(self) -> bool:
@@ -207,7 +210,7 @@ class Trainer:
                     log.info(console_line(row, progress.text()))
                 if self.eval_every and done % self.eval_every == 0 and done < self.max_steps:
                     self.evaluate(live, done)
-                if stop is not None and stop.requested and done < self.max_steps:
+                if stop is not None and self._stopping(live, stop) and done < self.max_steps:
                     saved = self._checkpoint(live, done)
                     raise stop.stopped(f"after step {done}; checkpoint saved in {saved} (the same command continues "
                                        "the run)")
@@ -221,6 +224,15 @@ class Trainer:
         out.write_json("summary.json", summary)
         log.info(closing_line(summary, live.evals, out.path))
         return summary
+
+    @staticmethod
+    def _stopping(live: Live, stop: StopSignals) -> bool:
+        """A stop was asked for; in a distributed run, of any rank (then every rank takes the first signal)."""
+        if live.c.world is None:
+            return stop.requested is not None
+        first = next((s for s in all_gather(stop.requested) if s is not None), None)
+        stop.requested = stop.requested or first
+        return first is not None
 
     def _summary(self, live: Live, resumed_from: int | None, wall_seconds: float, rl_seconds: float) -> dict:
         """summary.json's data."""
@@ -258,7 +270,8 @@ class Trainer:
             stops = eos_ids(tokenizer, module.generation_config.eos_token_id)
             self._check_chat_turns(c, tokenizer, stops)
             warmup = self._warm_up(c, module, tokenizer, out, stop)
-            save_base(out.path / "base", module, tokenizer, c.preset, warmup["key"] if warmup else None)
+            if out.writes:
+                save_base(out.path / "base", module, tokenizer, c.preset, warmup["key"] if warmup else None)
             backend = c.make_backend(
                 model=module, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tokenizer.pad_token_id
             )
@@ -330,12 +343,16 @@ class Trainer:
         clock = Stopwatch()
         live.engine.sync(live.backend.policy)
         sample_seed = sub_seed(c.seeds.sampler, f"step/{step}")
-        if c.env is None:
-            rollouts = live.engine.sample(encode_prompts(live.tokenizer, [e.prompt for e in examples]), G,
-                                          self.sampling, seed=sample_seed, with_entropy=c.wants_entropy)
+        if c.env is None:  # distributed: this rank's share of the groups, one sampling seed each, then gathered
+            mine = range(P) if c.world is None else c.world.share(P)
+            seed = sample_seed if c.world is None else [sub_seed(sample_seed, f"group/{position + i}") for i in mine]
+            rollouts = live.engine.sample(encode_prompts(live.tokenizer, [examples[i].prompt for i in mine]), G,
+                                          self.sampling, seed=seed, with_entropy=c.wants_entropy)
             sample_s = clock.lap()
             completions = decode_completions(live.tokenizer, rollouts)
-            scores = guarded_score(c.reward, completions, [e.reference for e in examples for _ in range(G)])
+            scores = guarded_score(c.reward, completions, [examples[i].reference for i in mine for _ in range(G)])
+            if c.world is not None:
+                rollouts, completions, scores = gather_step(rollouts, completions, scores, live.tokenizer.pad_token_id)
             played, outcome = None, scores.fractions("reward/")
             self._warn_on_failures(step, outcome, "completions", "the verifier, its timeouts and the answer format")
             rewards_P_G = torch.tensor(scores.values, dtype=torch.float32).view(P, G)

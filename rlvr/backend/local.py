@@ -115,7 +115,7 @@ class LocalBackend:
         gradient_checkpointing: bool,
     ) -> None:
         self.device = resolve_device(device)
-        model = model.to(self.device)
+        model = self._place(model)
         if gradient_checkpointing:  # recompute activations in backward: less memory, ~30% more compute
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.config.use_cache = False
@@ -132,6 +132,10 @@ class LocalBackend:
         """Calls of `train_step` so far (steps skipped for a non-finite loss included): clip_cov's draw index."""
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=0.0, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+
+    def _place(self, model: nn.Module) -> nn.Module:
+        """The module on the training device."""
+        return model.to(self.device)
 
     def _shard(self, model: nn.Module) -> nn.Module:
         """The module as this process trains it: here the whole of it (backend=fsdp shards it, rlvr/backend/fsdp.py)."""

@@ -1,0 +1,237 @@
+"""`backend=fsdp`: `backend=local`'s training, the policy sharded over the run's processes with FSDP2.
+
+Started by torchrun or as a SLURM job of several tasks (rlvr/distributed.py), each process holds a shard of
+every parameter (`fully_shard` per decoder layer, then the root), LoRA or full fine-tuning alike. Mixed
+precision: the shards, which the optimizer updates, are float32; each unit is gathered in `model.dtype` for its
+forward and backward, and gradients are reduced in float32 (so bf16 full fine-tuning keeps float32 master
+weights and moments, 16 bytes a parameter over the ranks). One process is a world of one: the same code, no
+communication. The model is sharded where it was built (the CPU): `fully_shard` moves each unit's shard to
+this rank's device, so no device ever holds the whole model while training.
+
+A step, on every rank (each has the whole step's rollouts and advantages, rlvr/trainer.py):
+
+    rows with signal, in order              the same N rows as backend=local's
+    this rank's share                       contiguous, ⌈N/W⌉ or ⌊N/W⌋ rows (rlvr.distributed.World.share)
+    micro-batches                           ⌈⌈N/W⌉ / micro_batch_size⌉ on every rank (micro_batch_size 0: one),
+                                            a rank with fewer rows runs a zero-weight pass instead, because
+                                            every forward and backward is a collective
+    each micro-batch's loss                 Σ ℓ over its tokens / the whole step's token count, × W
+    gradients                               FSDP2 averages over the W ranks: Σ over all rows / the step's count,
+                                            the single-process gradient on the same rows
+    norm, clip, AdamW step                  on the sharded (DTensor) parameters; the norm is the global one
+
+so the update is the single-process one up to float summation order (tests/distributed compare them to 1e-5).
+
+Sampling (engine=pytorch) reads the policy unsharded: `policy` all-gathers every parameter and keeps it
+gathered (forward passes then need no communication, so each rank decodes its own groups for as many steps
+as they need) until `train_step` shards it again. The price is the whole model on every device while
+sampling, as verl's colocated rollout pays it; LoRA's merged-copy fast path (engine.merge_lora) does not apply.
+
+Checkpoints (`save`, `load`): `torch.distributed.checkpoint` writes each rank's shard of the trainable weights
+and of the optimizer into `<checkpoint>/dcp/`, and rank 0 writes the full adapter (or full weights) as
+backend=local does, so `rlvr eval/sample/export` read them as before. `load` reads `dcp/` on any number of
+processes (DCP reshards: 2 → 1 and 1 → 2 are tested). Not yet: kl_cov/clip_cov (their whole-step token pick
+would need the other ranks' log-probabilities; refused at start) and multi-turn episodes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlvr import distributed
+from rlvr.algorithm.loss import PolicyLoss
+from rlvr.backend.local import STATE_FILE, LocalBackend, resolve_device
+from rlvr.lazy import lazy_import
+from rlvr.model.lora import LoraSpec
+from rlvr.protocols import Needs
+from rlvr.requirements import CudaDevice
+from rlvr.types import TrainBatch
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+
+torch = lazy_import("torch")
+dist = lazy_import("torch.distributed")
+dcp = lazy_import("torch.distributed.checkpoint")
+fsdp = lazy_import("torch.distributed.fsdp")
+device_mesh = lazy_import("torch.distributed.device_mesh")
+state_dict_api = lazy_import("torch.distributed.checkpoint.state_dict")
+peft = lazy_import("peft")
+safetensors_torch = lazy_import("safetensors.torch")
+
+SHARDS = "dcp"
+"""The folder of a checkpoint that holds the sharded weights and optimizer state."""
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The transformer blocks, each its own FSDP unit: the classes a Hugging Face model names in
+    `_no_split_modules` (LlamaDecoderLayer, Qwen3DecoderLayer, …), else any module whose class ends in
+    DecoderLayer."""
+    base = model.get_base_model() if isinstance(model, peft.PeftModel) else model
+    names = set(getattr(base, "_no_split_modules", None) or ())
+    return [m for m in base.modules()
+            if type(m).__name__ in names or (not names and type(m).__name__.endswith("DecoderLayer"))]
+
+
+class FSDPBackend(LocalBackend):
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        device = settings["device"]
+        machine = (CudaDevice(device),) if device == "auto" or device.startswith("cuda") else ()
+        return Needs(provides=frozenset({"local_policy", "ratio_clipping", "distributed"}),
+                     requires={"group_seeds": "backend=fsdp: each rank samples its own share of the groups"},
+                     machine=machine)
+
+    def __init__(
+        self,
+        model: nn.Module,
+        lora: LoraSpec | None,
+        lora_seed: int,
+        pad_id: int,
+        device: str,
+        betas: tuple[float, float],
+        eps: float,
+        weight_decay: float,
+        grad_clip_norm: float,
+        micro_batch_size: int,
+        gradient_checkpointing: bool,
+        reshard_after_forward: bool,
+        timeout_s: float,
+    ) -> None:
+        self.world = distributed.World.from_env()
+        device = resolve_device(device).type
+        if device == "cuda":
+            device = f"cuda:{self.world.local_rank}"
+        distributed.init(self.world, device, timeout_s)  # rlvr.run has done it already; a test may not have
+        self.reshard_after_forward = reshard_after_forward
+        self.lora = lora
+        super().__init__(model, lora, lora_seed, pad_id, device, betas, eps, weight_decay, grad_clip_norm,
+                         micro_batch_size, gradient_checkpointing)
+        self.units = [m for m in self._policy.modules() if isinstance(m, fsdp.FSDPModule)]
+        self.gathered = False
+        """Every unit's parameters are all-gathered (for sampling) rather than sharded (for training)."""
+
+    def _place(self, model: nn.Module) -> nn.Module:
+        """Left where it was built (the CPU): `fully_shard` moves each unit's shard to the device, so no device
+        holds the whole model at once."""
+        return model
+
+    def _shard(self, model: nn.Module) -> nn.Module:
+        compute = next(model.parameters()).dtype  # model.dtype: what the forward passes compute in
+        model.float()  # the shards (the weights the optimizer updates, its moments) in float32, one dtype per unit
+        mesh = device_mesh.init_device_mesh(self.device.type, (self.world.size,))  # the training device, not a guess
+        precision = fsdp.MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
+        knobs = {"mesh": mesh, "mp_policy": precision, "reshard_after_forward": self.reshard_after_forward}
+        for layer in decoder_layers(model):
+            fsdp.fully_shard(layer, **knobs)
+        fsdp.fully_shard(model, **knobs)
+        return model
+
+    @property
+    def policy(self) -> nn.Module:
+        """The module with every parameter gathered, for the engine and evaluation (until the next train step)."""
+        if not self.gathered:
+            for unit in self.units:
+                unit.unshard()
+                unit.set_reshard_after_forward(False)
+            self.gathered = True
+        return self._policy
+
+    def _sharded(self) -> None:
+        if self.gathered:
+            for unit in self.units:
+                unit.reshard()
+                unit.set_reshard_after_forward(self.reshard_after_forward)
+            self.gathered = False
+
+    def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]:
+        import time
+
+        t0 = time.perf_counter()
+        self._sharded()
+        rows = self._step_rows(batch)
+        N, W = rows.ids.shape[0], self.world.size
+        mine = self.world.share(N)
+        widest = max(1, math.ceil(N / W))
+        mb = self.micro_batch_size or widest
+        batches = [slice(s, min(s + mb, mine.stop)) for s in range(mine.start, mine.start + widest, mb)]
+        if not self._policy.training:
+            self._policy.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        real = [b for b in batches if b.start < b.stop]
+        sums = self._accumulate(loss, rows, real, None, scale=float(W))
+        if len(real) < len(batches):  # as many passes as the widest share: the gradients' collectives pair up
+            self._accumulate(loss, rows, [slice(0, 1)] * (len(batches) - len(real)), None, scale=0.0)
+        sums = self._all_reduce(sums)
+        grad_norm, finite = self._update(lr, sums["loss"])
+        return self._report(sums, rows, None, grad_norm, finite, lr, N, t0)
+
+    @staticmethod
+    def _all_reduce(sums: dict[str, float]) -> dict[str, float]:
+        added = torch.tensor([sums["loss"], sums["clipped"], sums["abs_kl"]], dtype=torch.float64)
+        top = torch.tensor([sums["ratio_max"]], dtype=torch.float64)
+        dist.all_reduce(added, op=dist.ReduceOp.SUM)
+        dist.all_reduce(top, op=dist.ReduceOp.MAX)
+        loss, clipped, abs_kl = added.tolist()
+        return {"loss": loss, "clipped": clipped, "abs_kl": abs_kl, "ratio_max": float(top)}
+
+    @staticmethod
+    def _grad_norm(norm: Tensor) -> float:
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+    def _options(self, full: bool = False):
+        """Under LoRA the frozen base weights are in no checkpoint (the run's base/ holds them): loading is then
+        not strict about them (DCP's load still fails on a trainable weight the checkpoint lacks)."""
+        lora = self.lora is not None
+        return state_dict_api.StateDictOptions(full_state_dict=full, cpu_offload=full, ignore_frozen_params=lora,
+                                               strict=not lora)
+
+    def save(self, path: Path) -> None:
+        """Every rank: its shards under `dcp/` (collective). Rank 0: the full adapter or weights, as
+        backend=local writes them, and `local_state.json`."""
+        self._sharded()
+        model_sd, optim_sd = state_dict_api.get_state_dict(self._policy, self.optimizer, options=self._options())
+        dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(path / SHARDS))
+        full = state_dict_api.get_model_state_dict(self._policy, options=self._options(full=True))
+        if not self.world.is_main:
+            return
+        if isinstance(self._policy, peft.PeftModel):
+            adapter = peft.get_peft_model_state_dict(self._policy, state_dict=full)
+            safetensors_torch.save_file({k: v.contiguous() for k, v in adapter.items()},
+                                        str(path / "adapter_model.safetensors"))
+            self._policy.peft_config["default"].save_pretrained(str(path))
+        else:
+            safetensors_torch.save_file(untied(full), str(path / "model.safetensors"))
+            self._policy.config.save_pretrained(path)
+        (path / STATE_FILE).write_text(json.dumps({"train_steps": self.train_steps}) + "\n")
+
+    def load(self, path: Path) -> None:
+        """Restore `save`'s shards on this run's processes, however many wrote them."""
+        if not (path / SHARDS).is_dir():
+            raise ValueError(f"{path} has no {SHARDS}/ folder: it was written by backend=local, which backend=fsdp "
+                             "cannot resume (continue it with backend=local)")
+        self._sharded()
+        model_sd, optim_sd = state_dict_api.get_state_dict(self._policy, self.optimizer, options=self._options())
+        state = {"model": model_sd, "optimizer": optim_sd}
+        dcp.load(state, checkpoint_id=str(path / SHARDS))
+        state_dict_api.set_state_dict(self._policy, self.optimizer, model_state_dict=state["model"],
+                                      optim_state_dict=state["optimizer"], options=self._options())
+        self.train_steps = int(json.loads((path / STATE_FILE).read_text())["train_steps"])
+
+
+def untied(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The full weights with tied copies stored once (safetensors refuses shared storage; from_pretrained
+    re-ties them), contiguous."""
+    seen: dict[int, str] = {}
+    out = {}
+    for key, value in state.items():
+        ptr = value.untyped_storage().data_ptr()
+        if ptr in seen:
+            continue
+        seen[ptr] = key
+        out[key] = value.contiguous()
+    return out

@@ -1,0 +1,74 @@
+"""Three train steps of backend=fsdp on fixed rollouts, for tests/distributed/test_fsdp_backend.py; run by torchrun:
+
+    torchrun --nproc-per-node 2 tests/distributed/steps_worker.py OUT.pt [--full] [--micro-batch-size N] [--clip 0.2]
+
+Rank 0 saves {"params": the full trainable weights after the steps, "stats": each step's train_step dict} to OUT.pt.
+`steps(backend)` is the loop both sides run (the test runs it on backend=local in its own process)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, when run as a script
+
+from rlvr.algorithm.loss import PolicyLoss  # noqa: E402
+from rlvr.engine.pytorch import PyTorchEngine  # noqa: E402
+from rlvr.model.lora import LoraSpec  # noqa: E402
+from rlvr.model.tiny import TinyLlama  # noqa: E402
+from rlvr.types import SamplingParams, TrainBatch  # noqa: E402
+
+TINY = TinyLlama("0123456789+=", 64, 128, 2, 2, 32, "float32", None)
+LORA = LoraSpec(4, 8, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+PROMPTS = [[4, 5, 13, 6, 7, 14], [3, 14], [12, 12, 12, 13, 4]]
+KNOBS = {"device": "cpu", "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0, "grad_clip_norm": 1.0,
+         "gradient_checkpointing": False}
+
+
+def steps(backend, clip: float, n: int = 3) -> list[dict]:
+    """`n` steps on one set of rollouts sampled before the first (so the later steps' ratios are not 1), 11 of its
+    12 rows with an advantage (the row with 0 is dropped: an odd count splits unevenly over 2 ranks). AdamW divides
+    each gradient element by its running RMS, so float noise in a near-zero element moves its weight by up to ~lr:
+    at lr=1e-2 two summation orders differ by ~5e-5 in one LoRA weight after 3 steps, at 1e-3 by ~5e-6."""
+    engine = PyTorchEngine(backend.policy, [1], 0, 256, merge_lora=False)
+    ro = engine.sample(PROMPTS, 4, SamplingParams(0.9, 1.0, 6), seed=7)
+    adv = torch.linspace(-1.0, 1.0, 12)
+    adv[5] = 0.0
+    batch = TrainBatch(ro, adv[:, None] * ro.mask_PG_T)
+    loss = PolicyLoss(clip, clip, 0.0)
+    return [backend.train_step(batch, loss, lr=1e-3) for _ in range(n)]  # trainer.lr's default
+
+
+def trainable(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}
+
+
+def main() -> None:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    from rlvr.backend.fsdp import FSDPBackend
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--full", action="store_true", help="full fine-tuning (no LoRA)")
+    parser.add_argument("--micro-batch-size", type=int, default=0)
+    parser.add_argument("--clip", type=float, default=0.0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    model, tok = TINY.load(0)
+    backend = FSDPBackend(model, None if args.full else LORA, 0, tok.pad_token_id,
+                          micro_batch_size=args.micro_batch_size, reshard_after_forward=True, timeout_s=120, **KNOBS)
+    stats = steps(backend, args.clip)
+    full = get_model_state_dict(backend.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True,
+                                                                         ignore_frozen_params=True))
+    names = {n for n, p in backend.policy.named_parameters() if p.requires_grad}  # (a tied frozen head shows up too)
+    if backend.world.is_main:
+        torch.save({"params": {n: v for n, v in full.items() if n in names}, "stats": stats,
+                    "world": backend.world.size}, args.out)
+
+
+if __name__ == "__main__":
+    main()

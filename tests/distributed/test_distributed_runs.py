@@ -1,0 +1,144 @@
+"""Whole runs of backend=fsdp as real processes: `torchrun --nproc-per-node 2 train.py backend=fsdp …` against the
+same command as one process (`python train.py backend=fsdp …`, a world of one). The 2-rank run's metrics.jsonl
+equals the 1-rank run's but for timing fields and float summation order (each group samples from its own seeded
+generator, so the rollouts are the same however the groups are shared); rank 0 alone writes the run folder; a run
+resumes from a checkpoint written by another number of processes (2 → 1, 1 → 2) to the metrics of an
+uninterrupted run; and a rank killed with SIGKILL takes the run down within a bound instead of hanging it."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlvr.outputs import NONDETERMINISTIC_KEYS
+
+REPO = Path(__file__).resolve().parents[2]
+RUN = ["backend=fsdp", "trainer.warmup.steps=0", "trainer.eval_every=2", "trainer.log_every=1", "data.eval_size=32",
+       "threads=1", "trainer.save_every=2", "reward=function",
+       "reward.function=tests.backpressure.mixed_rewards.parity"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+DEATH_BOUND_S = 60
+"""How long the surviving rank may take to exit after its peer died (gloo reports the closed connection at once;
+the process-group timeout, backend.timeout_s, bounds a hang)."""
+
+
+def command(processes: int, folder: Path, *extra: str) -> list[str]:
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+    return [*(launcher if processes > 1 else [sys.executable]), "train.py", *RUN, f"hydra.run.dir={folder}", *extra]
+
+
+def train(processes: int, folder: Path, *extra: str) -> None:
+    proc = subprocess.run(command(processes, folder, *extra), cwd=REPO, env=ENV, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def rows(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_same_metrics(a: list[dict], b: list[dict]) -> None:
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for x, y in zip(a, b, strict=True):
+        assert set(x) == set(y)
+        for key in set(x) - NONDETERMINISTIC_KEYS:
+            if isinstance(x[key], float):
+                assert math.isclose(x[key], y[key], rel_tol=1e-5, abs_tol=1e-6), (x["step"], key, x[key], y[key])
+            else:
+                assert x[key] == y[key], (x["step"], key)
+
+
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory) -> Path:
+    """4 steps as one process: the reference."""
+    folder = tmp_path_factory.mktemp("one") / "run"
+    train(1, folder, "trainer.max_steps=4")
+    return folder
+
+
+def test_two_ranks_log_what_one_rank_logs_and_rank_0_alone_writes(one_rank, tmp_path):
+    folder = tmp_path / "run"
+    train(2, folder, "trainer.max_steps=4")
+    assert_same_metrics(rows(folder), rows(one_rank))
+    assert json.loads((folder / "status.json").read_text())["state"] == "finished"
+    log = (folder / "train.log").read_text()
+    assert "rank 0 of 2" in log and "rank 1 of 2" not in log, "rank 1 logs warnings only, and not to train.log"
+    shards = sorted(p.name for p in (folder / "checkpoints" / "step_4" / "dcp").iterdir())
+    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"], "each rank wrote its shard"
+    assert (folder / "checkpoints" / "step_4" / "adapter_model.safetensors").is_file(), "rank 0 wrote the adapter"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"], "no second folder from rank 1's Hydra"
+
+
+@pytest.mark.parametrize(("first", "then"), [(2, 1), (1, 2)])
+def test_a_run_resumes_on_another_number_of_processes(one_rank, tmp_path, first, then):
+    folder = tmp_path / "run"
+    train(first, folder, "trainer.max_steps=2")
+    train(then, folder, "trainer.max_steps=4")
+    assert_same_metrics(rows(folder), rows(one_rank))
+    state = json.loads((folder / "checkpoints" / "step_4" / "trainer_state.json").read_text())
+    assert state["step"] == 4 and json.loads((folder / "summary.json").read_text())["resumed_from_step"] == 2
+
+
+def test_a_killed_rank_takes_the_run_down_within_the_bound(tmp_path):
+    folder = tmp_path / "run"
+    proc = subprocess.Popen(command(2, folder, "trainer.max_steps=100000", "trainer.save_every=0"), cwd=REPO, env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((folder / "metrics.jsonl").is_file() and len(rows(folder)) > 3) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert proc.poll() is None, "the run is training"
+        victim = rank_pid(proc.pid, 1)
+        os.kill(victim, signal.SIGKILL)
+        killed = time.monotonic()
+        proc.wait(timeout=DEATH_BOUND_S + 30)
+        took = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
+    assert proc.returncode != 0 and took < DEATH_BOUND_S, (proc.returncode, took)
+    status = json.loads((folder / "status.json").read_text())
+    assert status["state"] == "failed" and "remote worker" in status["reason"], status
+
+
+def rank_pid(launcher: int, rank: int) -> int:
+    """The pid of torchrun's worker of `rank` (its environment says RANK=<rank>)."""
+    for child in Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split():
+        environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        if f"RANK={rank}".encode() in environ:
+            return int(child)
+    raise AssertionError(f"no worker of rank {rank} under torchrun (pid {launcher})")
+
+
+def test_a_stop_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
+    """SLURM signals every task, but a signal reaching one rank (SIGUSR1 to rank 1 alone, here) must stop them all
+    after the same step: they agree at each step boundary, checkpoint together and exit; the same command continues."""
+    folder = tmp_path / "run"
+    steps = ["trainer.max_steps=30", "trainer.save_every=0", "trainer.eval_every=0"]
+    proc = subprocess.Popen(command(2, folder, *steps), cwd=REPO, env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((folder / "metrics.jsonl").is_file() and len(rows(folder)) > 3) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert proc.poll() is None, "the run is training"
+        os.kill(rank_pid(proc.pid, 1), signal.SIGUSR1)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
+    status = json.loads((folder / "status.json").read_text())
+    assert status["state"] == "preempted", (status, stderr[-2000:])
+    done = int((folder / "checkpoints" / "latest").read_text().strip().removeprefix("step_"))
+    assert 0 < done < 30 and [r["step"] for r in rows(folder) if "loss" in r] == list(range(done))
+    shards = {p.name for p in (folder / "checkpoints" / f"step_{done}" / "dcp").iterdir()}
+    assert {"__0_0.distcp", "__1_0.distcp"} <= shards, "both ranks wrote their shard of the same step"
+    train(2, folder, *steps)
+    assert [r["step"] for r in rows(folder) if "loss" in r] == list(range(30))
+    assert json.loads((folder / "summary.json").read_text())["resumed_from_step"] == done

@@ -1,0 +1,31 @@
+"""What backend=fsdp and a run of several processes refuse before anything loads, naming the keys."""
+
+import pytest
+
+from composing import compose_config
+from rlvr.errors import ConfigError
+from rlvr.run import check
+
+TORCHRUN_RANK_0_OF_2 = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    (["backend=fsdp", "env=guess"], "multi-turn episodes are not distributed yet"),
+    (["backend=fsdp", "algorithm.loss.mode=kl_cov"], "the local loss"),
+    (["backend=fsdp", "engine=openai"], "its own seeded generator"),
+])
+def test_what_backend_fsdp_cannot_do_yet_is_refused(overrides, named):
+    with pytest.raises(ConfigError, match=named):
+        check(compose_config(overrides))
+
+
+def test_several_processes_need_backend_fsdp(monkeypatch):
+    for key, value in TORCHRUN_RANK_0_OF_2.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError, match=r"this run is 2 processes .* choose backend=fsdp"):
+        check(compose_config([]))
+    check(compose_config(["backend=fsdp"]))  # and with it, nothing to refuse
+
+
+def test_one_process_with_backend_fsdp_is_a_world_of_one():
+    check(compose_config(["backend=fsdp"]))
