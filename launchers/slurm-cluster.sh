@@ -12,7 +12,8 @@
 # Accounting (SLURM_TEST_ACCOUNTING=1, the default when slurmdbd and mariadbd exist) is what makes `sacct` work;
 # without it submitit sees a job end only through its result pickle, so a job killed hard (SIGKILL, OOM, scancel,
 # time limit) makes the Hydra launcher wait forever.
-# Knobs: SLURM_TEST_CPUS (default max(nproc, 4): slots, oversubscribing the real cores), SLURM_TEST_MEM_MB,
+# Knobs: SLURM_TEST_CPUS (default max(nproc, 4): slots, oversubscribing the real cores; 4 hold one 2-task job of
+# tests/launchers/test_slurm_distributed.py beside a two-run grid; those tests skip below 2), SLURM_TEST_MEM_MB,
 # SLURM_TEST_DEF_MEM_PER_CPU, SLURM_TEST_CRED_EXPIRE (default 10 s; SLURM's 120 s is also how long a requeued job
 # waits), SLURM_TEST_KILL_WAIT (default 60 s, see KillWait below),
 # SLURM_TEST_{CTLD,SLURMD,DBD,MYSQL}_PORT (6817/6818/6819/3307, loopback only).

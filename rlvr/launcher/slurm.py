@@ -9,8 +9,11 @@ not available", "invalid partition specified"). The check refuses:
 - a GPU where no node of the partition has GPU GRES. A GPU is asked for by `gpus_per_task`, `gpus_per_node`,
   `gres: gpu…`, or the same keys in `additional_parameters`. The fix is `hydra.launcher.gpus_per_task=null`;
   a count of 0 also works, since sbatch accepts `--gpus-per-task=0` on such a cluster;
-- more CPUs per node (`cpus_per_task` × `tasks_per_node`) or more memory (`mem_gb`) than the partition's largest
-  node has;
+- more CPUs per node (`cpus_per_task` × `tasks_per_node`; a task without `cpus_per_task` gets one) or more memory
+  (`mem_gb`, per node) than the partition's largest node has. When the tasks alone are more than its CPUs, the fix
+  is fewer tasks per node, with one CPU each;
+- more `nodes` than the partition has, or than it has nodes big enough for one node's share (`cpus_per_task` ×
+  `tasks_per_node` CPUs and `mem_gb`);
 - a partition the cluster does not have;
 - a `signal_delay_s` not shorter than `timeout_min`: SIGUSR1 ("checkpoint and requeue") would come as every
   attempt starts.
@@ -34,8 +37,9 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-SINFO_FORMAT = "%P|%a|%G|%c|%m"
-"""Partition (`*` marks the default), availability, GRES, CPUs and memory (MB) of each group of alike nodes."""
+SINFO_FORMAT = "%P|%a|%G|%c|%m|%D"
+"""Partition (`*` marks the default), availability, GRES, CPUs, memory (MB) and node count of each group of alike
+nodes."""
 SUBMIT_SINFO_TIMEOUT_S = 30.0
 DEV_CLUSTER_CONF = Path("/tmp/rlvr-slurm/etc/slurm.conf")
 """Where launchers/slurm-cluster.sh writes the dev cluster's config (its default SLURM_TEST_ROOT)."""
@@ -54,10 +58,16 @@ class NodeGroup:
     cpus: int | None
     """None: not one number (sinfo's `4+`: the partition has nodes of several sizes)."""
     memory_mb: int | None
+    count: int | None = 1
+    """How many nodes the group has (sinfo's `%D`); None: not a number."""
 
     @property
     def has_gpus(self) -> bool:
         return any(item.strip().split(":")[0] == "gpu" for item in self.gres.split(","))
+
+    def holds(self, cpus: int, memory_mb: float) -> bool:
+        """One of these nodes has `cpus` CPUs and `memory_mb` MB, or sinfo does not say for certain that it has not."""
+        return (self.cpus is None or self.cpus >= cpus) and (self.memory_mb is None or self.memory_mb >= memory_mb)
 
 
 @dataclass(frozen=True)
@@ -76,8 +86,14 @@ class Partition:
         values = [getattr(n, field) for n in self.nodes]
         return None if not values or None in values else max(values)
 
+    def count(self, cpus: int = 0, memory_mb: float = 0) -> int | None:
+        """How many of its nodes have `cpus` CPUs and `memory_mb` MB (all of them, by default; one whose size sinfo
+        does not state counts), or None when sinfo does not say how many nodes a group has."""
+        counts = [n.count for n in self.nodes if n.holds(cpus, memory_mb)]
+        return None if None in counts else sum(counts)
+
     def describe(self) -> str:
-        nodes = "; ".join(f"{_show(n.cpus)} CPUs, {_show(n.memory_mb)} MB, "
+        nodes = "; ".join(f"{_show(n.count)} × {_show(n.cpus)} CPUs, {_show(n.memory_mb)} MB, "
                           f"{'GRES ' + n.gres if n.gres != '(null)' else 'no GPU'}" for n in self.nodes)
         return f"{self.name}{'*' if self.default else ''} ({self.available}; nodes: {nodes})"
 
@@ -144,11 +160,11 @@ def parse_sinfo(text: str) -> tuple[Partition, ...]:
     found: dict[str, tuple[str, bool, list[NodeGroup]]] = {}
     for row in text.splitlines():
         fields = row.strip().split("|")
-        if len(fields) != 5:
+        if len(fields) != 6:
             continue
-        name, available, gres, cpus, memory = fields
+        name, available, gres, cpus, memory, count = fields
         entry = found.setdefault(name.rstrip("*"), (available, name.endswith("*"), []))
-        entry[2].append(NodeGroup(gres, _count(cpus), _count(memory)))
+        entry[2].append(NodeGroup(gres, _count(cpus), _count(memory), _count(count)))
     return tuple(Partition(name, available, default, tuple(nodes))
                  for name, (available, default, nodes) in found.items())
 
@@ -204,24 +220,52 @@ def launch_problems(launcher: Mapping[str, Any], cluster: Cluster) -> list[Probl
         why = f"no node of partition {partition.name} has a GPU (sinfo GRES: {gres})" + (
             f"; partition {', '.join(elsewhere)} has GPUs (hydra.launcher.partition=...)" if elsewhere else "")
         problems += [Problem(setting, why, fix) for setting, fix in gpu_requests(launcher)]
-    tasks = int(launcher.get("tasks_per_node") or 1)
-    cpus, most_cpus = launcher.get("cpus_per_task"), partition.largest("cpus")
-    if cpus and most_cpus is not None and int(cpus) * tasks > most_cpus:
-        per_node = f" (× hydra.launcher.tasks_per_node={tasks})" if tasks > 1 else ""
-        problems.append(Problem(f"hydra.launcher.cpus_per_task={cpus}{per_node}", f"the nodes of partition "
-                                f"{partition.name} have at most {most_cpus} CPUs",
-                                f"hydra.launcher.cpus_per_task={max(1, most_cpus // tasks)}"))
-    mem_gb, most_mb = launcher.get("mem_gb"), partition.largest("memory_mb")
-    if mem_gb and most_mb is not None and float(mem_gb) * 1024 > most_mb:  # submitit: --mem=<mem_gb>GB, 1 GB = 1024 MB
-        fits = most_mb // 1024 if most_mb >= 1024 else int(most_mb / 1024 * 100) / 100
-        problems.append(Problem(f"hydra.launcher.mem_gb={mem_gb}", f"the nodes of partition {partition.name} have "
-                                f"at most {most_mb} MB", f"hydra.launcher.mem_gb={fits}"))
+    problems += node_problems(launcher, partition)
     timeout_min, delay = launcher.get("timeout_min"), launcher.get("signal_delay_s")
     if timeout_min and delay is not None and int(delay) >= int(timeout_min) * 60:
         problems.append(Problem(f"hydra.launcher.signal_delay_s={delay}", f"SIGUSR1 would come as each attempt starts "
                                 f"(hydra.launcher.timeout_min={timeout_min} is {int(timeout_min) * 60} s), so every "
                                 "attempt would checkpoint and requeue at its first step",
                                 f"hydra.launcher.signal_delay_s={int(timeout_min) * 60 // 4}"))
+    return problems
+
+
+def node_problems(launcher: Mapping[str, Any], partition: Partition) -> list[Problem]:
+    """What one node's share of the job (`tasks_per_node` tasks of `cpus_per_task` CPUs, `mem_gb`) and the number
+    of `nodes` ask of the partition's nodes, beyond what sinfo says they have."""
+    problems = []
+    tasks, cpus = int(launcher.get("tasks_per_node") or 1), launcher.get("cpus_per_task")
+    per_task = int(cpus) if cpus else 1  # sbatch gives a task one CPU unless asked for more
+    nodes, total, most_cpus = int(launcher.get("nodes") or 1), partition.count(), partition.largest("cpus")
+    if most_cpus is not None and per_task * tasks > most_cpus:
+        if tasks > most_cpus:  # fewer CPUs than tasks: no cpus_per_task fits
+            per_task_part = f" (× hydra.launcher.cpus_per_task={cpus})" if cpus else ""
+            spread = (f" (to keep the run's {tasks * nodes} processes, spread them over more hydra.launcher.nodes)"
+                      if total is None or total > nodes else "")
+            problems.append(Problem(f"hydra.launcher.tasks_per_node={tasks}{per_task_part}", f"the nodes of partition "
+                                    f"{partition.name} have at most {most_cpus} CPUs, fewer than one per task{spread}",
+                                    f"hydra.launcher.tasks_per_node={most_cpus}"
+                                    + (" hydra.launcher.cpus_per_task=1" if per_task > 1 else "")))
+        else:
+            per_node = f" (× hydra.launcher.tasks_per_node={tasks})" if tasks > 1 else ""
+            problems.append(Problem(f"hydra.launcher.cpus_per_task={cpus}{per_node}", f"the nodes of partition "
+                                    f"{partition.name} have at most {most_cpus} CPUs",
+                                    f"hydra.launcher.cpus_per_task={most_cpus // tasks}"))
+    mem_gb, most_mb = launcher.get("mem_gb"), partition.largest("memory_mb")
+    if mem_gb and most_mb is not None and float(mem_gb) * 1024 > most_mb:  # submitit: --mem=<mem_gb>GB, 1 GB = 1024 MB
+        fits = most_mb // 1024 if most_mb >= 1024 else int(most_mb / 1024 * 100) / 100
+        problems.append(Problem(f"hydra.launcher.mem_gb={mem_gb}", f"the nodes of partition {partition.name} have "
+                                f"at most {most_mb} MB", f"hydra.launcher.mem_gb={fits}"))
+    if total is not None and nodes > total:
+        problems.append(Problem(f"hydra.launcher.nodes={nodes}", f"partition {partition.name} has {total} "
+                                f"node{'s' if total != 1 else ''}", f"hydra.launcher.nodes={total}"))
+    elif total is not None and not problems:  # enough nodes: are enough of them big enough for one node's share?
+        need_mb = float(mem_gb) * 1024 if mem_gb else 0.0
+        big = partition.count(per_task * tasks, need_mb)
+        if big is not None and 0 < big < nodes:
+            problems.append(Problem(f"hydra.launcher.nodes={nodes}", f"only {big} of the {total} nodes of partition "
+                                    f"{partition.name} have {per_task * tasks} CPUs"
+                                    + (f" and {need_mb:g} MB" if mem_gb else ""), f"hydra.launcher.nodes={big}"))
     return problems
 
 

@@ -7,8 +7,9 @@ from omegaconf import OmegaConf
 from composing import composer
 from rlvr.launcher.slurm import Cluster, asks_for_gpus, gpu_requests, launch_problems, parse_sinfo, refusal
 
-DEV = "debug*|up|(null)|4|20489\n"  # the dev cluster's answer to `sinfo -h -o '%P|%a|%G|%c|%m'`
-GPUS = "cpu*|up|(null)|64|256000\ngpu|up|gpu:a100:4(S:0-1)|64|512000\ngpu|up|gpu:h100:8|96|1024000\n"
+DEV = "debug*|up|(null)|4|20489|1\n"  # the dev cluster's answer to `sinfo -h -o '%P|%a|%G|%c|%m|%D'`
+GPUS = "cpu*|up|(null)|64|256000|10\ngpu|up|gpu:a100:4(S:0-1)|64|512000|4\ngpu|up|gpu:h100:8|96|1024000|2\n"
+FITS_DEV = ["hydra.launcher.gpus_per_task=null", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1"]
 
 
 def cluster(sinfo: str) -> Cluster:
@@ -27,8 +28,13 @@ def test_sinfo_rows_become_partitions_with_their_node_groups():
     assert (gpu.name, gpu.default, gpu.has_gpus, gpu.largest("memory_mb")) == ("gpu", False, True, 1024000)
     assert cluster(GPUS).partition(None) == cpu and cluster(GPUS).partition("gpu") == gpu
     assert cluster(GPUS).partition("nope") is None
-    mixed, = parse_sinfo("debug*|up|(null)|4+|20489+\n")  # nodes of several sizes: no single largest
+    assert (cpu.count(), gpu.count(), gpu.count(cpus=96), gpu.count(cpus=97)) == (10, 6, 2, 0)
+    assert gpu.describe() == ("gpu (up; nodes: 4 × 64 CPUs, 512000 MB, GRES gpu:a100:4(S:0-1); "
+                              "2 × 96 CPUs, 1024000 MB, GRES gpu:h100:8)")
+    mixed, = parse_sinfo("debug*|up|(null)|4+|20489+|3\n")  # nodes of several sizes: no single largest
     assert mixed.largest("cpus") is None and mixed.largest("memory_mb") is None
+    assert mixed.count(cpus=1000) == 3  # sizes not stated for certain count as big enough
+    assert parse_sinfo("debug*|up|(null)|4|20489\n") == ()  # not SINFO_FORMAT's six fields
 
 
 @pytest.mark.parametrize("key,value,asks", [
@@ -101,9 +107,67 @@ def test_a_time_limit_signal_that_would_come_as_each_attempt_starts_is_refused()
 
 
 def test_what_sinfo_does_not_state_for_certain_is_not_refused():
-    assert launch_problems(preset("hydra.launcher.gpus_per_task=null"), cluster("debug*|up|(null)|4+|20489+\n")) == []
-    two_defaults_unknown = cluster("a|up|(null)|1|100\nb|up|(null)|1|100\n")  # no default partition marked
+    assert launch_problems(preset("hydra.launcher.gpus_per_task=null"), cluster("debug*|up|(null)|4+|20489+|2\n")) == []
+    two_defaults_unknown = cluster("a|up|(null)|1|100|1\nb|up|(null)|1|100|1\n")  # no default partition marked
     assert launch_problems(preset(), two_defaults_unknown) == []
+    unknown_count = cluster("debug*|up|(null)|4|20489|?\n")
+    assert launch_problems(preset(*FITS_DEV, "hydra.launcher.nodes=9"), unknown_count) == []
+
+
+def test_the_dev_clusters_two_task_job_fits():
+    """tests/launchers/test_slurm_distributed.py's job: 2 tasks of 1 CPU, 1 GB for the node."""
+    assert launch_problems(preset(*FITS_DEV, "hydra.launcher.tasks_per_node=2"), cluster(DEV)) == []
+
+
+def test_more_cpus_than_a_node_has_counts_every_task_of_the_node():
+    problems = launch_problems(preset(*FITS_DEV, "hydra.launcher.tasks_per_node=2", "hydra.launcher.cpus_per_task=3"),
+                               cluster(DEV))
+    assert [(p.setting, p.why, p.fix) for p in problems] == [
+        ("hydra.launcher.cpus_per_task=3 (× hydra.launcher.tasks_per_node=2)",
+         "the nodes of partition debug have at most 4 CPUs", "hydra.launcher.cpus_per_task=2")]
+    assert launch_problems(preset(*FITS_DEV, "hydra.launcher.tasks_per_node=2", problems[0].fix), cluster(DEV)) == []
+
+
+def test_more_tasks_than_a_node_has_cpus_is_refused_with_fewer_tasks_of_one_cpu():
+    problems = launch_problems(preset(*FITS_DEV, "hydra.launcher.tasks_per_node=8", "hydra.launcher.cpus_per_task=2"),
+                               cluster(DEV))
+    assert [(p.setting, p.fix) for p in problems] == [
+        ("hydra.launcher.tasks_per_node=8 (× hydra.launcher.cpus_per_task=2)",
+         "hydra.launcher.tasks_per_node=4 hydra.launcher.cpus_per_task=1")]
+    assert problems[0].why == "the nodes of partition debug have at most 4 CPUs, fewer than one per task"
+    many = launch_problems(preset("hydra.launcher.tasks_per_node=96", "hydra.launcher.nodes=2"), cluster(GPUS))
+    assert [(p.setting, p.why, p.fix) for p in many if "tasks_per_node" in p.setting] == [  # partition cpu: 10 nodes
+        ("hydra.launcher.tasks_per_node=96 (× hydra.launcher.cpus_per_task=8)", "the nodes of partition cpu have at "
+         "most 64 CPUs, fewer than one per task (to keep the run's 192 processes, spread them over more "
+         "hydra.launcher.nodes)", "hydra.launcher.tasks_per_node=64 hydra.launcher.cpus_per_task=1")]
+    fixed = preset(*FITS_DEV, "hydra.launcher.tasks_per_node=8", "hydra.launcher.cpus_per_task=2",
+                   *problems[0].fix.split())
+    assert launch_problems(fixed, cluster(DEV)) == []
+    # without cpus_per_task a task gets one CPU: still more tasks than CPUs
+    unset = launch_problems(preset(*FITS_DEV, "hydra.launcher.tasks_per_node=5", "hydra.launcher.cpus_per_task=null"),
+                            cluster(DEV))
+    assert [(p.setting, p.fix) for p in unset] == [
+        ("hydra.launcher.tasks_per_node=5", "hydra.launcher.tasks_per_node=4")]
+
+
+def test_more_nodes_than_the_partition_has_is_refused_naming_how_many_it_has():
+    problems = launch_problems(preset(*FITS_DEV, "hydra.launcher.nodes=2"), cluster(DEV))
+    assert [(p.setting, p.why, p.fix) for p in problems] == [
+        ("hydra.launcher.nodes=2", "partition debug has 1 node", "hydra.launcher.nodes=1")]
+    gpu = ["hydra.launcher.partition=gpu", "hydra.launcher.nodes=8"]
+    assert [(p.setting, p.why, p.fix) for p in launch_problems(preset(*gpu), cluster(GPUS))] == [
+        ("hydra.launcher.nodes=8", "partition gpu has 6 nodes", "hydra.launcher.nodes=6")]
+    assert launch_problems(preset(*gpu[:1], "hydra.launcher.nodes=6"), cluster(GPUS)) == []
+
+
+def test_more_nodes_than_the_partition_has_big_enough_for_one_nodes_share_is_refused():
+    """8 tasks of 12 CPUs a node: only the two 96-CPU nodes of partition gpu hold them (the four others have 64)."""
+    big = ["hydra.launcher.partition=gpu", "hydra.launcher.tasks_per_node=8", "hydra.launcher.cpus_per_task=12"]
+    problems = launch_problems(preset(*big, "hydra.launcher.nodes=4"), cluster(GPUS))
+    assert [(p.setting, p.why, p.fix) for p in problems] == [
+        ("hydra.launcher.nodes=4", "only 2 of the 6 nodes of partition gpu have 96 CPUs and 65536 MB",
+         "hydra.launcher.nodes=2")]
+    assert launch_problems(preset(*big, problems[0].fix), cluster(GPUS)) == []
 
 
 def test_the_preset_installs_the_check_and_keeps_its_launcher_keys():
@@ -113,4 +177,6 @@ def test_the_preset_installs_the_check_and_keeps_its_launcher_keys():
     assert cfg.hydra.callbacks.slurm_checks._target_ == "rlvr.launcher.slurm.SlurmChecks"
     launcher = OmegaConf.to_container(cfg.hydra.launcher)
     assert launcher["_target_"].endswith("SlurmLauncher") and launcher["gpus_per_task"] == 1
+    assert (launcher["tasks_per_node"], launcher["nodes"]) == (1, 1)  # one process per run unless asked
+    assert "export SLURM_KILL_BAD_EXIT=1" in launcher["setup"]  # srun --kill-on-bad-exit=1 (no srun_args in 1.2.0)
     assert launcher["additional_parameters"] == {"signal": "USR1@${hydra.launcher.signal_delay_s}"}
