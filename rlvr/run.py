@@ -15,6 +15,7 @@ import hashlib
 import inspect
 import json
 import logging
+import os
 import shutil
 import sys
 import types
@@ -95,9 +96,20 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
         raise
     except BaseException as err:
         status("failed", f"{type(err).__name__}: {err}")
+        if world is not None and world.size > 1:
+            exit_now(world)
         raise
     status("finished")
     return summary
+
+
+def exit_now(world: World) -> None:
+    """A rank of a distributed run that failed exits at once with status 1 (the traceback logged): Hydra would
+    hand the exception to its launcher and let the process exit 0, but torchrun and srun (--kill-on-bad-exit) end
+    the other ranks only when one exits non-zero, and on NCCL they could otherwise wait out backend.timeout_s."""
+    log.exception("rank %d of %d failed; exiting so that the launcher ends the other ranks", world.rank, world.size)
+    logging.shutdown()
+    os._exit(1)
 
 
 def place(cfg: DictConfig, folder: Path, config: dict) -> tuple[Path, Path | None]:
