@@ -5,7 +5,7 @@ The gate σ(A·s/η) (rlvr.transform.delight) is neutral (in [0.4, 0.6]) exactly
 σ(ln 1.5) = 1.5/2.5 = 0.6. Per prompt group g, one step:
 
     fixed      η_g = max(eta, 1e-8)
-    adaptive   m    = |A_t·s_t| over the tokens of the group's completions with A_t ≠ 0
+    adaptive   m    = |A_t·s̃_t| over the tokens of the group's completions with A_t ≠ 0
                raw  = quantile(m, target_neutral_frac) / ln 1.5        (so that fraction of tokens is neutral)
                η₁   = clamp(raw, eta_min, eta_max)
                gap  = the group's mean sign-corrected ordering gap at η₁ (rlvr.transform.delight)
