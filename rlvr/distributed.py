@@ -17,6 +17,7 @@ How a distributed step is shared (rlvr/trainer.py, rlvr/backend/fsdp.py):
   identically on every rank: their state needs no communication;
 - the backend trains each rank's share of the rows (balanced over the rows that carry signal), and FSDP2 sums
   the gradients: the update is the single-process update on the same rows;
+- evaluation is shared the same way: each rank decodes and scores its share of the held-out set, gathered;
 - rank 0 alone writes the run folder; every rank writes its shard of a checkpoint (torch.distributed.checkpoint)
   and rank 0 completes it (rlvr/checkpoint.py);
 - a stop signal seen by any rank stops all of them at the same step boundary (`any`).
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -98,8 +100,6 @@ def first_host(nodelist: str) -> str:
             return out.stdout.split()[0]
     except (OSError, subprocess.TimeoutExpired):
         pass
-    import re
-
     # no scontrol here: the list's first entry with each [range] at its first element, as scontrol expands it
     first = re.split(r",(?![^\[]*\])", nodelist)[0]  # a comma inside [...] separates ranges, not hosts
     return re.sub(r"\[([^\]]*)\]", lambda m: re.split(r"[,-]", m.group(1))[0], first)

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rlvr.distributed import gather_step
 from rlvr.episodes import eval_episode_seeds, play, transcript_text
 from rlvr.model.prompt_encoding import decode_completions, encode_prompts
 from rlvr.reward.guarded import guarded_score
@@ -26,6 +27,7 @@ from rlvr.types import Example, Rollouts, SamplingParams, Scores
 if TYPE_CHECKING:
     from torch import nn
 
+    from rlvr.distributed import World
     from rlvr.env.guarded import GuardedEnvironment
     from rlvr.protocols import DataSource, Engine, Reward
 
@@ -42,16 +44,21 @@ class Evaluation:
 
 
 def evaluate_held_out(engine: Engine, policy: nn.Module, tokenizer, data: DataSource, reward: Reward,
-                      max_tokens: int, steps_done: int) -> Evaluation:
-    """Greedy (T=0) accuracy of `policy` on `data.eval_examples()`, sampled by `engine` up to `max_tokens`."""
+                      max_tokens: int, steps_done: int, world: World | None = None) -> Evaluation:
+    """Greedy (T=0) accuracy of `policy` on `data.eval_examples()`, sampled by `engine` up to `max_tokens`. In a
+    distributed run (`world`) each rank decodes and scores its share of the examples and every rank gets the whole
+    evaluation (greedy decoding does not depend on which examples share a batch, up to float summation order)."""
     t0 = time.perf_counter()
     examples = data.eval_examples()
-    prompt_ids = encode_prompts(tokenizer, [e.prompt for e in examples])
+    mine = range(len(examples)) if world is None else world.share(len(examples))
+    prompt_ids = encode_prompts(tokenizer, [examples[i].prompt for i in mine])
     engine.sync(policy)
     greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_tokens)
     rollouts = engine.sample(prompt_ids, 1, greedy, seed=0)
     completions = decode_completions(tokenizer, rollouts)
-    scores = guarded_score(reward, completions, [e.reference for e in examples])
+    scores = guarded_score(reward, completions, [examples[i].reference for i in mine])
+    if world is not None:
+        rollouts, completions, scores = gather_step(rollouts, completions, scores, tokenizer.pad_token_id)
     row = eval_row(steps_done, scores, rollouts, time.perf_counter() - t0)
     return Evaluation(row, list(examples), completions, scores, rollouts)
 

@@ -86,6 +86,8 @@ class RunDir:
         """Cut the folder back to a checkpoint taken after `steps_done` steps: training rows of later
         steps, evaluation rows after it, a half-written last line and later samples go; so a resumed run
         never logs a step twice. `truncate(0, keep_initial_eval=False)` empties it for a fresh start."""
+        if not self.writes:
+            return
         metrics = self.path / "metrics.jsonl"
         kept = []
         if metrics.exists():

@@ -100,6 +100,8 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
             exit_now(world)
         raise
     status("finished")
+    if world is not None:
+        distributed.close()
     return summary
 
 

@@ -429,7 +429,7 @@ class Trainer:
         """Greedy accuracy on the held-out set; appends and returns the evaluation row."""
         c = live.c
         row = (evaluate_held_out(live.engine, live.backend.policy, live.tokenizer, c.data, c.reward,
-                                 self.eval_max_tokens, steps_done) if c.env is None else
+                                 self.eval_max_tokens, steps_done, c.world) if c.env is None else
                evaluate_episodes(live.engine, live.backend.policy, live.tokenizer, c.data, c.env,
                                  self.eval_max_tokens, steps_done)).row
         self._emit(live, row)
