@@ -15,6 +15,7 @@ A step, on every rank (each has the whole step's rollouts and advantages, rlvr/t
     micro-batches                           ⌈⌈N/W⌉ / micro_batch_size⌉ on every rank (micro_batch_size 0: one),
                                             a rank with fewer rows runs a zero-weight pass instead, because
                                             every forward and backward is a collective
+    kl_cov / clip_cov                       the step's token pick, from every rank's no-grad log-probabilities
     each micro-batch's loss                 Σ ℓ over its tokens / the whole step's token count, × W
     gradients                               FSDP2 averages over the W ranks: Σ over all rows / the step's count,
                                             the single-process gradient on the same rows
@@ -30,8 +31,10 @@ sampling, as verl's colocated rollout pays it; LoRA's merged-copy fast path (eng
 Checkpoints (`save`, `load`): `torch.distributed.checkpoint` writes each rank's shard of the trainable weights
 and of the optimizer into `<checkpoint>/dcp/`, and rank 0 writes the full adapter (or full weights) as
 backend=local does, so `rlvr eval/sample/export` read them as before. `load` reads `dcp/` on any number of
-processes (DCP reshards: 2 → 1 and 1 → 2 are tested). Not yet: kl_cov/clip_cov (their whole-step token pick
-would need the other ranks' log-probabilities; refused at start) and multi-turn episodes.
+processes (DCP reshards: 2 → 1 and 1 → 2 are tested). kl_cov/clip_cov pick their tokens over the whole step as
+on one process: each rank's no-grad pass gives its rows' log-probabilities, gathered to every rank, and every rank
+makes the same pick (clip_cov's draw is seeded from the run's seed and the step counter). Not yet: multi-turn
+episodes (refused at start).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlvr import distributed
 from rlvr.algorithm.loss import PolicyLoss
-from rlvr.backend.local import STATE_FILE, LocalBackend, resolve_device
+from rlvr.backend.local import STATE_FILE, LocalBackend, StepRows, resolve_device, selection_generator
 from rlvr.lazy import lazy_import
 from rlvr.model.lora import LoraSpec
 from rlvr.protocols import Needs
@@ -82,7 +85,7 @@ class FSDPBackend(LocalBackend):
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         device = settings["device"]
         machine = (CudaDevice(device),) if device == "auto" or device.startswith("cuda") else ()
-        return Needs(provides=frozenset({"local_policy", "ratio_clipping", "distributed"}),
+        return Needs(provides=frozenset({"local_policy", "ratio_clipping", "local_loss", "distributed"}),
                      requires={"group_seeds": "backend=fsdp: each rank samples its own share of the groups"},
                      machine=machine)
 
@@ -161,14 +164,31 @@ class FSDPBackend(LocalBackend):
         batches = [slice(s, min(s + mb, mine.stop)) for s in range(mine.start, mine.start + widest, mb)]
         if not self._policy.training:
             self._policy.train()
-        self.optimizer.zero_grad(set_to_none=True)
         real = [b for b in batches if b.start < b.stop]
-        sums = self._accumulate(loss, rows, real, None, scale=float(W))
-        if len(real) < len(batches):  # as many passes as the widest share: the gradients' collectives pair up
-            self._accumulate(loss, rows, [slice(0, 1)] * (len(batches) - len(real)), None, scale=0.0)
+        padding = [slice(0, 1)] * (len(batches) - len(real))  # as many passes as the widest share: collectives pair
+        selected = self._shared_selection(loss, rows, real, padding)
+        self.optimizer.zero_grad(set_to_none=True)
+        sums = self._accumulate(loss, rows, real, selected, scale=float(W))
+        if padding:
+            self._accumulate(loss, rows, padding, selected, scale=0.0)
         sums = self._all_reduce(sums)
         grad_norm, finite = self._update(lr, sums["loss"])
-        return self._report(sums, rows, None, grad_norm, finite, lr, N, t0)
+        return self._report(sums, rows, selected, grad_norm, finite, lr, N, t0)
+
+    def _shared_selection(self, loss: PolicyLoss, rows: StepRows, real: list[slice], padding: list[slice]
+                          ) -> Tensor | None:
+        """kl_cov / clip_cov: this rank's rows' new log-probabilities (no grad; padded to every rank's pass count),
+        gathered in row order, and `loss.select_tokens` on the whole step's, as backend=local picks: the same
+        tokens on every rank, whatever the number of ranks or micro_batch_size. None in standard (no pass)."""
+        if not loss.selects_tokens:
+            return None
+        with torch.no_grad():
+            parts = [self.completion_logprobs(rows.ids[b], rows.attn[b], rows.Lp, rows.tokens[b], rows.temperature)
+                     for b in real + padding]
+        mine = torch.cat(parts[: len(real)]) if real else rows.old_lp[:0]
+        new_lp_N_T = torch.cat([p.to(rows.old_lp.device) for p in distributed.all_gather(mine.cpu())])
+        draws = selection_generator(self.lora_seed, self.train_steps)
+        return loss.select_tokens(new_lp_N_T, rows.old_lp, rows.adv, rows.action, draws)
 
     @staticmethod
     def _all_reduce(sums: dict[str, float]) -> dict[str, float]:

@@ -1,6 +1,7 @@
 """Three train steps of backend=fsdp on fixed rollouts, for tests/distributed/test_fsdp_backend.py; run by torchrun:
 
     torchrun --nproc-per-node 2 tests/distributed/steps_worker.py OUT.pt [--full] [--micro-batch-size N] [--clip 0.2]
+        [--mode kl_cov]
 
 Rank 0 saves {"params": the full trainable weights after the steps, "stats": each step's train_step dict} to OUT.pt.
 `steps(backend)` is the loop both sides run (the test runs it on backend=local in its own process)."""
@@ -28,7 +29,7 @@ KNOBS = {"device": "cpu", "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0
          "gradient_checkpointing": False}
 
 
-def steps(backend, clip: float, n: int = 3) -> list[dict]:
+def steps(backend, clip: float, mode: str = "standard", n: int = 3) -> list[dict]:
     """`n` steps on one set of rollouts sampled before the first (so the later steps' ratios are not 1), 11 of its
     12 rows with an advantage (the row with 0 is dropped: an odd count splits unevenly over 2 ranks). AdamW divides
     each gradient element by its running RMS, so float noise in a near-zero element moves its weight by up to ~lr:
@@ -38,7 +39,9 @@ def steps(backend, clip: float, n: int = 3) -> list[dict]:
     adv = torch.linspace(-1.0, 1.0, 12)
     adv[5] = 0.0
     batch = TrainBatch(ro, adv[:, None] * ro.mask_PG_T)
-    loss = PolicyLoss(clip, clip, 0.0)
+    # kl_cov: the 10 % of tokens of largest covariance; clip_cov: 20 % drawn among all (a band wide enough for any)
+    loss = PolicyLoss(clip, clip, 0.0, mode=mode, kl_cov_percent=10.0, clip_cov_ratio=0.2, clip_cov_min=-1e3,
+                      clip_cov_max=1e3)
     return [backend.train_step(batch, loss, lr=1e-3) for _ in range(n)]  # trainer.lr's default
 
 
@@ -56,12 +59,13 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="full fine-tuning (no LoRA)")
     parser.add_argument("--micro-batch-size", type=int, default=0)
     parser.add_argument("--clip", type=float, default=0.0)
+    parser.add_argument("--mode", default="standard", help="algorithm.loss.mode")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model, tok = TINY.load(0)
     backend = FSDPBackend(model, None if args.full else LORA, 0, tok.pad_token_id,
                           micro_batch_size=args.micro_batch_size, reshard_after_forward=True, timeout_s=120, **KNOBS)
-    stats = steps(backend, args.clip)
+    stats = steps(backend, args.clip, args.mode)
     full = get_model_state_dict(backend.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True,
                                                                          ignore_frozen_params=True))
     names = {n for n, p in backend.policy.named_parameters() if p.requires_grad}  # (a tied frozen head shows up too)

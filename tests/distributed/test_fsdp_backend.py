@@ -1,7 +1,8 @@
 """backend=fsdp over 2 real processes (torchrun, gloo) against backend=local in one, on the same rows: the weights
 after 3 steps agree to 1e-5 (LoRA and full fine-tuning, one micro-batch or several with an uneven split, PPO
 clipping on with ε small enough that the stale ratios of steps 2-3 clip), and so do the step's loss, gradient
-norm and clip fraction. The rows: 11 of 12 with an advantage, so the ranks hold 6 and 5; with micro_batch_size=5
+norm and clip fraction; kl_cov and clip_cov pick the same tokens over the whole step (gathered log-probabilities,
+the same seeded draw). The rows: 11 of 12 with an advantage, so the ranks hold 6 and 5; with micro_batch_size=5
 rank 0 runs 2 passes and rank 1 one pass plus a zero-weight one."""
 
 import os
@@ -25,10 +26,13 @@ def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.Complet
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-@pytest.mark.parametrize(("full", "micro_batch_size", "clip"), [(False, 0, 0.0), (False, 5, 0.001), (True, 0, 0.001)])
-def test_two_ranks_update_the_weights_as_one_process_does(tmp_path, full, micro_batch_size, clip):
+@pytest.mark.parametrize(("full", "micro_batch_size", "clip", "mode"), [
+    (False, 0, 0.0, "standard"), (False, 5, 0.001, "standard"), (True, 0, 0.001, "standard"),
+    (False, 5, 0.0, "kl_cov"), (False, 5, 0.2, "clip_cov"),
+])
+def test_two_ranks_update_the_weights_as_one_process_does(tmp_path, full, micro_batch_size, clip, mode):
     out = tmp_path / "fsdp.pt"
-    args = [str(WORKER), str(out), "--micro-batch-size", str(micro_batch_size), "--clip", str(clip)]
+    args = [str(WORKER), str(out), "--micro-batch-size", str(micro_batch_size), "--clip", str(clip), "--mode", mode]
     proc = torchrun(2, *args, *(["--full"] if full else []))
     assert proc.returncode == 0, proc.stderr[-3000:]
     fsdp = torch.load(out, weights_only=False)
@@ -38,16 +42,19 @@ def test_two_ranks_update_the_weights_as_one_process_does(tmp_path, full, micro_
     local = LocalBackend(model, None if full else LORA, 0, tok.pad_token_id, micro_batch_size=micro_batch_size,
                          **KNOBS)
     before = trainable(local.policy)
-    stats = steps(local, clip)
+    stats = steps(local, clip, mode)
     weights = trainable(local.policy)
     assert set(fsdp["params"]) == set(weights)
     assert max(float((weights[n] - before[n]).abs().max()) for n in weights) > 1e-3, "the steps moved the weights"
     for name, value in weights.items():
         assert torch.allclose(fsdp["params"][name], value, rtol=0, atol=1e-5), name
     for mine, theirs in zip(stats, fsdp["stats"], strict=True):
-        for key in ("loss", "grad_norm", "clip_fraction", "policy/abs_kl", "policy/ratio_max"):
+        for key in ("loss", "grad_norm", "clip_fraction", "policy/abs_kl", "policy/ratio_max",
+                    *(["policy/cov_fraction"] if mode != "standard" else [])):
             assert theirs[key] == pytest.approx(mine[key], rel=1e-5, abs=1e-6), key
         tokens = "rl/optimizer_nonzero_advantage_action_tokens"
         assert theirs[tokens] == mine[tokens]
-    if clip:
+    if clip and mode == "standard":
         assert any(s["clip_fraction"] > 0 for s in stats), "the later steps' stale ratios are clipped"
+    if mode != "standard":  # the pick over the whole step, split over the ranks and their micro-batches alike
+        assert all(s["policy/cov_fraction"] > 0 for s in stats)

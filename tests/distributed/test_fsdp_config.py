@@ -11,7 +11,6 @@ TORCHRUN_RANK_0_OF_2 = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}
 
 @pytest.mark.parametrize(("overrides", "named"), [
     (["backend=fsdp", "env=guess"], "multi-turn episodes are not distributed yet"),
-    (["backend=fsdp", "algorithm.loss.mode=kl_cov"], "the local loss"),
     (["backend=fsdp", "engine=openai"], "its own seeded generator"),
 ])
 def test_what_backend_fsdp_cannot_do_yet_is_refused(overrides, named):
