@@ -20,7 +20,7 @@ How a distributed step is shared (rlvr/trainer.py, rlvr/backend/fsdp.py):
 - evaluation is shared the same way: each rank decodes and scores its share of the held-out set, gathered;
 - rank 0 alone writes the run folder; every rank writes its shard of a checkpoint (torch.distributed.checkpoint)
   and rank 0 completes it (rlvr/checkpoint.py);
-- a stop signal seen by any rank stops all of them at the same step boundary (`any`).
+- a stop signal seen by any rank stops all of them at the same step boundary (rlvr/trainer.py: _stopping).
 
 Collectives run on the default process group: NCCL on GPUs, gloo on CPUs, with `timeout_s` on every one, so a
 rank that died makes the others fail within that bound instead of hanging (torchrun and srun
@@ -69,7 +69,8 @@ class World:
         if "WORLD_SIZE" in env and "RANK" in env:
             return cls(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)))
         if int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in env:
-            env.setdefault("MASTER_ADDR", first_host(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", "")))
+            if "MASTER_ADDR" not in env:  # scontrol only when asked: this is read several times a run
+                env["MASTER_ADDR"] = first_host(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", ""))
             env.setdefault("MASTER_PORT", str(PORT_BASE + int(env.get("SLURM_JOB_ID", "0")) % 20_000))
             local = int(env.get("SLURM_LOCALID", 0))
             # `gpus_per_task` binds each task to its own GPUs (sbatch: an implicit --gpu-bind=per_task), so
@@ -158,13 +159,6 @@ def on_main(fn, *args):
     if not ok:
         raise value
     return value
-
-
-def any_rank(flag: bool) -> bool:
-    """True on every rank when `flag` is true on any."""
-    t = torch.tensor([1.0 if flag else 0.0])
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
 
 
 def is_main() -> bool:

@@ -123,12 +123,9 @@ def place(cfg: DictConfig, folder: Path, config: dict) -> tuple[Path, Path | Non
 
 def join(world: World, cfg: DictConfig) -> None:
     """Join the run's process group (torch's first import here: every check of the config has passed)."""
-    import torch
+    from rlvr.backend.local import resolve_device
 
-    device = cfg.backend.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    distributed.init(world, device, float(cfg.backend.timeout_s))
+    distributed.init(world, resolve_device(cfg.backend.device).type, float(cfg.backend.timeout_s))
     log.info("rank %d of %d (local rank %d)", world.rank, world.size, world.local_rank)
 
 

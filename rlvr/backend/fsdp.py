@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,7 +52,6 @@ from rlvr.backend.local import STATE_FILE, LocalBackend, StepRows, resolve_devic
 from rlvr.lazy import lazy_import
 from rlvr.model.lora import LoraSpec
 from rlvr.protocols import Needs
-from rlvr.requirements import CudaDevice
 from rlvr.types import TrainBatch
 
 if TYPE_CHECKING:
@@ -83,11 +83,9 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 class FSDPBackend(LocalBackend):
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        device = settings["device"]
-        machine = (CudaDevice(device),) if device == "auto" or device.startswith("cuda") else ()
-        return Needs(provides=frozenset({"local_policy", "ratio_clipping", "local_loss", "distributed"}),
-                     requires={"group_seeds": "backend=fsdp: each rank samples its own share of the groups"},
-                     machine=machine)
+        local = LocalBackend.needs(settings)  # what backend=local gives and asks of the machine, and more
+        return Needs(provides=local.provides | {"distributed"}, machine=local.machine,
+                     requires={"group_seeds": "backend=fsdp: each rank samples its own share of the groups"})
 
     def __init__(
         self,
@@ -152,8 +150,6 @@ class FSDPBackend(LocalBackend):
             self.gathered = False
 
     def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]:
-        import time
-
         t0 = time.perf_counter()
         self._sharded()
         rows = self._step_rows(batch)
