@@ -32,6 +32,11 @@ def main(cfg: DictConfig) -> float:
         print(f"rlvr.errors.ConfigError: {err}", file=sys.stderr)
         sys.exit(CONFIG_ERROR_EXIT_CODE)
     except Preempted as stopped:
+        # Checkpointed: the exit status is decided. A signal now must not change it; in a job of several tasks
+        # the first task to exit makes srun SIGTERM the others, and Python's shutdown puts back the default
+        # (fatal) action of a signal it handled, so a task still exiting would die of it (143, not requeued).
+        for signum in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(signum, signal.SIG_IGN)
         print(f"rlvr: {stopped}; exit status {exit_code(stopped.signum)}", file=sys.stderr)
         sys.exit(exit_code(stopped.signum))
 

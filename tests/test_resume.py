@@ -123,6 +123,26 @@ def test_stop_signal_checkpoints_and_asks_for_a_requeue(reference, tmp_path):
     assert comparable(tmp_path) == reference["lora"]
 
 
+def test_a_signal_while_a_stopped_run_exits_does_not_change_its_exit_status(tmp_path):
+    """In a job of several tasks the first task to exit 75 makes srun SIGTERM the others (--kill-on-bad-exit):
+    a task that has checkpointed and is on its way out must still exit 75, or srun exits 143 and the job is not
+    requeued. Here the second SIGTERM comes after the run printed that it stopped (Python's shutdown is next)."""
+    proc = subprocess.Popen(command(tmp_path, []), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    metrics = tmp_path / "metrics.jsonl"
+    while proc.poll() is None and not (metrics.exists() and '"step": 2,' in metrics.read_text()):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    err = []
+    for line in proc.stderr:  # train.py's last line before sys.exit
+        err.append(line)
+        if line.startswith("rlvr: stopped by SIGTERM"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    err.append(proc.communicate(timeout=120)[1])
+    assert proc.returncode == REQUEUE_EXIT_CODE, "".join(err)[-3000:]
+
+
 def test_a_stop_signal_while_the_job_is_still_starting_is_not_fatal(tmp_path):
     """SLURM may signal a requeued task while it is still importing torch: the request is remembered and
     acted on after the first step (checkpoint, exit 75), not the default action of SIGUSR1 (death)."""
