@@ -205,10 +205,13 @@ def test_a_stopped_task_is_requeued_and_resumes_without_repeating_a_step(slurm_e
 
 
 def test_a_task_at_its_time_limit_checkpoints_requeues_itself_and_finishes(slurm_env, tmp_path):
-    """A real time limit: 1 min per attempt, SIGUSR1 45 s before it (slurmctld checks limits every ~30 s; it
-    came 10-17 s in, here); the run needs more than 45 s of training, so the task requeues itself via the trap,
-    several times. A verifier that waits 0.1 s a step (slow_reward.py) keeps that true on a fast idle machine.
-    The last attempt finishes with the signal possibly still to come: it must not turn COMPLETED into FAILED."""
+    """A real time limit: 1 min per attempt, SIGUSR1 45 s before it (slurmctld checks limits every 30 s, so it
+    comes 15-45 s in); the run needs more than 45 s of training (a verifier that waits 0.1 s a step,
+    slow_reward.py, keeps that true on a fast idle machine), so the task checkpoints and requeues itself via the
+    trap. Once the first attempt has the signal, the job's limit is raised to 10 min (`scontrol update`), so the
+    requeued attempt resumes and finishes however slow the machine: with 1 min an attempt trains only ~8 s
+    between start-up and the next signal, and on a busy machine 380 steps took more attempts than
+    max_num_timeout allows."""
     name = f"rlvr-timelimit-{uuid.uuid4().hex[:8]}"
     sweep, steps = tmp_path / "sweep", 380  # 0.14-0.18 s a step: 53-68 s of training, more than one attempt
     deadline = time.monotonic() + 330
@@ -226,14 +229,19 @@ def test_a_task_at_its_time_limit_checkpoints_requeues_itself_and_finishes(slurm
         "hydra.launcher.signal_delay_s=45",
     )
     try:
+        run = sweep / "0"
+        wait_until(lambda: (run / "train.log").is_file() and "SIGUSR1 received" in (run / "train.log").read_text(),
+                   deadline, "the time limit's SIGUSR1")
+        job_id = next((sweep / ".submitit").glob("*/*_submission.sh")).parent.name
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=10"], env=slurm_env, check=True,
+                       timeout=30)
         process.wait(timeout=max(1.0, deadline - time.monotonic()))
         output = launcher_output(sweep, name)
         assert process.returncode == 0, output[-3000:]
-        run = sweep / "0"
         assert training_steps(run) == list(range(steps))
         assert "SIGUSR1 received" in (run / "train.log").read_text()
         assert "resumed from" in (run / "train.log").read_text()
-        job_id = next((sweep / ".submitit").glob("*/*_submission.sh")).parent.name
+        assert "rlvr: exit 75, requeueing" in (sweep / ".submitit" / job_id / f"{job_id}_0_log.out").read_text()
         assert_requeued_then_completed(slurm_env, job_id, deadline)
     finally:
         cancel(slurm_env, name, process)
