@@ -15,8 +15,8 @@ not available", "invalid partition specified"). The check refuses:
 - more `nodes` than the partition has, or than it has nodes big enough for one node's share (`cpus_per_task` ×
   `tasks_per_node` CPUs and `mem_gb`);
 - a partition the cluster does not have;
-- a `signal_delay_s` not shorter than `timeout_min`: SIGUSR1 ("checkpoint and requeue") would come as every
-  attempt starts.
+- a `signal_delay_s` not at least 60 s shorter than `timeout_min`: SLURM may send the signal up to 60 s early
+  (`SIGNAL_EARLY_S`), so SIGUSR1 ("checkpoint and requeue") could come as every attempt starts.
 
 `rlvr doctor` reports the same problems, one line each, through `launch_problems`. Only what sinfo states for
 certain is refused. A node size shown with `+` (the partition has nodes of several sizes) is not compared. A
@@ -41,6 +41,10 @@ SINFO_FORMAT = "%P|%a|%G|%c|%m|%D"
 """Partition (`*` marks the default), availability, GRES, CPUs, memory (MB) and node count of each group of alike
 nodes."""
 SUBMIT_SINFO_TIMEOUT_S = 30.0
+SIGNAL_EARLY_S = 60
+"""sbatch --signal: "Due to the resolution of event handling by Slurm, the signal may be sent up to 60 seconds
+earlier than specified" (man sbatch). On the dev cluster it came 1 s into an attempt of timeout_min=1 with
+signal_delay_s=45, before Python had a handler: the task died of SIGUSR1."""
 DEV_CLUSTER_CONF = Path("/tmp/rlvr-slurm/etc/slurm.conf")
 """Where launchers/slurm-cluster.sh writes the dev cluster's config (its default SLURM_TEST_ROOT)."""
 GPU_KEYS = ("gpus_per_task", "gpus_per_node", "gres")
@@ -222,11 +226,14 @@ def launch_problems(launcher: Mapping[str, Any], cluster: Cluster) -> list[Probl
         problems += [Problem(setting, why, fix) for setting, fix in gpu_requests(launcher)]
     problems += node_problems(launcher, partition)
     timeout_min, delay = launcher.get("timeout_min"), launcher.get("signal_delay_s")
-    if timeout_min and delay is not None and int(delay) >= int(timeout_min) * 60:
-        problems.append(Problem(f"hydra.launcher.signal_delay_s={delay}", f"SIGUSR1 would come as each attempt starts "
-                                f"(hydra.launcher.timeout_min={timeout_min} is {int(timeout_min) * 60} s), so every "
-                                "attempt would checkpoint and requeue at its first step",
-                                f"hydra.launcher.signal_delay_s={int(timeout_min) * 60 // 4}"))
+    if timeout_min and delay is not None and int(delay) + SIGNAL_EARLY_S >= int(timeout_min) * 60:
+        limit_s = int(timeout_min) * 60
+        fix = (f"hydra.launcher.signal_delay_s={limit_s // 4}" if limit_s // 4 + SIGNAL_EARLY_S < limit_s else
+               f"hydra.launcher.timeout_min={(int(delay) + SIGNAL_EARLY_S) // 60 + 1}")
+        problems.append(Problem(f"hydra.launcher.signal_delay_s={delay}", f"SIGUSR1 could come as each attempt starts "
+                                f"(hydra.launcher.timeout_min={timeout_min} is {limit_s} s, and SLURM may send the "
+                                f"signal up to {SIGNAL_EARLY_S} s early), so every attempt could checkpoint and "
+                                "requeue at its first step, or die of the signal before Python handles it", fix))
     return problems
 
 

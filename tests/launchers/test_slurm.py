@@ -205,16 +205,16 @@ def test_a_stopped_task_is_requeued_and_resumes_without_repeating_a_step(slurm_e
 
 
 def test_a_task_at_its_time_limit_checkpoints_requeues_itself_and_finishes(slurm_env, tmp_path):
-    """A real time limit: 1 min per attempt, SIGUSR1 45 s before it (slurmctld checks limits every 30 s, so it
-    comes 15-45 s in); the run needs more than 45 s of training (a verifier that waits 0.1 s a step,
-    slow_reward.py, keeps that true on a fast idle machine), so the task checkpoints and requeues itself via the
-    trap. Once the first attempt has the signal, the job's limit is raised to 10 min (`scontrol update`), so the
-    requeued attempt resumes and finishes however slow the machine: with 1 min an attempt trains only ~8 s
-    between start-up and the next signal, and on a busy machine 380 steps took more attempts than
-    max_num_timeout allows."""
+    """A real time limit: 2 min per attempt, SIGUSR1 45 s before it, which SLURM may send up to 60 s early (man
+    sbatch) and checks every 30 s: it comes 15-75 s in. (With the 1-min limit this test had, it once came 1 s in,
+    before Python had a handler; the pre-submit check now refuses that.) The run needs more training than the
+    first attempt can give it (600 steps at 0.14-0.25 s, a verifier that waits 0.1 s a step: slow_reward.py), so
+    the task checkpoints and requeues itself via the trap. Once the first attempt has the signal, the job's limit
+    is raised to 10 min (`scontrol update`), so the requeued attempt resumes and finishes however slow the machine
+    (with short limits a busy machine needed more attempts than max_num_timeout allows)."""
     name = f"rlvr-timelimit-{uuid.uuid4().hex[:8]}"
-    sweep, steps = tmp_path / "sweep", 380  # 0.14-0.18 s a step: 53-68 s of training, more than one attempt
-    deadline = time.monotonic() + 330
+    sweep, steps = tmp_path / "sweep", 600  # the first attempt trains at most ~65 s: ≤ 470 steps
+    deadline = time.monotonic() + 480
     env = {**slurm_env, "PYTHONPATH": str(Path(__file__).parent)}
     process = submit(
         env,
@@ -225,7 +225,7 @@ def test_a_task_at_its_time_limit_checkpoints_requeues_itself_and_finishes(slurm
         "trainer.save_every=10",
         "reward=function",
         "reward.function=slow_reward.exact_after_a_pause",
-        "hydra.launcher.timeout_min=1",
+        "hydra.launcher.timeout_min=2",
         "hydra.launcher.signal_delay_s=45",
     )
     try:
@@ -233,8 +233,9 @@ def test_a_task_at_its_time_limit_checkpoints_requeues_itself_and_finishes(slurm
         wait_until(lambda: (run / "train.log").is_file() and "SIGUSR1 received" in (run / "train.log").read_text(),
                    deadline, "the time limit's SIGUSR1")
         job_id = next((sweep / ".submitit").glob("*/*_submission.sh")).parent.name
-        subprocess.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=10"], env=slurm_env, check=True,
-                       timeout=30)
+        wait_until(lambda: subprocess.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=10"], env=slurm_env,
+                                          capture_output=True, timeout=30).returncode == 0,
+                   deadline, f"scontrol to raise {job_id}'s time limit", poll_s=1.0)  # refused while it completes
         process.wait(timeout=max(1.0, deadline - time.monotonic()))
         output = launcher_output(sweep, name)
         assert process.returncode == 0, output[-3000:]

@@ -100,10 +100,15 @@ def test_a_time_limit_signal_that_would_come_as_each_attempt_starts_is_refused()
     problems = launch_problems(preset(*fits, "hydra.launcher.timeout_min=5"), cluster(DEV))  # preset: 300 s ahead
     assert [(p.setting, p.fix) for p in problems] == [
         ("hydra.launcher.signal_delay_s=300", "hydra.launcher.signal_delay_s=75")]
-    assert "SIGUSR1 would come as each attempt starts (hydra.launcher.timeout_min=5 is 300 s)" in problems[0].why
+    assert ("SIGUSR1 could come as each attempt starts (hydra.launcher.timeout_min=5 is 300 s, and SLURM may send "
+            "the signal up to 60 s early)") in problems[0].why
     assert launch_problems(preset(*fits, "hydra.launcher.timeout_min=5", problems[0].fix), cluster(DEV)) == []
-    assert launch_problems(preset(*fits, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=45"),
-                           cluster(DEV)) == []  # the time-limit test's setting
+    # 45 s ahead of a 60-s limit: 45 + 60 ≥ 60, and no delay fits a 1-min limit: the fix is a longer one
+    short = launch_problems(preset(*fits, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=45"),
+                            cluster(DEV))
+    assert [(p.setting, p.fix) for p in short] == [("hydra.launcher.signal_delay_s=45", "hydra.launcher.timeout_min=2")]
+    assert launch_problems(preset(*fits, "hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=45"),
+                           cluster(DEV)) == []  # the time-limit test's setting: 45 + 60 < 120
 
 
 def test_what_sinfo_does_not_state_for_certain_is_not_refused():
