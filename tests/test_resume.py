@@ -106,13 +106,19 @@ def test_killed_while_writing_a_checkpoint_then_resumed_is_exact(reference, tmp_
     assert not list((tmp_path / "checkpoints").glob(".*.tmp"))
 
 
-def test_stop_signal_checkpoints_and_asks_for_a_requeue(reference, tmp_path):
-    proc = subprocess.Popen(command(tmp_path, []), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+def sigterm_after_step_2(run_dir):
+    """Start a run (stderr piped) and send it SIGTERM once its step 2 is logged."""
+    proc = subprocess.Popen(command(run_dir, []), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
-    metrics = tmp_path / "metrics.jsonl"
+    metrics = run_dir / "metrics.jsonl"
     while proc.poll() is None and not (metrics.exists() and '"step": 2,' in metrics.read_text()):
         time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
+    return proc
+
+
+def test_stop_signal_checkpoints_and_asks_for_a_requeue(reference, tmp_path):
+    proc = sigterm_after_step_2(tmp_path)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == REQUEUE_EXIT_CODE, err[-3000:]
     state = Checkpoints.read_state(Checkpoints(tmp_path / "checkpoints", 0).latest())
@@ -127,12 +133,7 @@ def test_a_signal_while_a_stopped_run_exits_does_not_change_its_exit_status(tmp_
     """In a job of several tasks the first task to exit 75 makes srun SIGTERM the others (--kill-on-bad-exit):
     a task that has checkpointed and is on its way out must still exit 75, or srun exits 143 and the job is not
     requeued. Here the second SIGTERM comes after the run printed that it stopped (Python's shutdown is next)."""
-    proc = subprocess.Popen(command(tmp_path, []), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
-    metrics = tmp_path / "metrics.jsonl"
-    while proc.poll() is None and not (metrics.exists() and '"step": 2,' in metrics.read_text()):
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
+    proc = sigterm_after_step_2(tmp_path)
     err = []
     for line in proc.stderr:  # train.py's last line before sys.exit
         err.append(line)
