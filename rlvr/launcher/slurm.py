@@ -226,8 +226,8 @@ def launch_problems(launcher: Mapping[str, Any], cluster: Cluster) -> list[Probl
         problems += [Problem(setting, why, fix) for setting, fix in gpu_requests(launcher)]
     problems += node_problems(launcher, partition)
     timeout_min, delay = launcher.get("timeout_min"), launcher.get("signal_delay_s")
-    if timeout_min and delay is not None and int(delay) + SIGNAL_EARLY_S >= int(timeout_min) * 60:
-        limit_s = int(timeout_min) * 60
+    limit_s = int(timeout_min) * 60 if timeout_min else 0
+    if limit_s and delay is not None and int(delay) + SIGNAL_EARLY_S >= limit_s:
         fix = (f"hydra.launcher.signal_delay_s={limit_s // 4}" if limit_s // 4 + SIGNAL_EARLY_S < limit_s else
                f"hydra.launcher.timeout_min={(int(delay) + SIGNAL_EARLY_S) // 60 + 1}")
         problems.append(Problem(f"hydra.launcher.signal_delay_s={delay}", f"SIGUSR1 could come as each attempt starts "
