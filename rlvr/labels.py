@@ -1,0 +1,142 @@
+"""What a run is, in two names read from its composed config: the condition label and the task.
+
+    label = <algorithm>+<transform>[,loss=<mode>][,turn=<turn credit>][,backend=<backend>]
+    task  = [<env>-]<data>[-<reward>]-<model>
+
+Both come from the `_target_`s and values the run is built from, never from the name of a Hydra choice:
+`condition=maxrl_gtpo_sepa` and `algorithm=maxrl transform=sepa` are one config and get one label,
+`maxrl+sepa`; `--multirun condition=grpo,maxrl algorithm=reinforce_pp` trains REINFORCE++ twice and both
+runs are labelled `reinforce_pp+none` (and refused at start, rlvr/run.py, unless `condition=none`). The
+label is what `metrics.jsonl`, `summary.json`, `rlvr status`, `rlvr compare` and `rlvr plot` show; the
+default run folder is `outputs/<task>/<label>/<time>` (conf/train.yaml).
+
+Every choice that changes the objective or the task shows: the algorithm, the transform, a loss mode other
+than `standard`, the turn credit of multi-turn episodes, a backend that samples elsewhere (`tinker`; fsdp
+samples the same rollouts as one process), the environment, the data (with its file or task), the verifier
+(single turn: an environment scores its own episodes) and the model. Everything else (learning rate, group
+size, …) is the same within a comparison by rule: `rlvr compare` refuses cells whose configs differ.
+
+Names are the familiar option names (`sepa_amp_c`, not `SEPAAmpClamped`): `NAMES` maps each built-in
+class; a class of your own is named by its module and class (tests/test_labels.py checks that every option
+under conf/ maps to its own file name).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import PurePath
+
+NAMES = {
+    # algorithm
+    "rlvr.algorithm.grpo.GRPO": "grpo",
+    "rlvr.algorithm.maxrl.MaxRL": "maxrl",
+    "rlvr.algorithm.reinforce_pp.ReinforcePP": "reinforce_pp",
+    "rlvr.algorithm.discover_entropic.DiscoverEntropic": "discover_entropic",
+    # transform
+    "rlvr.transform.none.NoTransform": "none",
+    "rlvr.transform.gtpo.GTPO": "gtpo",
+    "rlvr.transform.hicra.HICRA": "hicra",
+    "rlvr.transform.sepa.SEPA": "sepa",
+    "rlvr.transform.sepa.SEPAAmp": "sepa_amp",
+    "rlvr.transform.sepa.SEPAAmpClamped": "sepa_amp_c",
+    "rlvr.transform.entropy_mask.EntropyMask": "entropy_mask",
+    "rlvr.transform.delight.Delight": "delight",
+    "rlvr.transform.delight_sepa.DelightSEPA": "delight_sepa",
+    "rlvr.transform.hard_delight.HardDelight": "hard_delight",
+    # turn_credit
+    "rlvr.turn_credit.env.EnvAdvantages": "env",
+    "rlvr.turn_credit.episode.EpisodeCredit": "episode",
+    "rlvr.turn_credit.reward_to_go.RewardToGo": "reward_to_go",
+    "rlvr.turn_credit.tl_grpo.TLGRPO": "tl_grpo",
+    # env
+    "rlvr.env.guess.GuessEnvironment": "guess",
+    "rlvr.env.retry.RetryEnvironment": "retry",
+    "rlvr.env.textarena.TextArenaEnvironment": "textarena",
+    "rlvr.env.openenv.OpenEnvEnvironment": "openenv",
+    "rlvr.env.verifiers.VerifiersEnvironment": "verifiers",
+    # data
+    "rlvr.data.arithmetic.Arithmetic": "arithmetic",
+    "rlvr.data.gsm8k.GSM8K": "gsm8k",
+    "rlvr.data.jsonl.JSONL": "jsonl",
+    "rlvr.data.math.MATH": "math",
+    "rlvr.data.reasoning_gym.ReasoningGym": "reasoning_gym",
+    # reward
+    "rlvr.reward.exact.ExactMatch": "exact",
+    "rlvr.reward.function.FunctionReward": "function",
+    "rlvr.reward.judge.ChatJudge": "judge",
+    "rlvr.reward.match.BoxedMatch": "match",
+    "rlvr.reward.math.MathVerify": "math",
+    "rlvr.reward.reasoning_gym.ReasoningGymScore": "reasoning_gym",
+    # backend
+    "rlvr.backend.local.LocalBackend": "local",
+    "rlvr.backend.fsdp.FSDPBackend": "fsdp",
+    "rlvr.backend.tinker.TinkerBackend": "tinker",
+    # model
+    "rlvr.model.tiny.TinyLlama": "tiny",
+    "rlvr.model.pretrained.Pretrained": "pretrained",
+}
+SAME_ROLLOUTS_BACKENDS = ("local", "fsdp")
+"""Backends that train on the rollouts this process samples (fsdp: the same ones as one process)."""
+
+
+def name(node: Mapping | None) -> str:
+    """The familiar name of the component `node` builds: `NAMES`, else `<module>.<Class>` of its target."""
+    if not node:
+        return "none"
+    target = str(node.get("_target_", "?"))
+    if target in NAMES:
+        return NAMES[target]
+    module, _, cls = target.rpartition(".")
+    return f"{module.rpartition('.')[2]}.{cls}" if module else cls
+
+
+def condition_label(config: Mapping) -> str:
+    """`<algorithm>+<transform>`, then the other objective-changing choices that are not the default."""
+    label = f"{name(config.get('algorithm'))}+{name(config.get('transform'))}"
+    mode = ((config.get("algorithm") or {}).get("loss") or {}).get("mode", "standard")
+    if mode != "standard":
+        label += f",loss={mode}"
+    if config.get("env"):
+        label += f",turn={name(config.get('turn_credit'))}"
+    backend = name(config.get("backend"))
+    if backend not in SAME_ROLLOUTS_BACKENDS:
+        label += f",backend={backend}"
+    return label
+
+
+def task_name(config: Mapping) -> str:
+    """`[<env>-]<data>[-<reward>]-<model>`: what is learnt, from what, judged by what, by which model."""
+    env, data = config.get("env"), config.get("data") or {}
+    parts = [env_name(env)] if env else []
+    parts.append(_detailed(name(data), data, {"jsonl": "path", "reasoning_gym": "task"}))
+    if not env:  # an environment scores its own episodes
+        reward = config.get("reward") or {}
+        parts.append(_detailed(name(reward), reward, {"function": "function"}))
+    parts.append(model_name(config.get("model") or {}))
+    return "-".join(safe(p) for p in parts)
+
+
+def env_name(env: Mapping) -> str:
+    return _detailed(name(env), env, {"textarena": "game", "verifiers": "environment", "openenv": "environment"})
+
+
+def model_name(model: Mapping) -> str:
+    """`tiny`, or a pretrained model's hub id / folder name (Qwen/Qwen3-0.6B → qwen3-0.6b)."""
+    path = model.get("name_or_path")
+    return PurePath(str(path)).name.lower() if path and name(model) == "pretrained" else name(model)
+
+
+def _detailed(base: str, node: Mapping, detail_keys: Mapping[str, str]) -> str:
+    """`base`, with the value that picks among a component's many tasks (a file's stem, a game, a function)."""
+    key = detail_keys.get(base)
+    value = node.get(key) if key else None
+    if not value or str(value).startswith("???"):
+        return base
+    value = str(value)
+    return f"{base}.{PurePath(value).stem if key == 'path' else value.rpartition('.')[2] or value}"
+
+
+def safe(text: str) -> str:
+    """A folder name: anything but letters, digits and `._+=,-` becomes `_`."""
+    return re.sub(r"[^A-Za-z0-9._+=,-]", "_", text)
