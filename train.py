@@ -2,23 +2,38 @@
 
 Nothing heavy (torch, transformers) is imported here, so `--cfg`, `--help` and submitting a sweep stay
 fast; the job imports it when it starts, after every check of the config has passed (rlvr/run.py), so a
-wrong invocation fails in about a second, printing the problems (exit status 2) without a traceback. A job
-stopped by SIGTERM/SIGUSR1 checkpoints and exits with status 75 ("requeue me"), one stopped by Ctrl-C
-checkpoints and exits with 130, both without a traceback; started again with the same command, it continues.
+wrong invocation fails in about a second, printing the problems (exit status 2) without a traceback. So do
+the mistakes Hydra finds while composing (an unknown key or option, an override it cannot parse, an output
+folder it cannot create): rlvr/hydra_errors.py words them. A job stopped by SIGTERM/SIGUSR1 checkpoints and
+exits with status 75 ("requeue me"), one stopped by Ctrl-C checkpoints and exits with 130, both without a
+traceback; started again with the same command, it continues (rlvr/resume.py finds its folder). A run that
+cannot learn (rlvr/trainer.py: every step skipped, every reward failed) exits with 1, saying why.
 """
 
+import os
 import signal
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
+from rlvr.labels import register_resolvers
+
 CONFIG_ERROR_EXIT_CODE = 2
+RUN_FAILED_EXIT_CODE = 1
+CONF = Path(__file__).resolve().parent / "conf"
+os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra's errors reach __main__ below as exceptions, not exit 1
+register_resolvers()  # ${rlvr.task:} and ${rlvr.label:} in hydra.run.dir (conf/train.yaml)
+job_started = False
+"""Set when the first job starts: an error before that is Hydra's (composition, the output folder)."""
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float:
-    from rlvr.errors import ConfigError
+    global job_started
+    job_started = True
+    from rlvr.errors import ConfigError, RunFailed
     from rlvr.preemption import Preempted, StopSignals, exit_code
 
     try:
@@ -31,6 +46,9 @@ def main(cfg: DictConfig) -> float:
     except ConfigError as err:  # the user's input, not a bug: the message names the keys, a traceback adds nothing
         print(f"rlvr.errors.ConfigError: {err}", file=sys.stderr)
         sys.exit(CONFIG_ERROR_EXIT_CODE)
+    except RunFailed as failed:  # the run cannot learn; status.json says failed, with the same reason
+        print(f"rlvr: run failed: {failed}", file=sys.stderr)
+        sys.exit(RUN_FAILED_EXIT_CODE)
     except Preempted as stopped:
         # Checkpointed: the exit status is decided. A signal now must not change it; in a job of several tasks
         # the first task to exit makes srun SIGTERM the others, and Python's shutdown puts back the default
@@ -46,3 +64,12 @@ if __name__ == "__main__":
         main()
     except KeyboardInterrupt:  # Ctrl-C while Hydra composes, before the job listens for it: nothing to save
         sys.exit(130)
+    except Exception as err:
+        from rlvr.hydra_errors import explain
+
+        message = None if job_started else explain(err, sys.argv[1:], CONF, multirun="-m" in sys.argv
+                                                     or "--multirun" in sys.argv)
+        if message is None:
+            raise
+        print(f"rlvr.errors.ConfigError: invalid config:\n  {message}", file=sys.stderr)
+        sys.exit(CONFIG_ERROR_EXIT_CODE)

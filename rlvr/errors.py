@@ -3,3 +3,8 @@
 
 class ConfigError(ValueError):
     """The composed config cannot run; the message names every offending key."""
+
+
+class RunFailed(RuntimeError):
+    """The run cannot learn (every step skipped, every reward failed): it checkpoints, is marked `failed` with
+    this message as the reason, and train.py exits with status 1."""

@@ -140,3 +140,16 @@ def _detailed(base: str, node: Mapping, detail_keys: Mapping[str, str]) -> str:
 def safe(text: str) -> str:
     """A folder name: anything but letters, digits and `._+=,-` becomes `_`."""
     return re.sub(r"[^A-Za-z0-9._+=,-]", "_", text)
+
+
+def register_resolvers() -> None:
+    """`${rlvr.task:}` and `${rlvr.label:}`, the default run folder's parts (conf/train.yaml's hydra.run.dir),
+    read from the config being composed."""
+    from omegaconf import DictConfig, OmegaConf
+
+    def plain(root) -> Mapping:
+        return OmegaConf.to_container(root, resolve=False) if isinstance(root, DictConfig) else root
+
+    for key, fn in (("rlvr.task", task_name), ("rlvr.label", condition_label)):
+        if not OmegaConf.has_resolver(key):
+            OmegaConf.register_new_resolver(key, lambda *, _root_, fn=fn: safe(fn(plain(_root_))))

@@ -7,7 +7,7 @@
     checkpoints/step_N/   weights (safetensors), optimizer.pt, rng.pt, trainer_state.json; N = steps
                         completed; `checkpoints/latest` names the newest (rlvr/checkpoint.py)
     summary.json        final figures
-    status.json         running | finished | failed | preempted, with the reason, host, pid, SLURM ids
+    status.json         running | finished | failed | preempted, with the reason, host, pid, SLURM ids, config id
     train.log, .hydra/  written by Hydra
 
 Every file is written whole or appended line by line.
@@ -62,12 +62,14 @@ class RunDir:
             for r in records:
                 f.write(json.dumps(r) + "\n")
 
-    def write_status(self, state: str, max_steps: int, reason: str | None = None) -> None:
-        """What readers (`rlvr status`) show for this run; rewritten at start, end, failure, preemption."""
+    def write_status(self, state: str, max_steps: int, reason: str | None = None, config_id: str | None = None) -> None:
+        """What readers (`rlvr status`) show for this run; rewritten at start, end, failure, preemption.
+        `config_id` (rlvr/resume.py) lets the same command find this run again to continue it."""
         self.write_json("status.json", {
             "state": state,
             "max_steps": max_steps,
             "reason": reason,
+            "config_id": config_id,
             "updated": datetime.now(UTC).isoformat(timespec="seconds"),
             "host": socket.gethostname(),
             "pid": os.getpid(),

@@ -3,6 +3,11 @@ SIGINT (Ctrl-C) ask the trainer to finish the step it is in, checkpoint, flush i
 `preempted` and exit: with `REQUEUE_EXIT_CODE` after SIGTERM/SIGUSR1, the status a launcher reads as
 "requeue me", and with `INTERRUPT_EXIT_CODE` after Ctrl-C. A second signal exits at once. Started again
 with the same command (resume=auto), the run continues from that checkpoint.
+
+Scoring may wait on a verifier that hangs (a reward function, a judge): inside `interruptible()` the first
+signal raises `StepInterrupted` at once, the trainer drops the step in progress and checkpoints the steps
+already done. A second signal exits at once, after `on_forced_exit` (rlvr/run.py marks the run's status.json,
+so no exited process leaves it `running`).
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 log = logging.getLogger("rlvr")
 
@@ -37,6 +44,11 @@ class Preempted(Exception):
         self.signum = signum
 
 
+class StepInterrupted(BaseException):
+    """Raised from the signal handler inside `StopSignals.interruptible()`: the step in progress is abandoned.
+    A BaseException, so that a verifier's `except Exception` (rlvr/reward/guarded.py) does not swallow it."""
+
+
 class StopSignals:
     """Context manager: while active, the first SIGTERM/SIGUSR1/SIGINT sets `requested`; a second exits now.
 
@@ -48,15 +60,39 @@ class StopSignals:
     def __init__(self) -> None:
         self.requested: int | None = None
         self._previous: dict = {}
+        self.plan = "finishing this step, then checkpoint and exit"
+        """What a first signal does now, as the warning says it (the warm-up sets its own)."""
+        self.on_forced_exit: Callable[[str], None] | None = None
+        """Called with the reason before a second signal exits the process."""
+        self._interruptible = False
 
     def _handle(self, signum, frame) -> None:
         if self.requested is not None:
-            log.error("second stop signal (%s): exiting without a checkpoint", signal_name(signum))
+            reason = f"second stop signal ({signal_name(signum)}): exited at once, without a checkpoint"
+            log.error(reason)
+            if self.on_forced_exit is not None:
+                try:
+                    self.on_forced_exit(reason)
+                except Exception:  # noqa: BLE001 - exiting regardless: the signal asked for it
+                    log.exception("could not record the forced exit")
             logging.shutdown()
             os._exit(exit_code(self.requested))
         self.requested = signum
-        log.warning("%s received: finishing this step, then checkpoint and exit (%s again: exit at once)",
-                    signal_name(signum), signal_name(signum))
+        if self._interruptible:
+            log.warning("%s received while scoring: dropping this step, then checkpoint the steps done and exit "
+                        "(%s again: exit at once)", signal_name(signum), signal_name(signum))
+            raise StepInterrupted(signal_name(signum))
+        log.warning("%s received: %s (%s again: exit at once)", signal_name(signum), self.plan, signal_name(signum))
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """Inside, a first signal raises StepInterrupted where the main thread is (a wait on a verifier). A signal
+        that came before keeps its promise (this step finishes): the verifier's own timeout bounds it."""
+        self._interruptible = True
+        try:
+            yield
+        finally:
+            self._interruptible = False
 
     def stopped(self, where: str) -> Preempted:
         """The exception to raise at a step boundary after a request, `where` saying what was kept."""

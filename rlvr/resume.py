@@ -5,6 +5,13 @@
                   (the old run is never touched)
     resume=must   continue, or fail when the folder has no complete checkpoint
 
+The same command continues an interrupted run. Its default folder (conf/train.yaml) is new each time (it ends
+in the time), so before starting fresh, `interrupted_run` looks among its siblings (`outputs/<task>/<label>/`)
+for the newest run of the same config (`config_id`: the composed config without the keys that may change on a
+resume, as status.json records it) that was stopped (preempted), crashed (failed) or killed (status `running`,
+its process gone from this host), and the run continues there. A finished run is never continued that way
+(the same command then starts a new run); `resume=never` always starts a new one.
+
 A resume compares the composed config with the one stored in the checkpoint and fails, listing the
 changed keys, when anything that affects training differs. Keys that only change bookkeeping
 (`SAFE_TO_CHANGE`: more steps, eval/save/log cadence, threads, memory knobs, the logger) may always differ;
@@ -13,7 +20,14 @@ changed keys, when anything that affects training differs. Keys that only change
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import os
+import shlex
 import shutil
+import socket
+import sys
 from pathlib import Path
 
 from rlvr.checkpoint import Checkpoints
@@ -21,9 +35,15 @@ from rlvr.errors import ConfigError
 
 SAFE_TO_CHANGE = (
     "trainer.max_steps", "trainer.save_every", "trainer.eval_every", "trainer.log_every", "trainer.keep_last",
-    "trainer.samples_per_step", "trainer.max_nonfinite_skips", "trainer.warmup.cache_dir", "threads", "resume",
+    "trainer.samples_per_step", "trainer.max_nonfinite_skips", "trainer.max_skipped_steps",
+    "trainer.max_failed_steps", "trainer.warmup.cache_dir", "threads", "resume",
     "resume_allow_changes", "backend.micro_batch_size", "backend.device", "engine.max_batch_rows", "logger",
 )
+
+
+log = logging.getLogger("rlvr")
+INTERRUPTED = ("preempted", "failed")
+"""status.json states of a run the same command continues (and `running` when its process is gone)."""
 
 
 class ResumeError(ConfigError):
@@ -53,6 +73,49 @@ def changed_keys(saved: dict, current: dict, allowed: list[str]) -> list[str]:
     )
 
 
+def config_id(config: dict) -> str:
+    """What makes two runs the same run: a hash of the composed config without the keys a resume may change."""
+    kept = {k: v for k, v in flatten(config).items() if not any(k == f or k.startswith(f + ".") for f in SAFE_TO_CHANGE)}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def interrupted_run(parent: Path, identity: str, fresh: Path) -> Path | None:
+    """The newest folder under `parent` (other than `fresh`) whose status.json records a run of config `identity`
+    that was interrupted: preempted, failed, or `running` with its process gone from this host."""
+    found = []
+    for status_file in parent.glob("*/status.json"):
+        folder = status_file.parent
+        try:
+            status = json.loads(status_file.read_text())
+        except (OSError, ValueError):
+            continue
+        if folder == fresh or not isinstance(status, dict) or status.get("config_id") != identity:
+            continue
+        if status.get("state") in INTERRUPTED or (status.get("state") == "running" and process_gone(status)):
+            found.append((status_file.stat().st_mtime, folder))
+    return max(found)[1] if found else None
+
+
+def process_gone(status: dict) -> bool:
+    """The run's process no longer exists: it ran on this host and its pid is not alive."""
+    if status.get("host") != socket.gethostname() or not isinstance(status.get("pid"), int):
+        return False
+    try:
+        os.kill(status["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def resume_command() -> str:
+    """The command that continues this run: the one that started it, when it was train.py."""
+    if sys.argv and Path(sys.argv[0]).name == "train.py":
+        return shlex.join(["python", *sys.argv])
+    return "the same command"
+
+
 def holds_a_run(folder: Path) -> bool:
     return (folder / "metrics.jsonl").exists() or (folder / "checkpoints").exists()
 
@@ -63,7 +126,9 @@ def resume_point(mode: str, folder: Path, config: dict, allowed: list[str]) -> t
         raise ResumeError(f"resume={mode!r}: expected auto, never or must")
     latest = Checkpoints(folder / "checkpoints", 0).latest()
     if mode == "never":
-        return (fresh_sibling(folder) if holds_a_run(folder) else folder), None
+        folder = fresh_sibling(folder) if holds_a_run(folder) else folder
+        log.info("resume=never: a new run in %s", folder)
+        return folder, None
     if latest is None:
         if mode == "must":
             raise ResumeError(f"resume=must, but {folder / 'checkpoints'} holds no complete checkpoint to continue")

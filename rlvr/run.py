@@ -30,12 +30,14 @@ from rlvr import distributed
 from rlvr.campaign import record
 from rlvr.checkpoint import Checkpoints
 from rlvr.distributed import World
+from rlvr.hydra_errors import TOP_LEVEL_KEYS, unknown_top_level_key
 from rlvr.env.guarded import GuardedEnvironment
 from rlvr.errors import ConfigError
+from rlvr.labels import condition_label
 from rlvr.outputs import RunDir
 from rlvr.preemption import Preempted, StopSignals
 from rlvr.protocols import CAPABILITIES, Needs
-from rlvr.resume import resume_point
+from rlvr.resume import config_id, holds_a_run, interrupted_run, resume_point
 from rlvr.seeds import Seeds
 from rlvr.threads import resolve as resolve_threads
 from rlvr.trainer import Components, Trainer
@@ -77,7 +79,7 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
     log.info("run folder %s", folder)
 
     def status(state: str, reason: str | None = None) -> None:
-        out.write_status(state, max_steps=trainer.max_steps, reason=reason)
+        out.write_status(state, max_steps=trainer.max_steps, reason=reason, config_id=config_id(components.config))
         if campaign_root is not None and out.writes:
             record(campaign_root, folder, state, reason)
 
@@ -90,6 +92,7 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
     status("running")
     try:
         with StopSignals() as stop:
+            stop.on_forced_exit = lambda reason: status("preempted", reason)
             summary = trainer.fit(components, out, resume_from, stop)
     except Preempted as stopped:
         status("preempted", str(stopped))
@@ -115,10 +118,45 @@ def exit_now(world: World) -> None:
 
 
 def place(cfg: DictConfig, folder: Path, config: dict) -> tuple[Path, Path | None]:
-    """The run's folder (this one, or a fresh sibling under resume=never) and the checkpoint to continue from."""
+    """The run's folder (this one, the interrupted run of the same config this command continues, or a fresh
+    sibling under resume=never) and the checkpoint to continue from."""
+    if cfg.resume != "never" and default_run_dir() and not holds_a_run(folder):
+        found = interrupted_run(folder.parent, config_id(config), folder)
+        if found is not None:
+            log.info("continuing the interrupted run in %s (resume=never starts a new one)", found)
+            adopt(folder, found)
+            folder = found
     folder, resume_from = resume_point(cfg.resume, folder, config, list(cfg.resume_allow_changes))
     check_writable(folder)
     return folder, resume_from
+
+
+def default_run_dir() -> bool:
+    """This single run's folder is conf/train.yaml's default (`outputs/<task>/<label>/<time>`), new each time."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return False
+    hydra_cfg = HydraConfig.get()
+    return hydra_cfg.mode == RunMode.RUN and not any(o.startswith("hydra.run.dir=") for o in hydra_cfg.overrides.hydra)
+
+
+def adopt(fresh: Path, found: Path) -> None:
+    """Continue in `found` instead of Hydra's `fresh` folder: this command's .hydra/ record and its log go there
+    (train.log appended to), and `fresh` is removed."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        if Path(handler.baseFilename).parent == fresh.resolve():
+            moved = logging.FileHandler(found / Path(handler.baseFilename).name, mode="a")
+            moved.setFormatter(handler.formatter)
+            moved.setLevel(handler.level)
+            root.removeHandler(handler)
+            handler.close()
+            root.addHandler(moved)
+    if (fresh / ".hydra").is_dir():
+        shutil.copytree(fresh / ".hydra", found / ".hydra", dirs_exist_ok=True)
+    remove_if_fresh(fresh)
 
 
 def join(world: World, cfg: DictConfig) -> None:
@@ -184,8 +222,7 @@ def build_all(cfg: DictConfig, campaign_root: Path | None = None) -> tuple[Compo
         turn_credit=build(cfg, "turn_credit") if cfg.get("env") is not None else None,
         make_backend=build(cfg, "backend", _partial_=True, **backend_runtime_args(cfg, campaign_root)),
         make_engine=build(cfg, "engine", _partial_=True),
-        condition=condition_label(cfg),
-        condition_name=hydra_choice("condition") or condition_label(cfg),
+        condition=condition_label(config),
         uncertainty_kind=cfg.transform.get("uncertainty"),
         seeds=seeds,
         config=config,
@@ -221,15 +258,11 @@ def hydra_choice(group: str) -> str | None:
     return HydraConfig.get().runtime.choices.get(group) if HydraConfig.initialized() else None
 
 
-def condition_label(cfg: DictConfig) -> str:
-    """`<algorithm>+<transform>` from the modules the two `_target_`s name (maxrl+sepa, grpo+none)."""
-    return "+".join(cfg[g]._target_.split(".")[-2] for g in ("algorithm", "transform"))
-
-
 def check(cfg: DictConfig) -> dict[str, Needs]:
     """Checks on the config alone (no component is built), every problem at once, as a ConfigError; returns
     each group's declared needs."""
     needs, errors = config_problems(cfg)
+    errors = unknown_keys(cfg) + condition_errors(cfg) + errors
     if errors:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
     return needs
@@ -276,12 +309,16 @@ def value_errors(cfg: DictConfig) -> list[str]:
     positive = {"batch_size": t.batch_size, "group_size": t.group_size, "lr": t.lr, "log_every": t.log_every,
                 "eval_max_tokens": t.eval_max_tokens, "sampling.max_tokens": t.sampling.max_tokens}
     errors += [f"trainer.{k}={v} must be > 0" for k, v in positive.items() if v <= 0]
-    at_least_0 = {"max_steps": t.max_steps, "save_every": t.save_every, "eval_every": t.eval_every,
+    at_least_0 = {"max_steps": t.max_steps, "max_skipped_steps": t.max_skipped_steps, "max_failed_steps": t.max_failed_steps, "save_every": t.save_every, "eval_every": t.eval_every,
                   "samples_per_step": t.samples_per_step, "warmup.steps": t.warmup.steps,
                   "sampling.temperature": t.sampling.temperature}
     errors += [f"trainer.{k}={v} must be >= 0" for k, v in at_least_0.items() if v < 0]
     if t.group_size == 1:
         errors.append("trainer.group_size=1: every group's rewards tie, so no step would train (need >= 2)")
+    if t.sampling.temperature == 0 and t.max_steps > 0:
+        errors.append("trainer.sampling.temperature=0 samples greedily: a group's completions are all alike, their "
+                      "rewards tie, and no RL step would train (need > 0; evaluation is greedy already)")
+    errors += position_errors(cfg)
     if not 0 < t.sampling.top_p <= 1:
         errors.append(f"trainer.sampling.top_p={t.sampling.top_p} must be in (0, 1]")
     if not 0 <= t.reward_warn_frac <= 1:
@@ -307,6 +344,23 @@ def value_errors(cfg: DictConfig) -> list[str]:
     return errors
 
 
+def position_errors(cfg: DictConfig) -> list[str]:
+    """A model with a known number of positions (model.max_positions) must hold a prompt token and the longest
+    completion, and a multi-turn episode's whole context."""
+    positions = cfg.model.get("max_positions")
+    if not isinstance(positions, int) or isinstance(positions, bool):
+        return []
+    t, errors, model = cfg.trainer, [], f"model <{cfg.model._target_}> has {positions} positions (model.max_positions)"
+    for key, value in (("sampling.max_tokens", t.sampling.max_tokens), ("eval_max_tokens", t.eval_max_tokens)):
+        if value >= positions:
+            errors.append(f"trainer.{key}={value} does not fit: {model}, shared by the prompt (at least 1 token) "
+                          f"and the completion; at most {positions - 1}")
+    context = (cfg.get("env") or {}).get("max_context_tokens")
+    if isinstance(context, int) and context > positions:
+        errors.append(f"env.max_context_tokens={context} does not fit: {model}; at most {positions}")
+    return errors
+
+
 def check_backpressure(cfg: DictConfig) -> list[str]:
     """A back pressure that chooses batch sizes (one whose option has min/max_batch_size) starts from
     trainer.batch_size inside its bounds, and every batch size it may choose fits backend.micro_batch_size."""
@@ -325,6 +379,61 @@ def check_backpressure(cfg: DictConfig) -> list[str]:
                       f"in backpressure.min_batch_size .. max_batch_size = {lo} .. {hi} (b = {misfit}: "
                       f"{misfit} × {t.group_size} = {misfit * t.group_size})")
     return errors
+
+
+def unknown_keys(cfg: DictConfig) -> list[str]:
+    """Top-level keys that are neither a group nor conf/train.yaml's own (`+algoritm=maxrl` adds one that nothing
+    would read; a group's unknown keys are found against its constructor, `check_types`)."""
+    return [unknown_top_level_key(str(key), cfg[key], config_dir()) for key in cfg
+            if key not in GROUPS and key not in TOP_LEVEL_KEYS]
+
+
+def condition_errors(cfg: DictConfig) -> list[str]:
+    """`condition=<arm>` names an algorithm and a transform (its `override /group: option` lines); a choice of
+    another one for the same run contradicts it (`condition=grpo algorithm=reinforce_pp` would train REINFORCE++
+    under grpo's name). `condition=none` lets the groups' own choices stand."""
+    choice = hydra_choice("condition")
+    if choice in (None, "none"):
+        return []
+    conf, errors = config_dir(), []
+    for group, named in condition_choices(conf / "condition" / f"{choice}.yaml").items():
+        chosen = hydra_choice(group)
+        if chosen is not None and canonical_option(conf, group, chosen) != canonical_option(conf, group, named):
+            errors.append(f"condition={choice} trains {group}={named}, but {group}={chosen} was chosen too: drop one "
+                          f"of them, or say condition=none to train {group}={chosen}")
+    return errors
+
+
+def config_dir() -> Path:
+    """The folder train.py composes from (Hydra's primary config source), else the repository's conf/."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        for source in HydraConfig.get().runtime.config_sources:
+            if source.provider == "main" and source.schema == "file":
+                return Path(source.path)
+    return Path(__file__).resolve().parents[1] / "conf"
+
+
+def condition_choices(path: Path) -> dict[str, str]:
+    """{group: option} of a condition file's `override /group: option` defaults."""
+    import yaml
+
+    defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults", []) if path.is_file() else []
+    return {k.removeprefix("override /"): str(v) for entry in defaults if isinstance(entry, dict)
+            for k, v in entry.items() if k.startswith("override /")}
+
+
+def canonical_option(conf: Path, group: str, option: str) -> str:
+    """An option an alias file only extends (transform=gtpo_sepa: `defaults: [sepa]`, nothing else) is that one."""
+    import yaml
+
+    path = conf / group / f"{option}.yaml"
+    data = yaml.safe_load(path.read_text()) if path.is_file() else None
+    if isinstance(data, dict) and list(data) == ["defaults"] and len(data["defaults"]) == 1 and \
+            isinstance(data["defaults"][0], str) and data["defaults"][0] != "_self_":
+        return canonical_option(conf, group, data["defaults"][0])
+    return option
 
 
 GROUPS = ("trainer", "algorithm", "transform", "engine", "backend", "reward", "model", "data", "planning", "logger",

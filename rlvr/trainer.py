@@ -8,31 +8,38 @@
     row         = step_row(...)                              rlvr/telemetry.py: metrics.jsonl, samples/, console
 
 A step in which no token has a non-zero advantage trains nothing (the predecessor's skipped step); it
-still writes its metrics row, with `skipped: true`, so the reward curve has no holes.
+still writes its metrics row, with `skipped: true`, so the reward curve has no holes. A run that cannot learn
+fails instead of reporting success: `trainer.max_skipped_steps` consecutive skipped steps, or
+`trainer.max_failed_steps` consecutive steps on which every item's scoring failed, checkpoint and raise
+`RunFailed` naming the cause (status `failed`, exit 1). A stop signal while scoring drops the step in progress
+and checkpoints the steps done (rlvr/preemption.py), so a hung verifier never holds a stop.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlvr.backpressure import BackPressure
-from rlvr.checkpoint import Checkpoints, set_rng_state
+from rlvr.checkpoint import Checkpoints, rng_state, set_rng_state
 from rlvr.credit import assign_credit
 from rlvr.data.order import prompts_at
 from rlvr.distributed import World, all_gather, gather_step
 from rlvr.episodes import episode_seeds, play, transcript_text, turn_signals
+from rlvr.errors import RunFailed
 from rlvr.evaluation import evaluate_episodes, evaluate_held_out
 from rlvr.lazy import lazy_import
 from rlvr.model.base_folder import save_base
 from rlvr.model.chat_turns import check_prefix_preserving
 from rlvr.model.prompt_encoding import decode_completions, encode_prompts, eos_ids, token_pieces
 from rlvr.outputs import RunDir
-from rlvr.preemption import StopSignals
+from rlvr.preemption import StepInterrupted, StopSignals
+from rlvr.resume import resume_command
 from rlvr.progress import Progress, duration
 from rlvr.protocols import (
     Algorithm,
@@ -93,9 +100,8 @@ class Components:
     make_backend: Callable[..., Backend]
     make_engine: Callable[..., Engine]
     condition: str
-    """`<algorithm>+<transform>`, from the modules their `_target_`s name."""
-    condition_name: str
-    """The `condition=` choice when one was made (maxrl_gtpo_sepa), else `condition`; names logger runs."""
+    """The condition label, from the composed config (rlvr/labels.py: maxrl+sepa, grpo+none,loss=kl_cov); it names
+    the run everywhere: metrics rows, summary.json, logger runs, `rlvr status/compare/plot`."""
     uncertainty_kind: str | None
     """The token signal the transform reads (surprisal, …), logged with every row."""
     seeds: Seeds
@@ -145,7 +151,13 @@ class Live:
     the next step's first prompt in the data stream)."""
     evals: list[dict] = field(default_factory=list)
     """Every evaluation row so far; saved in every checkpoint (summary.json's initial/best read it)."""
+    stop: StopSignals | None = None
     consecutive_nonfinite: int = 0
+    consecutive_skipped: int = 0
+    consecutive_failed: int = 0
+    """Steps in a row with nothing to train / on which every item's scoring failed (saved in checkpoints)."""
+    clock: dict = field(default_factory=lambda: {"wall": 0.0, "rl": 0.0, "t_start": 0.0, "t_rl": None})
+    """Seconds of the run's earlier segments (a resumed run's summary covers them all) and this one's starts."""
 
 
 @dataclass
@@ -171,6 +183,10 @@ class Trainer:
     """Consecutive steps with a non-finite loss or gradient (each skipped) after which the run stops."""
     reward_warn_frac: float
     """A step whose reward/timeout_frac, error_frac or parse_fail_frac exceeds this logs a warning."""
+    max_skipped_steps: int = 50
+    """Consecutive steps with nothing to train (every group's rewards tied, …) after which the run fails; 0 = never."""
+    max_failed_steps: int = 5
+    """Consecutive steps on which every item's scoring (or every episode) failed after which the run fails; 0 = never."""
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
@@ -186,24 +202,34 @@ class Trainer:
         if resume_from is None:
             out.truncate(0, keep_initial_eval=False)  # rows an earlier attempt wrote before its first checkpoint
         live = self.start(c, out, stop)
+        live.clock["t_start"] = t_start
         first = self._restore(live, resume_from) if resume_from else 0
         seed = c.seeds.root
-        c.logger.start(f"{c.condition_name}_s{seed}", c.condition_name, [c.condition_name, f"seed{seed}"], out.path,
+        c.logger.start(f"{c.condition}_s{seed}", c.condition, [c.condition, f"seed{seed}"], out.path,
                        c.config)
         try:
-            return self._loop(live, first, resume_from, stop, t_start)
+            return self._loop(live, first, resume_from, stop)
         finally:
             c.logger.finish()
 
-    def _loop(self, live: Live, first: int, resume_from: Path | None, stop: StopSignals | None, t_start: float):
+    def _loop(self, live: Live, first: int, resume_from: Path | None, stop: StopSignals | None):
         out = live.out
         if not resume_from:
             self.evaluate(live, 0)
-        t_rl = time.perf_counter()
+        live.clock["t_rl"] = time.perf_counter()
         with Progress("rl", total=self.max_steps, done=first, lines=False) as progress:
             for step in range(first, self.max_steps):
-                row = self.step(live, step)
+                before = dict(live.totals), rng_state()
+                try:
+                    row = self.step(live, step)
+                except StepInterrupted:  # a stop while scoring: the step is dropped, the steps done are kept
+                    live.totals.update(before[0])
+                    set_rng_state(before[1])
+                    saved = self._checkpoint(live, step)
+                    raise stop.stopped(f"while scoring step {step + 1} (dropped); checkpoint of the {step} steps done "
+                                       f"saved in {saved}; continue with: {resume_command()}") from None
                 self._emit(live, row)
+                self._fail_if_cannot_learn(live, step, row)
                 progress.update()
                 done = step + 1
                 if done % self.log_every == 0 or done == self.max_steps:
@@ -212,15 +238,15 @@ class Trainer:
                     self.evaluate(live, done)
                 if stop is not None and self._stopping(live, stop) and done < self.max_steps:
                     saved = self._checkpoint(live, done)
-                    raise stop.stopped(f"after step {done}; checkpoint saved in {saved} (the same command continues "
-                                       "the run)")
+                    raise stop.stopped(f"after step {done}; checkpoint saved in {saved}; continue with: "
+                                       f"{resume_command()}")
                 if self.save_every and done % self.save_every == 0 and done < self.max_steps:
                     self._checkpoint(live, done)
-        rl_seconds = time.perf_counter() - t_rl
         if live.evals[-1]["step"] != self.max_steps:
             self.evaluate(live, self.max_steps)
         self._checkpoint(live, self.max_steps, final=True)
-        summary = self._summary(live, first if resume_from else None, time.perf_counter() - t_start, rl_seconds)
+        elapsed = self._elapsed(live)
+        summary = self._summary(live, first if resume_from else None, elapsed["wall"], elapsed["rl"])
         out.write_json("summary.json", summary)
         log.info(closing_line(summary, live.evals, out.path))
         return summary
@@ -234,8 +260,33 @@ class Trainer:
         stop.requested = stop.requested or first
         return first is not None
 
+    @staticmethod
+    def _elapsed(live: Live) -> dict[str, float]:
+        """Wall and RL seconds of the whole run so far: the earlier segments' (from the checkpoint) and this one's."""
+        now, clock = time.perf_counter(), live.clock
+        rl = clock["rl"] + (now - clock["t_rl"] if clock["t_rl"] is not None else 0.0)
+        return {"wall": clock["wall"] + now - clock["t_start"], "rl": rl}
+
+    def _fail_if_cannot_learn(self, live: Live, step: int, row: dict) -> None:
+        """Count the steps in a row with nothing to train and those on which every item's scoring failed; past
+        their limits, checkpoint and fail the run, naming the cause."""
+        failed = any(row.get(f"{p}/error_frac", 0.0) + row.get(f"{p}/timeout_frac", 0.0) >= 1.0 for p in ("reward", "env"))
+        live.consecutive_failed = live.consecutive_failed + 1 if failed else 0
+        live.consecutive_skipped = live.consecutive_skipped + 1 if row.get("skipped") else 0
+        cause = None
+        if self.max_failed_steps and live.consecutive_failed >= self.max_failed_steps:
+            cause = (f"every item's scoring failed (errors or timeouts) on {live.consecutive_failed} consecutive steps "
+                     f"(trainer.max_failed_steps={self.max_failed_steps}): the verifier cannot score this run's "
+                     "completions; check it (train.log names its first error of each step)")
+        elif self.max_skipped_steps and live.consecutive_skipped >= self.max_skipped_steps:
+            cause = (f"nothing to train on {live.consecutive_skipped} consecutive steps "
+                     f"(trainer.max_skipped_steps={self.max_skipped_steps}): {row.get('skip_cause', 'no token had a non-zero advantage')}")
+        if cause is not None:
+            saved = self._checkpoint(live, step + 1)
+            raise RunFailed(f"{cause}; up to step {step + 1}, checkpoint in {saved}")
+
     def _summary(self, live: Live, resumed_from: int | None, wall_seconds: float, rl_seconds: float) -> dict:
-        """summary.json's data."""
+        """summary.json's data (the times cover every segment of a resumed run)."""
         accuracy = [e["eval/accuracy"] for e in live.evals]
         return {
             "condition": live.c.condition,
@@ -278,7 +329,8 @@ class Trainer:
             engine = c.make_engine(module=backend.policy, eos_ids=stops, pad_id=tokenizer.pad_token_id)
         engine.connect()
         log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
-        return Live(c, tokenizer, backend, engine, out, warmup, Checkpoints(out.path / "checkpoints", self.keep_last))
+        return Live(c, tokenizer, backend, engine, out, warmup, Checkpoints(out.path / "checkpoints", self.keep_last),
+                    stop=stop)
 
     @staticmethod
     def _check_chat_turns(c: Components, tokenizer, stops: list[int]) -> None:
@@ -298,6 +350,10 @@ class Trainer:
             live.c.turn_credit.load_state_dict(state["turn_credit"])
         live.totals.update(state["totals"])
         live.evals[:] = state["evals"]
+        progress = state.get("progress", {})  # absent in checkpoints written before it was saved
+        live.consecutive_skipped = progress.get("consecutive_skipped", 0)
+        live.consecutive_failed = progress.get("consecutive_failed", 0)
+        live.clock.update(wall=progress.get("wall_seconds", 0.0), rl=progress.get("rl_seconds", 0.0))
         set_rng_state(torch.load(path / "rng.pt", weights_only=False))
         done = state["step"]
         live.out.truncate(done)
@@ -310,6 +366,10 @@ class Trainer:
         demos = self._demonstrations(c)
         key = self.warmup.cache_key(c.preset, c.seeds.init, demos)
         log.info("SFT warm-up: %d steps on %d demonstrations (cache key %s)", self.warmup.steps, len(demos), key)
+        plan = stop.plan if stop is not None else None
+        if stop is not None:
+            stop.plan = ("stopping the SFT warm-up: nothing is saved before the RL steps start, and the warm-up "
+                         "starts over when the run continues")
         with Progress("warm-up", total=self.warmup.steps) as progress:
 
             def on_step(r: dict) -> None:
@@ -319,7 +379,11 @@ class Trainer:
                     raise stop.stopped(f"during the SFT warm-up (step {r['step'] + 1} of {self.warmup.steps}); "
                                        "nothing was saved: the warm-up starts over when the run continues")
 
-            info = self.warmup.run(module, tokenizer, demos, c.seeds.init, key, on_step, out.path / "base")
+            try:
+                info = self.warmup.run(module, tokenizer, demos, c.seeds.init, key, on_step, out.path / "base")
+            finally:
+                if stop is not None:
+                    stop.plan = plan
         log.info("warm-up %s", f"loaded from {info['loaded_from']}" if info["loaded_from"] else
                  f"done in {duration(info['seconds'])}, final loss {info['final_loss']:.4f}")
         return info
@@ -350,7 +414,8 @@ class Trainer:
                                           self.sampling, seed=seed, with_entropy=c.wants_entropy)
             sample_s = clock.lap()
             completions = decode_completions(live.tokenizer, rollouts)
-            scores = guarded_score(c.reward, completions, [examples[i].reference for i in mine for _ in range(G)])
+            with live.stop.interruptible() if live.stop is not None else nullcontext():
+                scores = guarded_score(c.reward, completions, [examples[i].reference for i in mine for _ in range(G)])
             if c.world is not None:
                 rollouts, completions, scores = gather_step(rollouts, completions, scores, live.tokenizer.pad_token_id)
             played, outcome = None, scores.fractions("reward/")
@@ -385,7 +450,8 @@ class Trainer:
         pressure = c.backpressure.observe(  # its decision applies from the next step
             step=step, batch_size=P, group_size=G, tokens=counts.tokens, seconds=times.total, skipped=credit.skipped,
         )
-        return {**row, **outcome, "train/nonfinite_skips": float(live.totals["nonfinite"]), **pressure}
+        skip = {"skip_cause": skip_cause(rewards_P_G)} if credit.skipped else {}
+        return {**row, **outcome, **skip, "train/nonfinite_skips": float(live.totals["nonfinite"]), **pressure}
 
     def _signals(self, live: Live, step: int, rollouts: Rollouts, rewards_P_G: Tensor):
         """What the transform may read (planning marks only when it needs them), and the token pieces they
@@ -451,8 +517,26 @@ class Trainer:
             "transform": live.c.transform.state_dict(),
             "backpressure": live.c.backpressure.state_dict(),
             "turn_credit": live.c.turn_credit.state_dict() if live.c.turn_credit is not None else {},
+            "progress": {"consecutive_skipped": live.consecutive_skipped, "consecutive_failed": live.consecutive_failed,
+                         **{f"{k}_seconds": v for k, v in self._elapsed(live).items()}},
             "seeds": live.c.seeds.as_dict(),
             "config_sha256": live.c.config_sha256,
             "config": live.c.config,
         }
         return live.checkpoints.save(steps_done, live.backend.save, state, final=final)
+
+
+def skip_cause(rewards_P_G: Tensor) -> str:
+    """Why a step had nothing to train, in words: its groups' rewards tied (at which values), or the credit
+    gave no token a non-zero advantage."""
+    tied = bool((rewards_P_G == rewards_P_G[:, :1]).all())
+    if not tied:
+        return "the rewards differed within some group, but the credit gave no token a non-zero advantage"
+    values = sorted({round(float(v), 6) for v in rewards_P_G[:, 0]})
+    if values == [0.0]:
+        return ("every completion scored 0.0: the policy solves none of the prompts it draws (an easier task, a "
+                "warm-up with trainer.warmup.steps, a larger trainer.group_size, or a check of the reward)")
+    if len(values) == 1:
+        return f"every completion scored {values[0]:g}: nothing left to tell apart (a harder task?)"
+    return (f"every group's completions scored alike (rewards {', '.join(f'{v:g}' for v in values[:5])} by group): "
+            "sampling gives no variety (trainer.sampling.temperature, top_p) or the reward is too coarse")

@@ -17,7 +17,8 @@ from rlvr.run import run
 from rlvr.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
-GPU = ["trainer=gpu", "trainer.max_steps=1"]  # no warm-up: these cases fail elsewhere
+GPU = ["trainer=gpu", "trainer.max_steps=1", "trainer.sampling.max_tokens=8", "trainer.eval_max_tokens=8"]
+"""No warm-up (these cases fail elsewhere), and completions that fit the tiny model's 32 positions."""
 
 CASES = [
     # (overrides, text the message must contain)

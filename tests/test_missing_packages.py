@@ -25,7 +25,8 @@ from rlvr.run import declared_needs
 ROOT = Path(__file__).resolve().parents[1]
 HIDER = Path(__file__).resolve().parent / "hidden_packages"
 HEAVY = {"torch", "transformers", "peft", "vllm", "tinker", "wandb", "datasets", "math_verify"}
-GPU = ["trainer=gpu", "trainer.max_steps=1"]  # no warm-up, so nothing else stands in the way
+GPU = ["trainer=gpu", "trainer.max_steps=1", "trainer.sampling.max_tokens=8", "trainer.eval_max_tokens=8"]
+"""No warm-up, and completions that fit the tiny model's 32 positions: nothing else stands in the way."""
 
 CASES = [
     # (hidden modules, overrides, the message's line after "invalid config:")

@@ -73,7 +73,8 @@ def test_default_is_off_and_usl_defaults_are_valid():
     cfg = compose_config([])
     assert cfg.backpressure._target_ == "rlvr.backpressure.none.NoBackPressure"
     check(compose_config(["backpressure=usl"]))
-    check(compose_config(["backpressure=usl", "trainer=gpu", "backend.micro_batch_size=8"]))  # G = 16
+    check(compose_config(["backpressure=usl", "trainer=gpu", "backend.micro_batch_size=8",  # G = 16
+                          "trainer.sampling.max_tokens=8", "trainer.eval_max_tokens=8"]))
 
 
 def test_prompts_at_walks_the_stream_whatever_the_batch_sizes():
