@@ -38,6 +38,17 @@ CASES = [
     (["trainer.save_every=-5"], "trainer.save_every=-5 must be >= 0"),
     (["trainer.sampling.top_p=1.5"], "trainer.sampling.top_p=1.5 must be in (0, 1]"),
     (["trainer.sampling.temperature=-1"], "trainer.sampling.temperature=-1 must be >= 0"),
+    (["trainer.sampling.temperature=0"], "trainer.sampling.temperature=0 samples greedily: a group's completions are "
+                                         "all alike, their rewards tie, and no RL step would train"),
+    (["trainer.sampling.max_tokens=32"], "trainer.sampling.max_tokens=32 does not fit: model "
+                                         "<rlvr.model.tiny.TinyLlama> has 32 positions (model.max_positions)"),
+    (["trainer.eval_max_tokens=40"], "trainer.eval_max_tokens=40 does not fit"),
+    (["env=guess", "env.max_context_tokens=64"], "env.max_context_tokens=64 does not fit: model "
+                                                 "<rlvr.model.tiny.TinyLlama> has 32 positions"),
+    (["trainer.max_skipped_steps=-1"], "trainer.max_skipped_steps=-1 must be >= 0"),
+    (["+algoritm=maxrl"], "algoritm: no config group or key of that name, so nothing would read it (did you mean "
+                          "algorithm=maxrl?)"),
+    (["+trainr.lr=0.1"], "trainr: no config group or key of that name"),
     (["trainer.sampling.max_tokens=0"], "trainer.sampling.max_tokens=0 must be > 0"),
     (["trainer.warmup.batch_size=0"], "trainer.warmup.batch_size=0 must be > 0"),
     (["trainer.warmup.cache_dir=123"], "trainer.warmup.cache_dir=123 must be str or null"),
@@ -139,7 +150,30 @@ def test_an_unwritable_run_folder_is_named(tmp_path):
             target = locked / "run"
         proc = subprocess.run([sys.executable, "train.py", f"hydra.run.dir={target}"], cwd=ROOT,
                               capture_output=True, text=True, timeout=300)
-        assert proc.returncode != 0 and str(target) in proc.stdout + proc.stderr
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert f"hydra.run.dir: cannot create or write the output folder ({target})" in proc.stderr
         assert "loading policy" not in proc.stdout + proc.stderr
     finally:
         locked.chmod(0o700)
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("algoritm=grpo", "algoritm=grpo: no config group or key of that name, so nothing would read it (did you mean "
+                      "algorithm=grpo?)"),
+    ("algorithm=grpoo", "algorithm=grpoo: no option 'grpoo' in group algorithm (did you mean algorithm=grpo? options: "
+                        "discover_entropic, grpo, maxrl, reinforce_pp)"),
+    ("trainer.lrr=1e-3", "trainer.lrr=1e-3: trainer has no key 'lrr' (did you mean trainer.lr=1e-3?)"),
+    ("trainer.lr=[", "cannot parse an override: no viable alternative at input '['"),
+    ("hydra/launcher=slurmm", "hydra/launcher=slurmm: no option 'slurmm' in group hydra/launcher (did you mean "
+                              "hydra/launcher=slurm?"),
+])
+def test_hydras_own_errors_exit_2_in_rlvrs_words(override, expected, tmp_path):
+    """Mistakes Hydra finds while composing: exit status 2 (not Hydra's 1), rlvr's wording, a did-you-mean, and never
+    Hydra's advice to append the key with `+` (followed, it trained plain GRPO and exited 0)."""
+    proc = subprocess.run([sys.executable, "train.py", override, f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.startswith("rlvr.errors.ConfigError: invalid config:\n  ") and expected in proc.stderr, (
+        proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr and "To append to your config use" not in proc.stderr
+    assert not (tmp_path / "run").exists()
