@@ -1,6 +1,6 @@
 """Does an `env=guess` policy use the feedback? Greedy games on the held-out game seeds, read turn by turn.
 
-    .venv/bin/python -m bench.guess_feedback outputs/arithmetic/grpo+none/<timestamp>
+    .venv/bin/python -m bench.guess_feedback outputs/guess-arithmetic-tiny/grpo+none,turn=reward_to_go/<timestamp>
     .venv/bin/python -m bench.guess_feedback RUN data.eval_size=1000     # more held-out games
 
 RUN is a run folder (its final checkpoint, else its latest) or a `checkpoints/step_N` folder; overrides are
