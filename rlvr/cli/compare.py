@@ -14,6 +14,12 @@ and 90% at n = 10: n resampled values never spread more than the n values do. Wi
 t-interval covers, but it is the mean ± 12.7 × half their gap, a width resting on one degree of freedom;
 so below MIN_SEEDS values no interval is given: the per-seed values are printed with the reason (in
 --json: `ci95` null and `no_ci` the reason). Intervals are not clipped to the metric's range.
+
+What is compared. A run's condition is the label of its composed config (rlvr/labels.py), and a cell is
+(condition, seed). Before anything is computed, `check_comparable` (rlvr/cli/runs.py) refuses runs whose
+configs differ in more than the condition and the seed: within a condition any key but the seed and
+bookkeeping (`rlvr.resume.SAFE_TO_CHANGE`), across conditions any key outside the groups that make the
+condition. `--ignore-key KEY` (repeatable) leaves a key the user knows does not matter out of that check.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlvr.cli.runs import CliError, Run, load_runs, require_metric
+from rlvr.cli.runs import CliError, Run, check_comparable, load_runs, require_metric
 
 MIN_SEEDS = 3
 DEFAULT_BASELINES = ("grpo", "grpo+none")
@@ -109,8 +115,10 @@ def estimate(seeds: list, values: list[float], paired: bool = False) -> dict:
             "ci95": t_interval(values), "no_ci": no_interval_reason(len(values), paired)}
 
 
-def compare(runs: list[Run], metric: str, at: str = "final", k: int = 10, baseline: str | None = None) -> dict:
+def compare(runs: list[Run], metric: str, at: str = "final", k: int = 10, baseline: str | None = None,
+            ignore_keys: Sequence[str] = ()) -> dict:
     require_metric(runs, metric)
+    check_comparable([r for r in runs if reduce_run(r, metric, at, k) is not None], ignore_keys)
     table = per_seed(runs, metric, at, k)
     base = pick_baseline(list(table), baseline)
     rows = []
@@ -123,7 +131,8 @@ def compare(runs: list[Run], metric: str, at: str = "final", k: int = 10, baseli
             row["diff"] = {**estimate(paired, diffs, paired=True), "wins": sum(d > 0 for d in diffs)}
         rows.append(row)
     return {"metric": metric, "at": at, "k": k if at == "last-k" else None, "baseline": base,
-            "ci_method": f"{METHOD_TEXT}; none from fewer than {MIN_SEEDS} seeds", "conditions": rows}
+            "ci_method": f"{METHOD_TEXT}; none from fewer than {MIN_SEEDS} seeds",
+            "ignored_keys": sorted(ignore_keys), "conditions": rows}
 
 
 def _ci(est: dict, sign: str = "") -> str:
@@ -146,7 +155,10 @@ def render(result: dict) -> str:
     at = "final value" if result["at"] == "final" else f"mean of last {result['k']} values"
     base = result["baseline"]
     lines = [f"{result['metric']} ({at} per run); 95% CI: {result['ci_method']}",
-             f"baseline: {base} (differences paired by seed)", ""]
+             f"baseline: {base} (differences paired by seed)"]
+    if result.get("ignored_keys"):
+        lines.append(f"config differences ignored (--ignore-key): {', '.join(result['ignored_keys'])}")
+    lines.append("")
     table = [("condition", "mean", "95% CI", f"Δ vs {base}", "95% CI", "wins")]
     without = []  # (what, per-seed values) of every estimate too small for an interval
     for r in result["conditions"]:
@@ -171,6 +183,7 @@ def render(result: dict) -> str:
     return "\n".join(lines)
 
 
-def run(path: Path, metric: str, at: str, k: int, baseline: str | None, as_json: bool) -> str:
-    result = compare(load_runs(path), metric, at, k, baseline)
+def run(path: Path, metric: str, at: str, k: int, baseline: str | None, as_json: bool,
+        ignore_keys: Sequence[str] = ()) -> str:
+    result = compare(load_runs(path), metric, at, k, baseline, ignore_keys)
     return json.dumps(result, indent=2) if as_json else render(result)

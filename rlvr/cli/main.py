@@ -35,12 +35,20 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--baseline", default=None,
                          help="condition to pair against (default: grpo or grpo+none, else the first)")
     compare.add_argument("--json", action="store_true", help="machine-readable output")
+    compare.add_argument("--ignore-key", action="append", default=[], metavar="KEY",
+                         help="a config key (and what is under it) whose differences between runs do not matter; "
+                              "repeatable (without it, runs whose configs differ are refused)")
 
-    plot = sub.add_parser("plot", help="PNG: one curve per condition, mean over seeds with a 95%% band (≥3 seeds)")
+    plot = sub.add_parser("plot", help="PNG, PDF, SVG: one curve per condition, mean over seeds, 95%% band (≥3 seeds)")
     plot.add_argument("path", type=Path, metavar="PATH")
-    plot.add_argument("--metric", default="mean_reward")
-    plot.add_argument("--out", type=Path, default=None, help="default: PATH/plot_<metric>.png")
+    plot.add_argument("--metric", action="append", default=None,
+                      help="repeatable: one figure each (default mean_reward)")
+    plot.add_argument("--out", type=Path, default=None,
+                      help="the PNG (PDF and SVG beside it); a folder for several metrics "
+                           "(default: PATH/plot_<metric>.png)")
     plot.add_argument("--smooth", type=int, default=1, metavar="N", help="trailing mean over N values per run")
+    plot.add_argument("--ignore-key", action="append", default=[], metavar="KEY",
+                      help="as for compare: a config key whose differences between runs do not matter")
     plan = sub.add_parser("plan", help="runs, steps and estimated wall time of a grid, before launching it")
     plan.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="as for train.py, e.g. campaign=smoke")
     plan.add_argument("--conf", type=Path, default=Path("conf"), help="the config folder (default ./conf)")
@@ -108,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise CliError(f"--k must be at least 1, got {args.k}")
             from rlvr.cli import compare
 
-            print(compare.run(args.path, args.metric, args.at, args.k, args.baseline, args.json))
+            print(compare.run(args.path, args.metric, args.at, args.k, args.baseline, args.json, args.ignore_key))
         elif args.command == "plan":
             from rlvr.cli import plan
 
@@ -141,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise CliError(f"--smooth must be at least 1, got {args.smooth}")
             from rlvr.cli import plot
 
-            print(plot.run(args.path, args.metric, args.out, args.smooth))
+            print(plot.run(args.path, args.metric or ["mean_reward"], args.out, args.smooth, args.ignore_key))
     except CliError as err:
         print(f"rlvr {args.command}: error: {err}", file=sys.stderr)
         return err.code

@@ -4,6 +4,11 @@ A run folder is any folder holding `metrics.jsonl` or `.hydra/config.yaml` (rlvr
 does not descend into one, so `checkpoints/` and `samples/` are never mistaken for runs. Nothing here needs
 a campaign's `manifest.json`.
 
+A run's condition is `rlvr.labels.condition_label` of its composed config (`.hydra/config.yaml`), never the
+name of a Hydra choice (`condition=grpo algorithm=reinforce_pp` trains REINFORCE++ and is labelled so); only
+a folder without a readable config falls back to the `condition` of its metrics rows, then `?`.
+`check_comparable` is the rule `rlvr compare` and `rlvr plot` apply before putting runs side by side.
+
 State rule (`Run.state`), applied to what `status.json` says:
     finished | failed | preempted   as written.
     running                         `dead` when the pid is not alive on this very host (same hostname);
@@ -25,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from rlvr.labels import condition_label
 
 STALE_AFTER_S = 1800.0
 _WATCHED_FILES = ("metrics.jsonl", "warmup.jsonl", "status.json", "summary.json", "train.log")
@@ -54,6 +61,8 @@ class Run:
     """Lines of metrics.jsonl that did not parse (a run killed mid-write leaves one)."""
     warmup: tuple[int, int] | None = None
     """(steps done, steps) of the SFT warm-up, from warmup.jsonl's last row; None without one."""
+    config: dict = field(default_factory=dict)
+    """The composed config the run was built from (`.hydra/config.yaml`); {} when missing or unreadable."""
 
     @property
     def steps_done(self) -> int:
@@ -180,14 +189,13 @@ def read_metrics(path: Path) -> tuple[list[dict], list[dict], int]:
     return train, evals, bad
 
 
-def _condition(choices: dict, train_rows: list[dict]) -> str:
-    if choices.get("condition"):
-        return str(choices["condition"])
+def _condition(config: dict, train_rows: list[dict]) -> str:
+    """`condition_label` of the composed config; without one, what the metrics rows say; else `?`."""
+    if config:
+        return condition_label(config)
     for row in train_rows:
         if row.get("condition"):
             return str(row["condition"])
-    if choices.get("algorithm"):
-        return f"{choices['algorithm']}+{choices.get('transform') or 'none'}"
     return "?"
 
 
@@ -204,15 +212,13 @@ def _seed(config: dict, path: Path) -> int | None:
 
 def load_run(path: Path) -> Run:
     config = _read_yaml(path / ".hydra" / "config.yaml")
-    hydra = _read_yaml(path / ".hydra" / "hydra.yaml").get("hydra") or {}
-    choices = (hydra.get("runtime") or {}).get("choices") or {}
     train, evals, bad = read_metrics(path / "metrics.jsonl")
     status = _read_json(path / "status.json") or {}
     max_steps = status.get("max_steps") or (config.get("trainer") or {}).get("max_steps")
     mtimes = [(path / name).stat().st_mtime for name in _WATCHED_FILES if (path / name).exists()]
     return Run(
         path=path,
-        condition=_condition(choices, train),
+        condition=_condition(config, train),
         seed=_seed(config, path),
         max_steps=max_steps if isinstance(max_steps, int) else None,
         train_rows=train,
@@ -222,6 +228,7 @@ def load_run(path: Path) -> Run:
         mtime=max(mtimes, default=path.stat().st_mtime),
         bad_lines=bad,
         warmup=read_warmup(path / "warmup.jsonl"),
+        config=config,
     )
 
 
@@ -251,3 +258,90 @@ def label(run: Run, root: Path) -> str:
     except ValueError:
         rel = run.path
     return str(rel) if str(rel) != "." else run.path.name
+
+
+
+CONDITION_GROUPS = ("algorithm", "transform", "turn_credit")
+"""The config groups `condition_label` reads: they may differ between conditions (and `backend`, where the
+conditions' backends differ); every other key must be equal, or it is not the condition that is compared."""
+MAX_KEYS_SHOWN = 6
+"""Differing keys named per condition (a different model or dataset differs in many; the first few say enough)."""
+_ABSENT = object()
+
+
+def _under(key: str, prefixes) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
+def _shown(value) -> str:
+    if value is _ABSENT:
+        return "absent"
+    return "null" if value is None else json.dumps(value) if isinstance(value, list | dict) else str(value)
+
+
+def _differences(runs: list[Run], flat: dict[int, dict], skip) -> dict[str, dict[str, list[Run]]]:
+    """key → shown value → the runs holding it, for each key (not `skip`ped) whose value is not the same in all."""
+    out = {}
+    for key in sorted({k for r in runs for k in flat[id(r)] if not skip(k)}):
+        by_value: dict[str, list[Run]] = {}
+        for run in runs:
+            by_value.setdefault(_shown(flat[id(run)].get(key, _ABSENT)), []).append(run)
+        if len(by_value) > 1:
+            out[key] = by_value
+    return out
+
+
+def _listed(items: list[str], noun: str) -> list[str]:
+    more = len(items) - MAX_KEYS_SHOWN
+    return items[:MAX_KEYS_SHOWN] + ([f"and {more} more {noun}{'s' if more > 1 else ''}"] if more > 0 else [])
+
+
+def check_comparable(runs: list[Run], ignore_keys=()) -> None:
+    """Refuse (CliError, exit 2) to put side by side runs whose configs differ in more than what is compared.
+
+    A cell is (condition, seed). Within one condition, runs must have equal configs but for `seed` and the
+    keys that do not change what is learnt (`rlvr.resume.SAFE_TO_CHANGE`: step count, eval/save/log cadence,
+    threads, resume, logger, …); across conditions, every key outside the groups that make the condition
+    (`CONDITION_GROUPS`, and `backend` where the conditions' backends differ) must be equal too: grpo at one
+    learning rate against maxrl at another is not a comparison of algorithms. `ignore_keys` (and everything
+    under them) are left out. Runs with no readable config are not checked. Two runs of one cell with equal
+    configs (a repeated run) pass: the caller uses the newest. The message names, per condition, each
+    differing key with its values and a folder holding each value."""
+    from rlvr.labels import name
+    from rlvr.resume import SAFE_TO_CHANGE, flatten  # here, not at the top: `rlvr status` stays free of numpy
+
+    checked = [r for r in runs if r.config]
+    free = ("seed", *SAFE_TO_CHANGE, "resume_allow_changes", *ignore_keys)
+    flat = {id(r): flatten(r.config) for r in checked}
+    conditions = sorted({r.condition for r in checked})
+    problems, keys = [], []
+    for condition in conditions:
+        within = _differences([r for r in checked if r.condition == condition], flat, lambda k: _under(k, free))
+        keys += within
+        parts = [f"{key} (" + ", ".join(f"{value} in {held[0].path}" for value, held in values.items()) + ")"
+                 for key, values in within.items()]
+        if parts:
+            problems.append(f"runs of {condition} differ in {', '.join(_listed(parts, 'key'))}")
+    if len(conditions) > 1:
+        groups = CONDITION_GROUPS + (("backend",) if len({name(r.config.get("backend")) for r in checked}) > 1
+                                     else ())
+        parts = []
+        for key, values in _differences(checked, flat, lambda k: _under(k, (*free, *groups))).items():
+            if key in keys:  # already named for the condition(s) it differs within
+                continue
+            keys.append(key)
+            parts.append(f"{key} (" + "; ".join(
+                f"{value} in {', '.join(dict.fromkeys(r.condition for r in held))}, e.g. {held[0].path}"
+                for value, held in values.items()) + ")")
+        if parts:
+            which = " and ".join(conditions) if len(conditions) < 4 else f"the {len(conditions)} conditions"
+            outside = ", ".join(groups)
+            problems.append(f"runs of {which} differ outside {outside}, in {', '.join(_listed(parts, 'key'))}")
+    if not problems:
+        return
+    keys = list(dict.fromkeys(keys))
+    hint = "compare runs of one setting, or pass " + " ".join(f"--ignore-key {k}" for k in keys[:MAX_KEYS_SHOWN])
+    hint += " …" if len(keys) > MAX_KEYS_SHOWN else ""
+    if len(problems) == 1:
+        raise CliError(f"{problems[0]}; {hint}")
+    raise CliError("the runs' configs differ:\n" + "".join(f"  {p}\n" for p in problems) + hint)

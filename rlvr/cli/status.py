@@ -11,6 +11,20 @@ from pathlib import Path
 from rlvr.cli.runs import STALE_AFTER_S, CliError, Run, as_number, label, load_runs
 
 STATE_ORDER = ("running", "stale", "dead", "failed", "preempted", "pending", "finished")
+REASON_WIDTH = 60
+"""Characters of a failure's reason the table shows: its first line, cut with "…" (`--json` has it whole)."""
+
+
+def first_line(text: str, width: int = REASON_WIDTH) -> str:
+    """The first non-blank line of `text`, stripped, at most `width` characters (ending in "…" when cut, or
+    when more lines follow): a ConfigError listing keys or a traceback must not break the table's rows."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[0]
+    if len(line) > width:
+        return line[:width - 1].rstrip() + "…"
+    return line + (" …" if len(lines) > 1 else "")
 
 
 def age_text(seconds: float) -> str:
@@ -58,7 +72,8 @@ def render(rows: list[dict]) -> str:
         if r.get("warmup_steps") and r["warmup_step"] < r["warmup_steps"] and r["step"] == 0:
             step = f"warm-up {r['warmup_step']}/{r['warmup_steps']}"
         acc = "—" if r["eval_accuracy"] is None else f"{r['eval_accuracy']:.3f} @{r['eval_step']}"
-        state = r["state"] + (f" ({r['reason']})" if r["reason"] and r["state"] != "finished" else "")
+        reason = first_line(r["reason"]) if r["reason"] and r["state"] != "finished" else ""
+        state = r["state"] + (f" ({reason})" if reason else "")
         table.append((
             r["condition"], "—" if r["seed"] is None else str(r["seed"]), step, _fmt(r["reward"]), acc,
             state, f"{age_text(r['age_s'])} ago", r["folder"],

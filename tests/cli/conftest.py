@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlvr.labels import NAMES
+
+TARGETS = {name: target for target, name in NAMES.items() if target.startswith(("rlvr.algorithm.", "rlvr.transform."))}
+
 
 def dead_pid() -> int:
     """The pid of a process that has exited (and been reaped)."""
@@ -35,12 +39,24 @@ def make_run(
     reason: str | None = None,
     half_written: bool = False,
     age_s: float = 0.0,
+    config: dict | None = None,
+    write_config: bool = True,
 ) -> Path:
     """A run folder: .hydra/, metrics.jsonl (rewards 0.1·seed + 0.01·step; step 3 skipped), status.json and,
-    when finished, summary.json. `evals` maps step → eval/accuracy; `age_s` backdates every file."""
+    when finished, summary.json. `evals` maps step → eval/accuracy; `age_s` backdates every file.
+
+    .hydra/config.yaml builds `algorithm` and `transform` (a built-in's class, else a target named as given,
+    which rlvr/labels.py names by itself), so the run's label is `<algorithm>+<transform>`; `config` is merged
+    over it (nested dicts key by key); `write_config=False` leaves it out (a run folder without a config).
+    `condition_choice` is written as Hydra's `condition` choice, which no reader may trust."""
     (folder / ".hydra").mkdir(parents=True)
-    (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump(
-        {"seed": seed, "threads": 1, "trainer": {"_target_": "rlvr.trainer.Trainer", "max_steps": max_steps}}))
+    composed = {"seed": seed, "threads": 1,
+                "trainer": {"_target_": "rlvr.trainer.Trainer", "max_steps": max_steps, "lr": 0.001},
+                "algorithm": {"_target_": TARGETS.get(algorithm, algorithm)},
+                "transform": {"_target_": TARGETS.get(transform, transform)},
+                "backend": {"_target_": "rlvr.backend.local.LocalBackend"}}
+    if write_config:
+        (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump(_merged(composed, config or {})))
     (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"seed={seed}"]))
     choices = {"condition": condition_choice, "algorithm": algorithm, "transform": transform, "model": "tiny"}
     (folder / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump(
@@ -84,6 +100,13 @@ def make_run(
     return folder
 
 
+def _merged(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 GRPO_FINAL = {0: 0.40, 1: 0.50, 2: 0.30}
 SEPA_FINAL = {0: 0.55, 1: 0.60, 2: 0.50}
 
@@ -92,15 +115,16 @@ SEPA_FINAL = {0: 0.55, 1: 0.60, 2: 0.50}
 def campaign(tmp_path) -> Path:
     """outputs/<campaign>/<condition>/seed=<s>/ with every state a reader must tell apart:
 
-    grpo+none       (choices.condition null → named by its metrics rows)
+    grpo+none       (no Hydra `condition` choice)
         seed 0, 1   finished, 10/10
         seed 2      killed at step 7: status still says running, pid gone on this host, half-written line
-    maxrl_gtpo_sepa (named by choices.condition)
+    maxrl+sepa      (in folders maxrl_gtpo_sepa/, chosen as condition=maxrl_gtpo_sepa: named by its config)
         seed 0, 2   finished
         seed 1      preempted at 6/10
     gtpo+hicra
         seed 0      running, pid = this test process (alive)
-        seed 1      running on another host, files untouched for 2 h → stale
+        seed 1      running on another host, files untouched for 2 h → stale; no .hydra/config.yaml:
+                    named by its metrics rows
     """
     root = tmp_path / "camp"
     for seed in (0, 1, 2):
@@ -119,5 +143,6 @@ def campaign(tmp_path) -> Path:
     make_run(root / "hicra" / "seed=0", seed=0, algorithm="gtpo", transform="hicra", condition_choice=None,
              steps_done=4, evals={0: 0.2}, state="running", pid=os.getpid())
     make_run(root / "hicra" / "seed=1", seed=1, algorithm="gtpo", transform="hicra", condition_choice=None,
-             steps_done=2, evals={0: 0.2}, state="running", host="some-other-node", pid=1, age_s=7200)
+             steps_done=2, evals={0: 0.2}, state="running", host="some-other-node", pid=1, age_s=7200,
+             write_config=False)
     return root

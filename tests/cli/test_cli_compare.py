@@ -26,16 +26,16 @@ def test_final_accuracy_means_and_the_paired_difference(campaign, capsys):
     # grpo finals 0.40, 0.50, 0.30 (the killed seed's last evaluation) → mean 0.40
     assert rows["grpo+none"]["n"] == 3 and abs(rows["grpo+none"]["mean"] - 0.40) < 1e-12
     # sepa finals 0.55, 0.60 (preempted: its last evaluation), 0.50 → mean 0.55
-    assert abs(rows["maxrl_gtpo_sepa"]["mean"] - 0.55) < 1e-12
+    assert abs(rows["maxrl+sepa"]["mean"] - 0.55) < 1e-12
     # per-seed differences 0.15, 0.10, 0.20 → mean 0.15, all three seeds won
-    diff = rows["maxrl_gtpo_sepa"]["diff"]
+    diff = rows["maxrl+sepa"]["diff"]
     per_seed = [SEPA_FINAL[s] - GRPO_FINAL[s] for s in (0, 1, 2)]
     assert abs(diff["mean"] - np.mean(per_seed)) < 1e-12 and abs(diff["mean"] - 0.15) < 1e-12
     assert (diff["n"], diff["wins"]) == (3, 3) and diff["seeds"] == [0, 1, 2]
     # differences 0.15, 0.10, 0.20: sd 0.05, half-width t(0.975, 2)·0.05/√3 = 4.3027·0.028868 = 0.124208
     assert np.allclose(diff["ci95"], [0.15 - 0.124208, 0.15 + 0.124208], atol=1e-6)
     assert diff["ci95"] == t_interval(diff["values"]) and diff["no_ci"] is None
-    for est, mean in ((rows["grpo+none"], 0.40), (rows["maxrl_gtpo_sepa"], 0.55)):
+    for est, mean in ((rows["grpo+none"], 0.40), (rows["maxrl+sepa"], 0.55)):
         assert est["ci95"] == t_interval(est["values"]) and est["ci95"][0] < mean < est["ci95"][1]
     # hicra's seeds 0, 1 each evaluated only at step 0 (0.2); paired with grpo seeds 0, 1: no intervals
     hicra = rows["gtpo+hicra"]
@@ -54,12 +54,12 @@ def test_output_is_reproducible(campaign, capsys):
 
 def test_last_k_averages_the_last_values_of_a_training_metric(campaign, capsys):
     out = compare_json(campaign, capsys, "--metric", "mean_reward", "--at", "last-k", "--k", "2",
-                       "--baseline", "maxrl_gtpo_sepa")
+                       "--baseline", "maxrl+sepa")
     rows = {r["condition"]: r for r in out["conditions"]}
     # grpo seed s, 10 steps: rewards at steps 8, 9 = 0.1·s + 0.08, 0.1·s + 0.09 → 0.1·s + 0.085;
     # seed 2 killed after step 6: steps 5, 6 → 0.2 + 0.055.  Mean = (0.085 + 0.185 + 0.255) / 3
     assert abs(rows["grpo+none"]["mean"] - (0.085 + 0.185 + 0.255) / 3) < 1e-12
-    assert out["baseline"] == "maxrl_gtpo_sepa" and "diff" not in rows["maxrl_gtpo_sepa"]
+    assert out["baseline"] == "maxrl+sepa" and "diff" not in rows["maxrl+sepa"]
 
 
 def test_fewer_than_three_values_have_no_interval():
@@ -81,7 +81,7 @@ def test_text_table_names_the_method_and_n_beside_each_interval(campaign, capsys
     text = capsys.readouterr().out
     assert "Student t, mean ± t(0.975, n−1)·sd/√n" in text and "baseline: grpo+none" in text
     # sepa: mean 0.55, values 0.55, 0.60, 0.50 → sd 0.05 → ± 0.1242; Δ +0.15 ± 0.1242, won 3 of 3
-    assert "maxrl_gtpo_sepa  0.5500  [0.4258, 0.6742] (t, n=3)  +0.1500" in text
+    assert "maxrl+sepa  0.5500  [0.4258, 0.6742] (t, n=3)  +0.1500" in text
     assert "[+0.0258, +0.2742] (t, n=3)  3/3" in text
 
 
@@ -89,16 +89,17 @@ def test_two_seeds_print_their_values_and_why_there_is_no_interval(tmp_path, cap
     """The issue's case: two seeds, Δ +0.0475 from per-seed differences 0.045 and 0.050; a percentile
     bootstrap printed [0.045, 0.050]."""
     for seed, (base, treated) in enumerate([(0.400, 0.445), (0.430, 0.480)]):
-        for condition, final in (("grpo", base), ("maxrl_gtpo_sepa", treated)):
-            make_run(tmp_path / condition / f"seed={seed}", seed=seed, algorithm=condition, transform="none",
-                     condition_choice=condition, steps_done=10, evals={0: 0.1, 10: final})
+        for condition, final in (("grpo+none", base), ("maxrl+sepa", treated)):
+            algorithm, transform = condition.split("+")
+            make_run(tmp_path / condition / f"seed={seed}", seed=seed, algorithm=algorithm, transform=transform,
+                     condition_choice=None, steps_done=10, evals={0: 0.1, 10: final})
     assert main(["compare", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert "[0.0450, 0.0500]" not in text and "[" not in text.split("\n\n")[1]  # no interval anywhere in the table
-    assert "maxrl_gtpo_sepa  0.4625  none (n=2)  +0.0475     none (n=2)  2/2" in text
+    assert "maxrl+sepa  0.4625  none (n=2)  +0.0475         none (n=2)  2/2" in text
     assert "No interval from fewer than 3 seeds: from 2, a 95% t-interval is the mean ± 12.7 × half their gap" in text
-    assert "maxrl_gtpo_sepa − grpo  seed 0: +0.0450, seed 1: +0.0500" in text
-    assert "grpo                    seed 0: 0.4000, seed 1: 0.4300" in text
-    diff = {r["condition"]: r for r in compare_json(tmp_path, capsys)["conditions"]}["maxrl_gtpo_sepa"]["diff"]
+    assert "maxrl+sepa − grpo+none  seed 0: +0.0450, seed 1: +0.0500" in text
+    assert "grpo+none               seed 0: 0.4000, seed 1: 0.4300" in text
+    diff = {r["condition"]: r for r in compare_json(tmp_path, capsys)["conditions"]}["maxrl+sepa"]["diff"]
     assert diff["ci95"] is None and diff["no_ci"] == "2 paired seeds; an interval needs at least 3"
     assert diff["seeds"] == [0, 1] and np.allclose(diff["values"], [0.045, 0.050])

@@ -24,4 +24,4 @@ def test_an_unknown_metric_lists_the_known_ones(campaign, capsys):
 
 def test_an_unknown_baseline_lists_the_conditions(campaign, capsys):
     assert main(["compare", str(campaign), "--baseline", "ppo"]) == 2
-    assert "grpo+none, gtpo+hicra, maxrl_gtpo_sepa" in capsys.readouterr().err
+    assert "grpo+none, gtpo+hicra, maxrl+sepa" in capsys.readouterr().err

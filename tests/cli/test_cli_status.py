@@ -24,8 +24,8 @@ def test_rows_are_sorted_by_condition_then_seed_with_their_states(campaign, caps
         ("grpo+none", 2, "dead"),  # status.json says running; its pid is gone on this host
         ("gtpo+hicra", 0, "running"),  # pid alive (this process)
         ("gtpo+hicra", 1, "stale"),  # another host, silent for 2 h > 1800 s
-        ("maxrl_gtpo_sepa", 0, "finished"), ("maxrl_gtpo_sepa", 1, "preempted"),
-        ("maxrl_gtpo_sepa", 2, "finished"),
+        ("maxrl+sepa", 0, "finished"), ("maxrl+sepa", 1, "preempted"),
+        ("maxrl+sepa", 2, "finished"),
     ]
     assert out["counts"] == {"dead": 1, "finished": 4, "preempted": 1, "running": 1, "stale": 1}
 
@@ -37,7 +37,7 @@ def test_progress_reward_and_accuracy_come_from_the_last_rows(campaign, capsys):
     assert (killed["step"], killed["max_steps"], killed["bad_lines"]) == (7, 10, 1)
     assert abs(killed["reward"] - (0.1 * 2 + 0.01 * 6)) < 1e-12
     assert (killed["eval_accuracy"], killed["eval_step"]) == (0.30, 5)
-    preempted = rows[("maxrl_gtpo_sepa", 1)]
+    preempted = rows[("maxrl+sepa", 1)]
     assert (preempted["step"], preempted["reason"], preempted["eval_accuracy"]) == (6, "SIGTERM", 0.60)
 
 
@@ -112,3 +112,24 @@ def test_a_run_in_its_warm_up_shows_the_warm_up_progress(tmp_path, capsys):
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+
+
+def test_a_multi_line_failure_reason_shows_its_first_line_in_the_table(tmp_path, capsys):
+    from rlvr.cli.status import REASON_WIDTH
+    from tests.cli.conftest import make_run
+
+    config_error = ("ConfigError: the config cannot run:\n  trainer.lr=-1: must be positive\n"
+                    "  data.eval_size=0: must be at least 1")
+    traceback_reason = "RuntimeError: " + "x" * 200 + "\nTraceback (most recent call last):\n  File \"a.py\""
+    for seed, reason in enumerate((config_error, traceback_reason)):
+        make_run(tmp_path / f"seed={seed}", seed=seed, algorithm="grpo", transform="none", condition_choice=None,
+                 steps_done=2, state="failed", reason=reason)
+    assert main(["status", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 + 2 + 1  # header, one line per run, footer: the reasons' newlines stay out
+    assert "failed (ConfigError: the config cannot run: …)" in lines[1] and "trainer.lr" not in lines[1]
+    cut = lines[2][lines[2].index("failed (") + len("failed ("):lines[2].index(")")]
+    assert cut.endswith("…") and len(cut) == REASON_WIDTH and cut.startswith("RuntimeError: xxx")
+    assert lines[1].endswith("seed=0") and lines[2].endswith("seed=1")  # the folder column is still last
+    rows = status_json(tmp_path, capsys)["runs"]
+    assert [r["reason"] for r in rows] == [config_error, traceback_reason]  # --json keeps them whole
