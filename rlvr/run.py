@@ -30,9 +30,9 @@ from rlvr import distributed
 from rlvr.campaign import record
 from rlvr.checkpoint import Checkpoints
 from rlvr.distributed import World
-from rlvr.hydra_errors import TOP_LEVEL_KEYS, unknown_top_level_key
 from rlvr.env.guarded import GuardedEnvironment
 from rlvr.errors import ConfigError
+from rlvr.hydra_errors import TOP_LEVEL_KEYS, unknown_top_level_key
 from rlvr.labels import condition_label
 from rlvr.outputs import RunDir
 from rlvr.preemption import Preempted, StopSignals
@@ -262,7 +262,7 @@ def check(cfg: DictConfig) -> dict[str, Needs]:
     """Checks on the config alone (no component is built), every problem at once, as a ConfigError; returns
     each group's declared needs."""
     needs, errors = config_problems(cfg)
-    errors = unknown_keys(cfg) + condition_errors(cfg) + errors
+    errors = condition_errors(cfg) + errors
     if errors:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
     return needs
@@ -273,7 +273,7 @@ def config_problems(cfg: DictConfig, at_start: bool = True) -> tuple[dict[str, N
     when there are any: the rules after them assume the types), then value ranges, cross-field rules, what
     the chosen components need of each other and, with `at_start`, the machine requirements every run checks
     at start (`rlvr doctor` reports those one by one instead)."""
-    errors = type_errors(cfg)
+    errors = unknown_keys(cfg) + type_errors(cfg)
     if errors:
         return {}, errors
     needs = {group: declared_needs(cfg, group) for group in chosen_groups(cfg)}
@@ -309,7 +309,8 @@ def value_errors(cfg: DictConfig) -> list[str]:
     positive = {"batch_size": t.batch_size, "group_size": t.group_size, "lr": t.lr, "log_every": t.log_every,
                 "eval_max_tokens": t.eval_max_tokens, "sampling.max_tokens": t.sampling.max_tokens}
     errors += [f"trainer.{k}={v} must be > 0" for k, v in positive.items() if v <= 0]
-    at_least_0 = {"max_steps": t.max_steps, "max_skipped_steps": t.max_skipped_steps, "max_failed_steps": t.max_failed_steps, "save_every": t.save_every, "eval_every": t.eval_every,
+    at_least_0 = {"max_steps": t.max_steps, "save_every": t.save_every, "eval_every": t.eval_every,
+                  "max_skipped_steps": t.max_skipped_steps, "max_failed_steps": t.max_failed_steps,
                   "samples_per_step": t.samples_per_step, "warmup.steps": t.warmup.steps,
                   "sampling.temperature": t.sampling.temperature}
     errors += [f"trainer.{k}={v} must be >= 0" for k, v in at_least_0.items() if v < 0]
@@ -385,7 +386,7 @@ def unknown_keys(cfg: DictConfig) -> list[str]:
     """Top-level keys that are neither a group nor conf/train.yaml's own (`+algoritm=maxrl` adds one that nothing
     would read; a group's unknown keys are found against its constructor, `check_types`)."""
     return [unknown_top_level_key(str(key), cfg[key], config_dir()) for key in cfg
-            if key not in GROUPS and key not in TOP_LEVEL_KEYS]
+            if key not in GROUPS and key not in TOP_LEVEL_KEYS and key != "hydra"]  # `hydra`: a composition's own
 
 
 def condition_errors(cfg: DictConfig) -> list[str]:
