@@ -2,7 +2,9 @@
 
 A requirement particular to one component (vLLM's build, a server's model list, a hub preset's files) lives
 in that component's module. Checking imports nothing heavy unless the requirement is about that thing
-(`CudaDevice` imports torch); a child process or a request is only made by a requirement not `at_start`.
+(`CudaDevice` imports torch); a child process or a request is only made by a requirement not `at_start`, with
+one exception: a model's files not in the local hub cache are downloaded at start, so whether the hub answers
+is asked then (`unanswered`: one HEAD request, at most HUB_PROBE_TIMEOUT_S) unless the hub is off anyway.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -176,3 +179,64 @@ class CudaDevice:
         props = torch.cuda.get_device_properties(index)
         return Finding("ok", f"backend.device={self.device} trains on cuda:{index} {props.name}, "
                              f"{props.total_memory / 2**30:.1f} GiB")
+
+
+HUB_PROBE_TIMEOUT_S = 3.0
+"""The most one probe of the hub (`unanswered`) waits, name resolution, connection, TLS and answer together."""
+TRUE_VALUES = ("1", "ON", "YES", "TRUE")
+"""What huggingface_hub reads as true in HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE."""
+
+
+def hub_offline() -> str | None:
+    """The setting that keeps huggingface_hub (and transformers) offline, as `HF_HUB_OFFLINE=1`, or None. Read
+    now, as huggingface_hub reads it when imported: HF_HUB_OFFLINE's value, else TRANSFORMERS_OFFLINE's."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        value = os.environ.get(var)
+        if value:  # the first one set decides, as `HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE` does there
+            return f"{var}={value}" if value.upper() in TRUE_VALUES else None
+    return None
+
+
+def hub_cache() -> str:
+    """The hub cache folder from_pretrained reads ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub)."""
+    from huggingface_hub import constants
+
+    return constants.HF_HUB_CACHE
+
+
+def hub_endpoint() -> str:
+    """The hub files are downloaded from: $HF_ENDPOINT, else https://huggingface.co."""
+    from huggingface_hub import constants
+
+    return os.environ.get("HF_ENDPOINT", "").rstrip("/") or constants.ENDPOINT
+
+
+def unanswered(url: str, timeout_s: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """None when `url` answers a HEAD request (any HTTP status) within `timeout_s`, else why not. The request runs
+    in a daemon thread the caller waits for at most `timeout_s`, so a resolver that hangs cannot hold it longer.
+    Proxies come from the usual variables (https_proxy, no_proxy); the certificate is not checked (nothing is
+    sent but the request line: only whether something answers matters here)."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    result: list[str | None] = []
+
+    def head() -> None:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout_s,
+                                        context=context):
+                result.append(None)
+        except urllib.error.HTTPError:  # an HTTP status: something answers
+            result.append(None)
+        except (OSError, ValueError) as err:  # URLError (refused, no such host, timeout), a malformed URL
+            reason = getattr(err, "reason", err)
+            result.append(" ".join(str(reason).split()) or type(reason).__name__)
+
+    thread = threading.Thread(target=head, name="rlvr-hub-probe", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return result[0] if result else f"no answer within {timeout_s:g} s"

@@ -274,12 +274,12 @@ class LocalBackend:
         return torch.cat(out, dim=1) if out else logits.new_zeros((logits.shape[0], 0), dtype=torch.float32)
 
     def save(self, path: Path) -> None:
-        """The adapter (`save_pretrained`: adapter_model.safetensors + adapter_config.json) or the full
+        """The adapter (`save_adapter`: adapter_model.safetensors + adapter_config.json, no model card) or the full
         weights (model.safetensors + config.json, loadable by `from_pretrained`), plus `optimizer.pt` and
         `local_state.json` (the step counter clip_cov's draws read)."""
         path.mkdir(parents=True, exist_ok=True)
         if isinstance(self._policy, peft.PeftModel):
-            self._policy.save_pretrained(path)
+            save_adapter(self._policy, path)
         else:
             safetensors_torch.save_model(self._policy, str(path / "model.safetensors"))  # tied weights are stored once
             self._policy.config.save_pretrained(path)
@@ -299,3 +299,16 @@ class LocalBackend:
         # a checkpoint from before the counter existed cannot be a clip_cov run, the one reader of it: 0
         state = json.loads((path / STATE_FILE).read_text()) if (path / STATE_FILE).exists() else {}
         self.train_steps = int(state.get("train_steps", 0))
+
+
+def save_adapter(policy: peft.PeftModel, path: Path) -> None:
+    """`save_pretrained` (adapter_model.safetensors + adapter_config.json) without the model card PEFT writes
+    beside them (README.md, every section "[More Information Needed]"), which it has no argument to skip: its
+    card is removed, and a README.md the folder already had is put back as it was (PEFT rewrites it)."""
+    card = path / "README.md"
+    before = card.read_bytes() if card.is_file() else None
+    policy.save_pretrained(path)
+    if before is None:
+        card.unlink(missing_ok=True)
+    else:
+        card.write_bytes(before)

@@ -6,7 +6,9 @@ Prompts: `--prompt` (repeatable), and/or `--prompts FILE`: a `.jsonl` file holds
 a "prompt" and optionally a "reference"; any other file holds one prompt per line (blank lines skipped). Each
 prompt is encoded as in training (the tokenizer's chat template when it has one). Defaults: the run's
 `trainer.sampling` temperature, top-p and max tokens; `--temperature 0` is greedy. The draws depend on
-(`--seed`, the weights) alone, as the trainer's do.
+(`--seed`, the weights) alone, as the trainer's do. A prompt the model cannot read (it encodes to the
+tokenizer's unknown token: the tiny model reads only "0123456789+=") is refused, exit status 2, naming its
+unknown characters and what the model reads, before anything is sampled.
 """
 
 from __future__ import annotations
@@ -87,6 +89,11 @@ def _sample(opened, pairs, n, temperature, top_p, max_tokens, seed):
         max_tokens=run_params.max_tokens if max_tokens is None else max_tokens,
     )
     prompt_ids = encode_prompts(opened.tokenizer, [p for p, _ in pairs])
+    unreadable = [problem for (prompt, _), ids in zip(pairs, prompt_ids, strict=True)
+                  if (problem := unknown_tokens(opened.tokenizer, prompt, ids)) is not None]
+    if unreadable:
+        raise CliError("\n  ".join([f"the model cannot read {len(unreadable)} of the {len(pairs)} prompt(s); "
+                                     f"{vocabulary(opened.tokenizer)}:", *unreadable]))
     rollouts = opened.engine.sample(prompt_ids, n, params, seed=seed)
     completions = decode_completions(opened.tokenizer, rollouts)
     judged = [i for i, (_, reference) in enumerate(pairs) if reference is not None]
@@ -98,3 +105,27 @@ def _sample(opened, pairs, n, temperature, top_p, max_tokens, seed):
     records = [{"prompt": prompt, "reference": reference, "completions": completions[i * n:(i + 1) * n],
                 "rewards": rewards.get(i)} for i, (prompt, reference) in enumerate(pairs)]
     return records, params
+
+
+def unknown_tokens(tokenizer, prompt: str, ids: list[int]) -> str | None:
+    """What is wrong with `prompt` when its encoding `ids` holds the tokenizer's unknown token (its characters the
+    model cannot read, and how many of the ids are unknown), else None. A tokenizer without an unknown token
+    (byte-level BPE) reads any text."""
+    unk = tokenizer.unk_token_id
+    count = sum(1 for i in ids if i == unk) if unk is not None else 0
+    if count == 0:
+        return None
+    chars = dict.fromkeys(c for c in prompt if unk in tokenizer.encode(c, add_special_tokens=False))
+    shown = prompt if len(prompt) <= 60 else prompt[:57] + "..."
+    where = (f"from {len(chars)} character(s) not in the vocabulary: {' '.join(repr(c) for c in chars)}" if chars
+             else "from the chat template's text around it")
+    return f"{shown!r}: {count} of its {len(ids)} tokens are the unknown token {tokenizer.unk_token!r}, {where}"
+
+
+def vocabulary(tokenizer) -> str:
+    """What the model reads: its characters, for a character-level vocabulary (the tiny model's), else its size."""
+    special = set(tokenizer.all_special_tokens)
+    tokens = [t for t, _ in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1]) if t not in special]
+    if tokens and all(len(t) == 1 for t in tokens):
+        return f"it reads only the characters {''.join(tokens)!r}"
+    return f"its vocabulary has {len(tokenizer.get_vocab())} tokens"

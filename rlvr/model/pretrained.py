@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,6 +13,7 @@ from rlvr.lazy import lazy_import
 from rlvr.model.lora import LoraSpec, check_dtype
 from rlvr.model.prompt_encoding import eos_ids
 from rlvr.protocols import Finding, Needs
+from rlvr.requirements import HUB_PROBE_TIMEOUT_S, hub_cache, hub_endpoint, hub_offline, unanswered
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -21,15 +22,50 @@ torch = lazy_import("torch")
 transformers = lazy_import("transformers")
 
 
-def hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+CONFIG = "config.json"
+WEIGHTS = (("model.safetensors", "model.safetensors.index.json"), ("pytorch_model.bin", "pytorch_model.bin.index.json"))
+"""(one file, a sharded model's index naming every shard in its `weight_map`), in from_pretrained's order."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
+                   "tokenizer_config.json")
+"""Any one of them: a tokenizer's files are there (which ones it needs depends on its kind)."""
+
+
+def is_local(name_or_path: str) -> bool:
+    """A path (absolute, relative, ~, or an existing folder), not a hub id."""
+    return name_or_path.startswith(("/", ".", "~")) or Path(os.path.expanduser(name_or_path)).exists()
+
+
+def absent_files(locate: Callable[[str], Path | None]) -> tuple[list[str], int]:
+    """What of a model from_pretrained reads is not there (`locate(filename)`: its path, or None): config.json,
+    a tokenizer, every weight file; and how many weight files there are."""
+    absent = [] if locate(CONFIG) else [CONFIG]
+    if not any(locate(name) for name in TOKENIZER_FILES):
+        absent.append(f"tokenizer files (any of {', '.join(TOKENIZER_FILES)})")
+    for single, index_name in WEIGHTS:
+        if locate(single):
+            return absent, 1
+        index = locate(index_name)
+        if index is None:
+            continue
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, AttributeError) as err:
+            return [*absent, f"a readable weight index ({index_name}: {type(err).__name__})"], 0
+        missing = [shard for shard in shards if not locate(shard)]
+        if missing:
+            absent.append(f"{len(missing)} of {len(shards)} weight files ({missing[0]}, …)")
+        return absent, len(shards)
+    names = [name for pair in WEIGHTS for name in pair]
+    return [*absent, f"weights ({' or '.join(names)})"], 0
 
 
 @dataclass(frozen=True)
 class PretrainedWeights:
-    """The weights `from_pretrained` will read: a local folder with config.json, or a hub id whose config and
-    weight files are in the local hub cache (needed when HF_HUB_OFFLINE is set; otherwise downloaded at start).
-    Reads the cache only; never the network."""
+    """The files `from_pretrained` will read (config.json, a tokenizer, every weight file): in a local folder, or
+    for a hub id in the local hub cache at `revision`. What is not cached is downloaded at start, so it is
+    missing when the hub is off (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE) or does not answer a HEAD request
+    within HUB_PROBE_TIMEOUT_S (the one request made, and only then): a run refuses at start instead of
+    retrying the hub for a minute and failing with a traceback."""
 
     name_or_path: str
     revision: str | None
@@ -37,45 +73,69 @@ class PretrainedWeights:
 
     @property
     def item(self) -> str:
-        return "weights"
+        return "files"
 
     def check(self) -> Finding:
-        local = Path(os.path.expanduser(self.name_or_path))
-        if self.name_or_path.startswith(("/", ".", "~")) or local.exists():
-            if not (local / "config.json").is_file():
-                return Finding("missing", f"model.name_or_path={self.name_or_path!r}: no model folder there (expected "
-                                          "a folder with config.json written by save_pretrained, or a hub id such "
-                                          "as Qwen/Qwen3-0.6B)")
-            return Finding("ok", f"local folder {self.name_or_path}")
+        return self.finding(lambda: unanswered(hub_endpoint()))
+
+    def finding(self, hub_unanswered: Callable[[], str | None]) -> Finding:
+        """`check`, with the hub probe given (`rlvr doctor` probes once for every preset)."""
+        name = self.name_or_path
+        if is_local(name):
+            folder = Path(os.path.expanduser(name))
+            if not (folder / CONFIG).is_file():
+                return Finding("missing", f"model.name_or_path={name!r}: no model folder there (expected a folder "
+                                          "with config.json written by save_pretrained, or a hub id such as "
+                                          "Qwen/Qwen3-0.6B)")
+            absent, _ = absent_files(lambda f: folder / f if (folder / f).is_file() else None)
+            if absent:
+                return Finding("missing", f"model.name_or_path={name!r}: the folder lacks {', '.join(absent)}"
+                                          ": save the model and its tokenizer there with save_pretrained")
+            return Finding("ok", f"local folder {name}")
         cached, detail = self.in_hub_cache()
         if cached:
-            return Finding("ok", f"{self.name_or_path}: {detail}")
-        if hub_offline():
-            return Finding("missing", f"model.name_or_path={self.name_or_path!r} {detail} and HF_HUB_OFFLINE is set: "
-                                      "download it first, or point model.name_or_path at a local folder")
-        return Finding("warning", f"{self.name_or_path} {detail}: downloaded from the hub when the run starts")
+            return Finding("ok", f"{name}: {detail}")
+        off = hub_offline()
+        if off is not None:
+            var = off.split("=")[0]
+            return Finding("missing", f"model.name_or_path={name!r} {detail} and {var} is set ({off}): nothing is "
+                                      f"downloaded. {self.how_to_fetch()}")
+        endpoint = hub_endpoint()
+        why = hub_unanswered()
+        if why is not None:
+            return Finding("missing", f"model.name_or_path={name!r} {detail} and the hub does not answer (HEAD "
+                                      f"{endpoint}: {why}, within a {HUB_PROBE_TIMEOUT_S:g}-s probe; $HF_ENDPOINT "
+                                      f"names another hub or mirror), so it cannot be downloaded. "
+                                      f"{self.how_to_fetch()}")
+        return Finding("warning", f"{name} {detail}: downloaded from {endpoint} when the run starts")
+
+    def how_to_fetch(self) -> str:
+        revision = f" --revision {self.revision}" if self.revision else ""
+        folder = "models--" + self.name_or_path.replace("/", "--")
+        return (f"Fetch it on a machine with network (`hf download {self.name_or_path}{revision}`, or `huggingface-cli "
+                f"download {self.name_or_path}{revision}`) and copy its hub cache folder {folder} into {hub_cache()} "
+                "($HF_HUB_CACHE, else $HF_HOME/hub), or set model.name_or_path to a local folder written by "
+                "save_pretrained")
 
     def in_hub_cache(self) -> tuple[bool, str]:
-        """Whether config.json and every weight file are in the local hub cache, and what is (not) there."""
+        """Whether config.json, a tokenizer and every weight file are in the local hub cache at `revision`, and
+        what is (not) there. Reads the cache only (huggingface_hub's `try_to_load_from_cache`), never the network."""
         from huggingface_hub import try_to_load_from_cache
 
-        def cached(filename: str) -> str | None:
-            found = try_to_load_from_cache(self.name_or_path, filename, revision=self.revision)
-            return found if isinstance(found, str) else None
+        cache = hub_cache()
 
-        config = cached("config.json")
+        def locate(filename: str) -> Path | None:
+            found = try_to_load_from_cache(self.name_or_path, filename, cache_dir=cache, revision=self.revision)
+            return Path(found) if isinstance(found, str) else None
+
+        at = f" at revision {self.revision}" if self.revision else ""
+        config = locate(CONFIG)
         if config is None:
-            return False, "is not in the local hub cache"
-        index = cached("model.safetensors.index.json")
-        if index is not None:
-            shards = sorted(set(json.loads(Path(index).read_text())["weight_map"].values()))
-            absent = [s for s in shards if cached(s) is None]
-            if absent:
-                return False, f"has {len(absent)} of {len(shards)} weight files missing from the hub cache"
-            return True, f"in the hub cache ({len(shards)} weight files, {Path(config).parent})"
-        if cached("model.safetensors") or cached("pytorch_model.bin"):
-            return True, f"in the hub cache ({Path(config).parent})"
-        return False, "has config.json in the hub cache but no weights"
+            return False, f"is not in the local hub cache{at}"
+        absent, weights = absent_files(locate)
+        if absent:
+            return False, f"is only partly in the local hub cache{at} ({config.parent} lacks {', '.join(absent)})"
+        return True, f"in the hub cache ({weights} weight file{'s' if weights > 1 else ''}, {config.parent})"
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,10 @@ def test_a_run_folder_holds_its_tokenizer_and_the_warmed_up_base(lora_run):
     shared = stored.keys() & lora_run.warm.keys()
     assert len(shared) >= len(stored) - 1  # a tied embedding may be stored under either name
     assert all(torch.equal(stored[k], lora_run.warm[k]) for k in shared), "base/ holds the warm-up's result"
+    # no PEFT model card of "[More Information Needed]" placeholders beside the adapter, nor anywhere in the run
+    assert (lora_run.path / "checkpoints" / "step_2" / "adapter_config.json").is_file()
+    assert [p for p in lora_run.path.rglob("*") if p.is_file() and b"More Information Needed" in p.read_bytes()] == []
+    assert list(lora_run.path.rglob("README.md")) == []
 
 
 def test_eval_without_the_warmup_cache_gives_the_runs_numbers(lora_run, capsys):
@@ -136,6 +140,25 @@ def test_sample_prints_completions_and_rewards(lora_run, tmp_path, capsys):
     assert "no prompts" in capsys.readouterr().err
 
 
+def test_sample_refuses_prompts_the_model_cannot_read(lora_run, tmp_path, capsys):
+    """The tiny model reads "0123456789+=": any other character is its unknown token, which it would sample from."""
+    assert main(["sample", str(lora_run.path), "--prompt", "hello world", "--prompt", "12+3=", "--prompt",
+                 "1 + 2 ="]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # nothing sampled
+    assert captured.err.splitlines() == [
+        "rlvr sample: error: the model cannot read 2 of the 3 prompt(s); it reads only the characters "
+        "'0123456789+=':",
+        "  'hello world': 11 of its 11 tokens are the unknown token '<unk>', from 8 character(s) not in the "
+        "vocabulary: 'h' 'e' 'l' 'o' ' ' 'w' 'r' 'd'",
+        "  '1 + 2 =': 3 of its 7 tokens are the unknown token '<unk>', from 1 character(s) not in the vocabulary: ' '",
+    ]
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("12+3=\n7+7=\n")
+    assert main(["sample", str(lora_run.path), "--prompts", str(prompts), "--json"]) == 0  # every character known
+    assert [json.loads(line)["prompt"] for line in capsys.readouterr().out.splitlines()] == ["12+3=", "7+7="]
+
+
 def exported_greedy(folder, prompts: list[str], max_tokens: int = 8) -> list[str]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -156,6 +179,7 @@ def test_export_merges_the_adapter_into_a_from_pretrained_folder(lora_run, tmp_p
     assert "LoRA r=8, alpha=16" in capsys.readouterr().out
     assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "rlvr_export.json"} <= {
         p.name for p in out.iterdir()}
+    assert not (out / "README.md").exists()  # no model card of placeholders
     provenance = json.loads((out / "rlvr_export.json").read_text())
     base = json.loads((lora_run.path / "base" / "base.json").read_text())
     assert provenance["step"] == 2 and provenance["weights"] == "adapter"

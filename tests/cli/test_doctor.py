@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.cli import doctor
+from tests.hub_models import cached_model, unused_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -79,10 +80,11 @@ def test_tinker_without_its_key_cannot_run_and_names_the_variable():
     assert "cannot run here" in report.splitlines()[-1] and "backend=tinker" in report.splitlines()[-1]
 
 
-def test_fake_keys_never_appear_in_stdout_or_stderr():
-    # online (HF_HUB_OFFLINE unset): backend=tinker reads only the tokenizer, downloaded at start
-    env = base_env() | {"TINKER_API_KEY": FAKE_TINKER, "OPENAI_API_KEY": FAKE_OPENAI}
+def test_fake_keys_never_appear_in_stdout_or_stderr(hub_server):
+    # online (HF_HUB_OFFLINE unset, a hub that answers): backend=tinker reads only the tokenizer, downloaded at start
+    env = base_env() | {"TINKER_API_KEY": FAKE_TINKER, "OPENAI_API_KEY": FAKE_OPENAI, "HF_ENDPOINT": hub_server}
     del env["HF_HUB_OFFLINE"]
+    env.pop("TRANSFORMERS_OFFLINE", None)
     proc = cli("backend=tinker", "model=qwen3_4b", "trainer.warmup.steps=0", "reward=judge", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for key in (FAKE_TINKER, FAKE_OPENAI):
@@ -152,23 +154,13 @@ def test_an_openai_server_that_answers_with_the_model(models_server, monkeypatch
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a CUDA machine")
 def test_cuda_devices_are_checked_and_auto_warns_that_it_trains_on_the_cpu():
-    report, code = run_doctor("trainer=gpu")  # backend.device=auto: it runs, on the CPU
-    assert code == 0
+    # backend.device=auto: it runs, on the CPU (the tiny model's 32 positions fit no 2048-token completion)
+    report, code = run_doctor("trainer=gpu", "trainer.sampling.max_tokens=16", "trainer.eval_max_tokens=16")
+    assert code == 0, report
     assert line(report, "backend=local", "device:").startswith("  warning")
     assert "backend.device=auto trains on the CPU" in report
     report, code = run_doctor("backend.device=cuda:1")
     assert code == 1 and "backend.device=cuda:1 needs CUDA" in report
-
-
-def fake_hub_cache(root: Path, repo: str) -> None:
-    """The hub cache's layout for one repo at `main`: refs/main → a snapshot with config + weights."""
-    folder = root / f"models--{repo.replace('/', '--')}"
-    (folder / "refs").mkdir(parents=True)
-    (folder / "refs" / "main").write_text("0123abcd")
-    snapshot = folder / "snapshots" / "0123abcd"
-    snapshot.mkdir(parents=True)
-    (snapshot / "config.json").write_text("{}")
-    (snapshot / "model.safetensors").write_bytes(b"")
 
 
 def test_offline_presets_need_their_weights_in_the_hub_cache(tmp_path, monkeypatch):
@@ -181,10 +173,80 @@ def test_offline_presets_need_their_weights_in_the_hub_cache(tmp_path, monkeypat
     assert line(report, "model=qwen3_0_6b").startswith("  missing")
     assert "is not in the local hub cache and HF_HUB_OFFLINE is set" in line(report, "model=qwen3_0_6b")
 
-    fake_hub_cache(tmp_path, "Qwen/Qwen3-0.6B")
+    hub = f"HF_HUB_OFFLINE=1: nothing is downloaded; cache {tmp_path}"
+    assert line(report, "hub").split(maxsplit=2) == ["ok", "hub", hub]
+    cached_model(tmp_path, "Qwen/Qwen3-0.6B")  # a real model, saved with save_pretrained, in the cache's layout
     report, code = run_doctor("model=qwen3_0_6b")
     assert code == 0, report
     assert line(report, "model=qwen3_0_6b").startswith("  ok") and "in the hub cache" in report
+
+
+class HubHandler(BaseHTTPRequestHandler):
+    def do_HEAD(self):  # noqa: N802 - the http.server API
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def hub_server():
+    """A loopback server that answers HEAD requests: a hub that is up."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), HubHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_online_an_unreachable_hub_makes_uncached_presets_missing(tmp_path, monkeypatch):
+    """HF_HUB_OFFLINE unset and the hub a closed port: a preset not in the cache cannot run (a run would retry the
+    hub for a minute, then fail); one in the cache can. Each part probes the hub once, a closed port at once."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    endpoint = f"http://127.0.0.1:{unused_port()}"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    report, code = run_doctor("model=qwen3_0_6b")
+    assert code == 1
+    assert line(report, "hub").startswith(f"  warning  hub                    HF_HUB_OFFLINE unset but {endpoint} does "
+                                          "not answer ([Errno 111] Connection refused, within a 3-s probe)")
+    assert "set HF_HUB_OFFLINE=1 on this machine" in line(report, "hub")
+    machine = report.partition("` needs")[0]
+    assert line(machine, "model=qwen3_4b").split(maxsplit=2) == [
+        "missing", "model=qwen3_4b", "Qwen/Qwen3-4B-Instruct-2507 is not in the local hub cache: the hub "
+        "does not answer"]
+    assert line(report, "model=qwen3_0_6b") == (
+        f"  missing  model=qwen3_0_6b       files: model.name_or_path='Qwen/Qwen3-0.6B' is not in the local hub cache"
+        f" and the hub does not answer (HEAD {endpoint}: [Errno 111] Connection refused, within a 3-s "
+        "probe; $HF_ENDPOINT names another hub or mirror), so it cannot be downloaded. Fetch it on a machine with "
+        "network (`hf download Qwen/Qwen3-0.6B`, or `huggingface-cli download Qwen/Qwen3-0.6B`) and copy its hub "
+        f"cache folder models--Qwen--Qwen3-0.6B into {tmp_path} ($HF_HUB_CACHE, else $HF_HOME/hub), or set "
+        "model.name_or_path to a local folder written by save_pretrained")
+    assert report.splitlines()[-1] == "rlvr doctor: this run cannot run here: 1 problem(s) in model=qwen3_0_6b"
+    cached_model(tmp_path, "Qwen/Qwen3-0.6B")
+    report, code = run_doctor("model=qwen3_0_6b")
+    assert code == 0, report
+    assert line(report, "model=qwen3_0_6b").startswith("  ok       model=qwen3_0_6b       files: Qwen/Qwen3-0.6B: "
+                                                       "in the hub cache (1 weight file, ")
+
+
+def test_online_a_hub_that_answers_downloads_what_is_not_cached(tmp_path, monkeypatch, hub_server):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", hub_server)
+    report, code = run_doctor("model=qwen3_0_6b")
+    assert code == 0, report
+    hub = f"HF_HUB_OFFLINE unset; {hub_server} answers: what is not cached is downloaded when a run starts; cache " \
+          f"{tmp_path}"
+    assert line(report, "hub").split(maxsplit=2) == ["ok", "hub", hub]
+    assert line(report, "model=qwen3_0_6b") == (
+        f"  warning  model=qwen3_0_6b       files: Qwen/Qwen3-0.6B is not in the local hub cache: "
+        f"downloaded from {hub_server} when the run starts")
 
 
 def test_wandb_online_needs_a_key_offline_does_not():

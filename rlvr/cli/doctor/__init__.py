@@ -6,7 +6,8 @@ Two parts, one line per item, each `ok`, `missing`, `warning` or `error` with th
 - this machine (`machine.py`): Python, torch and its devices, transformers, peft, vLLM (CPU or CUDA build),
   the Tinker SDK, the API keys' variables (set or unset, never their values), wandb, math-verify (a real
   `parse`/`verify` in a child process), httpx, SLURM (commands on PATH, and whether `sinfo -h` answers under
-  $SLURM_CONF), the hub (HF_HUB_OFFLINE, and whether each conf/model preset's weights are in the local cache);
+  $SLURM_CONF), the hub (HF_HUB_OFFLINE, whether it answers, and whether each conf/model preset's files are
+  in the local cache);
 - the run (`needs.py`): conf/train.yaml composed with the overrides as `python train.py` composes it (every
   job of a grid), put through rlvr.run's config checks, then every machine requirement each chosen
   component declares in its `needs` (rlvr/protocols.py) is checked, whether or not a run checks it at start:
@@ -18,11 +19,15 @@ Two parts, one line per item, each `ok`, `missing`, `warning` or `error` with th
 Exit status 0 when everything the run needs is usable, 1 otherwise: a job script can begin with
 `rlvr doctor "$@" || exit 1`. Rows of the machine part do not change the status; only the run's needs do.
 
-Nothing loads a model and nothing but engine=openai's own server is contacted (no hub, no Tinker, no judge
-endpoint). vLLM is imported only when engine=vllm is chosen, in a child process (it takes 5-10 s). A key
-variable is reported as set or unset, and as a second guard every secret variable's value is replaced in
-the report before it is printed. Not checked: whether a hub dataset is in the cache (that `datasets` is
-installed is) and the SFT warm-up's demonstrations, which need the data built.
+Nothing loads a model, and nothing is contacted but engine=openai's own server and the hub (no Tinker, no
+judge endpoint): unless HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set, the machine part sends the hub one
+HEAD request ($HF_ENDPOINT, else https://huggingface.co), and the run part another when a chosen model's
+files are not in the local cache (such a model cannot run when the hub does not answer; a run refuses it at
+start too), each waiting at most rlvr.requirements.HUB_PROBE_TIMEOUT_S (3 s). vLLM is imported only when
+engine=vllm is chosen, in a child process (it takes 5-10 s). A key variable is reported as set or unset, and
+as a second guard every secret variable's value is replaced in the report before it is printed. Not
+checked: whether a hub dataset is in the cache (that `datasets` is installed is) and the SFT warm-up's
+demonstrations, which need the data built.
 """
 
 from __future__ import annotations

@@ -114,21 +114,36 @@ def slurm_cluster() -> Cluster:
 
 
 def hub_lines(conf: Path) -> list[Line]:
-    """The hub's mode and cache, and each hub preset's weights in it (presets as composed, `model=<name>`)."""
-    from huggingface_hub import constants
+    """The hub's mode, whether it answers (one bounded HEAD request, when it is not off), its cache, and each hub
+    preset's files in that cache (presets as composed, `model=<name>`)."""
+    from functools import cache
 
     from rlvr.cli.doctor.needs import compose
-    from rlvr.model.pretrained import PretrainedWeights, hub_offline
+    from rlvr.model.pretrained import PretrainedWeights, is_local
+    from rlvr.requirements import HUB_PROBE_TIMEOUT_S, hub_cache, hub_endpoint, hub_offline, unanswered
 
-    offline = hub_offline()
-    mode = "HF_HUB_OFFLINE=1: nothing is downloaded" if offline else \
-        "HF_HUB_OFFLINE unset: what is not cached is downloaded when a run starts"
-    lines = [Line(OK, "hub", f"{mode}; cache {constants.HF_HUB_CACHE}")]
+    off, endpoint = hub_offline(), hub_endpoint()
+    probe = cache(lambda: unanswered(endpoint))
+    if off is not None:
+        lines = [Line(OK, "hub", f"{off}: nothing is downloaded; cache {hub_cache()}")]
+    elif (why := probe()) is None:
+        lines = [Line(OK, "hub", f"HF_HUB_OFFLINE unset; {endpoint} answers: what is not cached is downloaded when a "
+                                 f"run starts; cache {hub_cache()}")]
+    else:
+        lines = [Line(WARNING, "hub", f"HF_HUB_OFFLINE unset but {endpoint} does not answer ({why}, within a "
+                                      f"{HUB_PROBE_TIMEOUT_S:g}-s probe): nothing can be downloaded, and transformers "
+                                      "retries the hub for every file (minutes) before it reads a cached model: set "
+                                      f"HF_HUB_OFFLINE=1 on this machine; cache {hub_cache()}")]
     for path in sorted((conf / "model").glob("*.yaml")):
         model = compose(conf, [f"model={path.stem}"]).model
         name = model.get("name_or_path")
-        if not isinstance(name, str) or name.startswith(("/", ".", "~")):
+        if not isinstance(name, str) or is_local(name):
             continue
         cached, detail = PretrainedWeights(name, model.get("revision")).in_hub_cache()
-        lines.append(Line(OK if cached else MISSING if offline else WARNING, f"model={path.stem}", f"{name} {detail}"))
+        if cached:
+            lines.append(Line(OK, f"model={path.stem}", f"{name} {detail}"))
+            continue
+        status, then = (MISSING, f"{off.split('=')[0]} is set") if off is not None else \
+            (MISSING, "the hub does not answer") if probe() is not None else (WARNING, "downloaded when a run starts")
+        lines.append(Line(status, f"model={path.stem}", f"{name} {detail}: {then}"))
     return lines
