@@ -197,9 +197,15 @@ def check_writable(folder: Path) -> None:
 
 
 def remove_if_fresh(folder: Path) -> None:
-    """Delete `folder` if it holds nothing but what Hydra writes at start (.hydra/, the log)."""
+    """Delete `folder` if it holds nothing but what Hydra writes at start (.hydra/, the log), and with the default
+    folder its `<task>/<label>/` parents when nothing else is left in them."""
     if folder.is_dir() and all(p.name in (".hydra", "train.log") for p in folder.iterdir()):
         shutil.rmtree(folder, ignore_errors=True)
+        for parent in (folder.parent, folder.parent.parent) if default_run_dir() else ():
+            try:
+                parent.rmdir()  # only when empty
+            except OSError:
+                break
 
 
 def build_all(cfg: DictConfig, campaign_root: Path | None = None) -> tuple[Components, Trainer]:

@@ -182,3 +182,10 @@ def test_a_second_signal_exits_at_once_and_marks_the_run(tmp_path):
     assert "received: stopping the SFT warm-up: nothing is saved" in log  # what a first signal does now
     status = json.loads((folder / "status.json").read_text())
     assert status["state"] == "preempted" and "second stop signal" in status["reason"], status
+
+
+def test_a_refused_run_leaves_nothing_under_outputs(tmp_path):
+    proc = subprocess.run(train_py(tmp_path, ["trainer.sampling.temperature=0"]), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2 and "trainer.sampling.temperature=0 samples greedily" in proc.stderr
+    assert list((tmp_path / "outputs").iterdir()) == []  # not even the empty <task>/<label>/ folders
