@@ -48,8 +48,7 @@ def unknown_top_level_key(key: str, value: object, conf: Path) -> str:
 
 def explain(err: BaseException, argv: list[str], conf: Path, multirun: bool) -> str | None:
     """rlvr's message for a Hydra error raised before the job started, or None for any other exception."""
-    from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException, \
-        OverrideParseException
+    from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException, OverrideParseException
     from omegaconf.errors import OmegaConfBaseException
 
     if isinstance(err, MissingConfigException) and err.missing_cfg_file:  # (an OSError too)

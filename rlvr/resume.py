@@ -61,6 +61,11 @@ def flatten(config: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 
+def under(key: str, prefixes) -> bool:
+    """`key` is one of `prefixes` or inside one (trainer.warmup.steps is under trainer.warmup)."""
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
 def changed_keys(saved: dict, current: dict, allowed: list[str]) -> list[str]:
     """Dotted keys whose values differ (added or removed keys count), minus the allowed ones."""
     old, new = flatten(saved), flatten(current)
@@ -69,13 +74,13 @@ def changed_keys(saved: dict, current: dict, allowed: list[str]) -> list[str]:
     free = (*SAFE_TO_CHANGE, *allowed)
     return sorted(
         k for k in old.keys() | new.keys()
-        if old.get(k, "<absent>") != new.get(k, "<absent>") and not any(k == f or k.startswith(f + ".") for f in free)
+        if old.get(k, "<absent>") != new.get(k, "<absent>") and not under(k, free)
     )
 
 
 def config_id(config: dict) -> str:
     """What makes two runs the same run: a hash of the composed config without the keys a resume may change."""
-    kept = {k: v for k, v in flatten(config).items() if not any(k == f or k.startswith(f + ".") for f in SAFE_TO_CHANGE)}
+    kept = {k: v for k, v in flatten(config).items() if not under(k, SAFE_TO_CHANGE)}
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

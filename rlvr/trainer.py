@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import nullcontext
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +39,6 @@ from rlvr.model.chat_turns import check_prefix_preserving
 from rlvr.model.prompt_encoding import decode_completions, encode_prompts, eos_ids, token_pieces
 from rlvr.outputs import RunDir
 from rlvr.preemption import StepInterrupted, StopSignals
-from rlvr.resume import resume_command
 from rlvr.progress import Progress, duration
 from rlvr.protocols import (
     Algorithm,
@@ -54,6 +53,7 @@ from rlvr.protocols import (
     Transform,
     TurnCredit,
 )
+from rlvr.resume import resume_command
 from rlvr.reward.guarded import guarded_score
 from rlvr.seeds import Seeds, sub_seed
 from rlvr.telemetry import (
@@ -186,7 +186,7 @@ class Trainer:
     max_skipped_steps: int = 50
     """Consecutive steps with nothing to train (every group's rewards tied, …) after which the run fails; 0 = never."""
     max_failed_steps: int = 5
-    """Consecutive steps on which every item's scoring (or every episode) failed after which the run fails; 0 = never."""
+    """Consecutive steps on which every item's scoring (or episode) failed, after which the run fails; 0 = never."""
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
@@ -270,7 +270,8 @@ class Trainer:
     def _fail_if_cannot_learn(self, live: Live, step: int, row: dict) -> None:
         """Count the steps in a row with nothing to train and those on which every item's scoring failed; past
         their limits, checkpoint and fail the run, naming the cause."""
-        failed = any(row.get(f"{p}/error_frac", 0.0) + row.get(f"{p}/timeout_frac", 0.0) >= 1.0 for p in ("reward", "env"))
+        failed = any(row.get(f"{p}/error_frac", 0.0) + row.get(f"{p}/timeout_frac", 0.0) >= 1.0
+                     for p in ("reward", "env"))  # single turn: the verifier; episodes: the environment
         live.consecutive_failed = live.consecutive_failed + 1 if failed else 0
         live.consecutive_skipped = live.consecutive_skipped + 1 if row.get("skipped") else 0
         cause = None
@@ -280,7 +281,7 @@ class Trainer:
                      "completions; check it (train.log names its first error of each step)")
         elif self.max_skipped_steps and live.consecutive_skipped >= self.max_skipped_steps:
             cause = (f"nothing to train on {live.consecutive_skipped} consecutive steps "
-                     f"(trainer.max_skipped_steps={self.max_skipped_steps}): {row.get('skip_cause', 'no token had a non-zero advantage')}")
+                     f"(trainer.max_skipped_steps={self.max_skipped_steps}): {row['skip_cause']}")
         if cause is not None:
             saved = self._checkpoint(live, step + 1)
             raise RunFailed(f"{cause}; up to step {step + 1}, checkpoint in {saved}")

@@ -31,8 +31,8 @@ def test_models_are_named_by_their_weights():
     assert task_name({"data": {"_target_": "rlvr.data.arithmetic.Arithmetic"},
                       "reward": {"_target_": "rlvr.reward.exact.ExactMatch"}, "model": models["tiny"]}) == (
         "arithmetic-exact-tiny")
-    assert task_name({"data": {"_target_": "rlvr.data.math.MATH"}, "reward": {"_target_": "rlvr.reward.math.MathVerify"},
-                      "model": models["qwen3_0_6b"]}) == "math-math-qwen3-0.6b"
+    math = {"data": {"_target_": "rlvr.data.math.MATH"}, "reward": {"_target_": "rlvr.reward.math.MathVerify"}}
+    assert task_name({**math, "model": models["qwen3_0_6b"]}) == "math-math-qwen3-0.6b"
 
 
 @pytest.mark.parametrize("overrides,label,task", [
@@ -41,7 +41,8 @@ def test_models_are_named_by_their_weights():
     (["algorithm=maxrl", "transform=sepa"], "maxrl+sepa", "arithmetic-exact-tiny"),
     (["algorithm=maxrl", "transform=gtpo_sepa"], "maxrl+sepa", "arithmetic-exact-tiny"),  # an alias: the same config
     (["transform=sepa_amp_c"], "grpo+sepa_amp_c", "arithmetic-exact-tiny"),
-    (["algorithm=reinforce_pp", "algorithm.loss.mode=kl_cov"], "reinforce_pp+none,loss=kl_cov", "arithmetic-exact-tiny"),
+    (["algorithm=reinforce_pp", "algorithm.loss.mode=kl_cov"], "reinforce_pp+none,loss=kl_cov",
+     "arithmetic-exact-tiny"),
     (["env=guess"], "grpo+none,turn=reward_to_go", "guess-arithmetic-tiny"),
     (["env=guess", "turn_credit=tl_grpo"], "grpo+none,turn=tl_grpo", "guess-arithmetic-tiny"),
     (["env=textarena"], "grpo+none,turn=episode", "textarena.GuessTheNumber-v0-arithmetic-tiny"),
