@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rlvr.reward.pool import ERROR, OK, TIMEOUT, GradingPool, _chunks
+from rlvr.reward.pool import ERROR, OK, TIMEOUT, GradingPool, WarmUpFailed, _chunks
 
 
 @pytest.fixture
@@ -160,3 +160,53 @@ def test_a_worker_that_died_while_idle_is_replaced_and_nothing_is_lost():
         assert pool.replaced == 1
     finally:
         pool.close()
+
+
+def test_an_exception_raised_while_waiting_leaves_the_pool_usable():
+    """A signal handler raises in `grade`'s thread (a stop request abandoning the step) while a worker holds
+    items of the batch: the exception comes through at once, that worker is killed, and the next batch (here
+    a shorter one) gets its own answers, not the abandoned batch's; `close` stops everything."""
+    import signal
+
+    import pool_graders
+
+    class Stop(BaseException):  # as rlvr.preemption.StepInterrupted
+        pass
+
+    def stop(signum, frame):
+        raise Stop
+
+    pool = GradingPool(pool_graders.grade, workers=1, item_timeout_s=30.0, memory_mb=None, chunk_items=1,
+                       prefetch_items=1)
+    previous = signal.signal(signal.SIGALRM, stop)
+    try:
+        grade(pool, ["1"])
+        (busy,) = pool._workers
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        start = time.monotonic()
+        with pytest.raises(Stop):
+            grade(pool, ["sleep 20", "1", "1"])
+        assert time.monotonic() - start < 3
+        assert not busy.process.is_alive() and not pool._workers
+        start = time.monotonic()
+        assert grade(pool, ["0"]) == [(0.0, OK)]
+        assert time.monotonic() - start < 15, "the next batch waited for the abandoned one's item"
+        assert len(pool._workers) == 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        workers = list(pool._workers)
+        pool.close()
+    assert not pool._workers and not any(w.process.is_alive() for w in workers)
+
+
+def test_a_warm_up_that_raises_stops_the_pool_with_its_error():
+    import pool_graders
+    from reward.sync_rewards import failing_warm_up
+
+    pool = GradingPool(pool_graders.grade, workers=2, item_timeout_s=10.0, memory_mb=None, chunk_items=1,
+                       prefetch_items=1, warm_up=failing_warm_up)
+    with pytest.raises(WarmUpFailed, match="failed to start: OSError: no such model") as raised:
+        grade(pool, ["1"])
+    assert raised.value.reason == "OSError: no such model" and not pool._workers
+    pool.close()
