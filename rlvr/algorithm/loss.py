@@ -8,9 +8,9 @@ mode=standard (the default):
     clip_eps = 0:   ℓ = −r·A                                   (importance-sampled REINFORCE)
     clip_eps > 0:   ℓ = −min(r·A, clip(r, 1−ε, 1+ε_high)·A)    (PPO clip; ε_high = clip_eps_high or ε)
 
-mode=kl_cov and mode=clip_cov (arXiv 2505.22617, "The Entropy Mechanism of RL for Reasoning LMs"; spec §4.3,
-§4.4) first score every valid token of the step by the covariance of its advantage and its new log-probability
-(no gradient; means over the step's valid tokens):
+mode=kl_cov and mode=clip_cov (arXiv 2505.22617, "The Entropy Mechanism of RL for Reasoning LMs";
+docs/algorithms.md#kl_cov, docs/algorithms.md#clip_cov) first score every valid token of the step by the
+covariance of its advantage and its new log-probability (no gradient; means over the step's valid tokens):
 
     cov = (A − mean A)·(log π_θ − mean log π_θ)
 
@@ -30,19 +30,20 @@ both the sum and the count. Both log-probabilities are of the temperature-scaled
 sampler drew from (see rlvr/types.py Rollouts), so an on-policy step has r = 1 and the gradient is
 REINFORCE's. There is no KL term (kl_cov's |δ| penalty on its selected tokens aside).
 
-Covariance selection (kl_cov, clip_cov), a deliberate departure from the predecessor (spec §4.3–4.5): the
-tokens are chosen over the **whole step** (every micro-batch together), so `backend.micro_batch_size` still
-never changes the objective; the predecessor chose them inside each micro-batch (means, k and the random
-draw per micro-batch), so its loss depended on the micro-batch size. The local backend gets the step's new
-log-probabilities from a no-grad forward pass before the gradient pass (the parameters do not change between
-micro-batches of a step, so they are the values the gradient pass sees): one extra forward pass per step in
-these modes, none in `standard`. clip_cov's draw uses a generator the backend seeds from the run's seed and
-its step counter, so a resumed run draws the same tokens. Edge cases: a step with no valid token selects
-nothing; kl_cov_percent = 0 or clip_cov_ratio = 0 still selects one token (the spec's max(1, …)); clip_cov
-with no token inside (clip_cov_min, clip_cov_max) selects nothing. On-policy (r = 1 up to float noise, this
-trainer's single update per batch) kl_cov's |δ| is ≈ 0 in value, and its gradient's sign is the noise's:
-the penalty bites once the policy moves off the sampler's. Metrics: `policy/cov_fraction` = selected / valid
-(both modes, absent in standard); `clip_fraction` is 0 under kl_cov and the selected fraction under clip_cov.
+Covariance selection (kl_cov, clip_cov), a deliberate departure from the predecessor
+(docs/algorithms.md#kl_cov): the tokens are chosen over the **whole step** (every micro-batch together), so
+`backend.micro_batch_size` still never changes the objective; the predecessor chose them inside each
+micro-batch (means, k and the random draw per micro-batch), so its loss depended on the micro-batch size. The
+local backend gets the step's new log-probabilities from a no-grad forward pass before the gradient pass (the
+parameters do not change between micro-batches of a step, so they are the values the gradient pass sees): one
+extra forward pass per step in these modes, none in `standard`. clip_cov's draw uses a generator the backend
+seeds from the run's seed and its step counter, so a resumed run draws the same tokens. Edge cases: a step with
+no valid token selects nothing; kl_cov_percent = 0 or clip_cov_ratio = 0 still selects one token (the
+predecessor's max(1, …)); clip_cov with no token inside (clip_cov_min, clip_cov_max) selects nothing. On-policy
+(r = 1 up to float noise, this trainer's single update per batch) kl_cov's |δ| is ≈ 0 in value, and its
+gradient's sign is the noise's: the penalty bites once the policy moves off the sampler's. Metrics:
+`policy/cov_fraction` = selected / valid (both modes, absent in standard); `clip_fraction` is 0 under kl_cov
+and the selected fraction under clip_cov.
 
 `adv_clip_max` > 0 caps non-zero token advantages to [−cap, cap] before the loss (not ratio clipping;
 docs/algorithms.md#advantage-cap). Metrics: adv_cap_fraction (capped / non-zero), adv_cap_magnitude
@@ -156,7 +157,7 @@ class PolicyLoss:
         return selected
 
     def clip_cov_bounds(self) -> tuple[float, float]:
-        """clip_cov's (ε_lo, ε_hi): clip_eps or 1.0, and clip_eps_high or ε_lo (spec §4.4)."""
+        """clip_cov's (ε_lo, ε_hi): clip_eps or 1.0, and clip_eps_high or ε_lo (docs/algorithms.md#clip_cov)."""
         lo = self.clip_eps if self.clip_eps > 0 else 1.0
         return lo, self.clip_eps_high or lo
 

@@ -1,5 +1,5 @@
 """`transform=delight`: each token's credit gated by how surprising the token was, in the direction of its
-advantage (retrain's Delight gating, spec §3.9; docs/algorithms.md#delight).
+advantage (retrain's Delight gating; docs/algorithms.md#delight).
 
 For a completion with advantage A (or a token with its own A_t: multi-turn turn credit, rlvr/turn_credit/)
 and sampled-token surprisals s_t = min(−logprob_t, 50) over its n real tokens:

@@ -1,5 +1,5 @@
 """Delight's temperature η: fixed, or adapted each step to the group's advantage·surprisal magnitudes
-(retrain's `delight_eta*` knobs, spec §3.9; docs/algorithms.md#delight-eta).
+(retrain's `delight_eta*` knobs; docs/algorithms.md#delight-eta).
 
 The gate σ(A·s/η) (rlvr.transform.delight) is neutral (in [0.4, 0.6]) exactly where |A·s|/η ≤ ln 1.5, since
 σ(ln 1.5) = 1.5/2.5 = 0.6. Per prompt group g, one step:

@@ -1,5 +1,5 @@
-"""`transform=delight_sepa`: Delight's gate blended in by the SEPA controller's λ (retrain's `delight_sepa`,
-spec §3.9; docs/algorithms.md#delight_sepa).
+"""`transform=delight_sepa`: Delight's gate blended in by the SEPA controller's λ (retrain's `delight_sepa`;
+docs/algorithms.md#delight_sepa).
 
     A'_t = A_t · ((1 − λ) + λ·σ(A_t·s̃_t / η))
 

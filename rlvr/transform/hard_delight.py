@@ -1,5 +1,5 @@
 """`transform=hard_delight`: Delight's gate made hard — only each completion's k most delightful tokens keep
-full credit — blended in by the SEPA controller's λ (retrain's `hard_delight`, spec §3.9;
+full credit — blended in by the SEPA controller's λ (retrain's `hard_delight`;
 docs/algorithms.md#hard_delight).
 
 For a completion with advantage A ≠ 0 and surprisals s_t = min(−logprob_t, 50) over its n real tokens:
