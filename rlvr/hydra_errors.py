@@ -16,6 +16,36 @@ from pathlib import Path
 TOP_LEVEL_KEYS = ("seed", "threads", "resume", "resume_allow_changes")
 """conf/train.yaml's own keys; every other top-level key of a composed config is a group's node."""
 
+RENAMED = {
+    # issue 22: the SEPA λ schedule's knobs, one node (conf/lambda_schedule.yaml) that transform=sepa*, delight_sepa
+    # and hard_delight share; its kind was the key `schedule` itself
+    "transform.schedule": "transform.schedule.kind",
+    "transform.steps": "transform.schedule.steps",
+    "transform.delay_steps": "transform.schedule.delay_steps",
+    "transform.correct_rate_gate": "transform.schedule.correct_rate_gate",
+    "transform.ema_decay": "transform.schedule.ema_decay",
+    "transform.var_threshold": "transform.schedule.var_threshold",
+    "transform.warmup_sequences": "transform.schedule.warmup_sequences",
+    "transform.fixed_lambda": "transform.schedule.fixed_lambda",
+}
+"""Keys that moved, old name → new. An old name fails naming the new one, wherever it is caught: Hydra's "Could not
+override" (`transform.delay_steps=0`, `explain` below), a key the constructor takes no such argument for
+(`+transform.delay_steps=0`, rlvr/run.py's check_types), a scalar where a node now is (`transform.schedule=auto`,
+rlvr/transform/sepa_controller.py)."""
+
+
+def renamed(key: str, *value: object) -> str | None:
+    """`<key> is now <new key>` for a key of RENAMED, else None; with the value given for it (a scalar), also
+    `(say <new key>=<value>)`."""
+    new = RENAMED.get(key)
+    if new is None:
+        return None
+    say = ""
+    if value and (value[0] is None or isinstance(value[0], str | int | float)) and value[0] != "":
+        shown = "null" if value[0] is None else str(value[0]).lower() if isinstance(value[0], bool) else value[0]
+        say = f" (say {new}={shown})"
+    return f"{key} is now {new}{say}"
+
 
 def groups(conf: Path) -> list[str]:
     """The config groups: conf/'s folders (hydra/launcher too: `hydra/launcher=slurm`)."""
@@ -73,6 +103,8 @@ def explain(err: BaseException, argv: list[str], conf: Path, multirun: bool) -> 
         key = match.group(1)
         given = override_for(key, argv)
         value = given.partition("=")[2]
+        if (hint := renamed(key, value)) is not None:
+            return f"{given}: {hint}"
         if "." not in key:
             return unknown_top_level_key(key, value, conf).replace(key, given, 1)
         parent, _, leaf = key.rpartition(".")

@@ -32,7 +32,7 @@ from rlvr.checkpoint import Checkpoints
 from rlvr.distributed import World
 from rlvr.env.guarded import GuardedEnvironment
 from rlvr.errors import ConfigError
-from rlvr.hydra_errors import TOP_LEVEL_KEYS, unknown_top_level_key
+from rlvr.hydra_errors import TOP_LEVEL_KEYS, renamed, unknown_top_level_key
 from rlvr.labels import condition_label
 from rlvr.outputs import RunDir
 from rlvr.preemption import Preempted, StopSignals
@@ -471,7 +471,8 @@ def check_types(node: DictConfig, key: str) -> list[str]:
             continue
         if name not in params:
             expected = ", ".join(p for p in params if p not in RUNTIME_ARGS)
-            errors.append(f"{key}.{name}: <{node._target_}> takes no such argument (it takes: {expected})")
+            errors.append(f"{key}.{name}: <{node._target_}> takes no such argument (it takes: {expected})"
+                          f"{moved(node, key, name)}")
             continue
         if OmegaConf.is_missing(node, name):
             continue  # reported by type_errors as unset
@@ -482,6 +483,12 @@ def check_types(node: DictConfig, key: str) -> list[str]:
         elif name in hints and not fits(value, hints[name]):
             errors.append(f"{key}.{name}={_show(value)} must be {_describe(hints[name])}")
     return errors
+
+
+def moved(node: DictConfig, key: str, name: str) -> str:
+    """`; <key>.<name> is now <its new name> (say …)` for a key that moved (rlvr/hydra_errors.py RENAMED), else ''."""
+    hint = renamed(f"{key}.{name}", OmegaConf.to_container(node)[name])
+    return f"; {hint}" if hint else ""
 
 
 def parameter_types(target) -> dict[str, object]:

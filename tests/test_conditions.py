@@ -30,8 +30,9 @@ def test_condition_is_the_same_run_as_its_pair(condition):
 
 
 def test_command_line_overrides_beat_the_condition():
-    cfg = compose_config(["condition=maxrl_gtpo_sepa", "transform.beta=0.3", "transform.delay_steps=0"])
-    assert cfg.algorithm._target_.endswith("MaxRL") and cfg.transform.beta == 0.3 and cfg.transform.delay_steps == 0
+    cfg = compose_config(["condition=maxrl_gtpo_sepa", "transform.beta=0.3", "transform.schedule.delay_steps=0"])
+    assert cfg.algorithm._target_.endswith("MaxRL") and cfg.transform.beta == 0.3
+    assert cfg.transform.schedule.delay_steps == 0
 
 
 @pytest.mark.parametrize("condition", CONDITIONS)
@@ -55,9 +56,10 @@ def test_campaign_grids_name_existing_conditions():
 @pytest.mark.parametrize("condition", CONDITIONS)
 def test_every_condition_trains(condition, tmp_path):
     transform = compose_config([f"condition={condition}"]).transform
-    scheduled = "delay_steps" in transform  # SEPA's λ schedule
+    scheduled = "schedule" in transform  # SEPA's λ schedule
     # its gate and delay would keep λ = 0 for 50 steps: open them so that the pooling really runs here
-    extra = ["transform.delay_steps=0", "transform.correct_rate_gate=0", "transform.steps=4"] if scheduled else []
+    extra = ["transform.schedule.delay_steps=0", "transform.schedule.correct_rate_gate=0",
+             "transform.schedule.steps=4"] if scheduled else []
     run(compose_config(FAST + MIXED + [f"condition={condition}", "trainer.max_steps=4"] + extra), tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "loss" in r and not r["skipped"]]

@@ -83,6 +83,16 @@ CASES = [
     (["backend=tinker", "trainer.warmup.steps=0", "backend.api_key_env=RLVR_TEST_NO_SUCH_KEY"],
      "RLVR_TEST_NO_SUCH_KEY"),
     (["engine=vllm", "transform=gtpo", "transform.uncertainty=shannon_entropy"], "needs full-distribution entropy"),
+    # the λ schedule's knobs moved under transform.schedule (issue 22): the old names fail naming the new ones
+    (["transform=sepa", "+transform.delay_steps=0"], "transform.delay_steps: <rlvr.transform.sepa.SEPA> takes no such "
+     "argument (it takes: beta, uncertainty, schedule); transform.delay_steps is now transform.schedule.delay_steps "
+     "(say transform.schedule.delay_steps=0)"),
+    (["transform=sepa", "transform.schedule=auto"], "transform.schedule='auto': transform.schedule is now "
+                                                    "transform.schedule.kind (say transform.schedule.kind=auto)"),
+    (["transform=sepa", "transform.schedule.steps=abc"], "transform.schedule.steps='abc' must be int"),
+    (["transform=sepa_amp", "transform.schedule.kind=cosine"], "transform.schedule.kind='cosine' is not one of"),
+    (["transform=hard_delight", "transform.schedule.fixed_lambda=1.5"],
+     "transform.schedule.fixed_lambda=1.5 must be <= 1"),
 ]
 
 
@@ -166,6 +176,10 @@ def test_an_unwritable_run_folder_is_named(tmp_path):
     ("trainer.lr=[", "cannot parse an override: no viable alternative at input '['"),
     ("hydra/launcher=slurmm", "hydra/launcher=slurmm: no option 'slurmm' in group hydra/launcher (did you mean "
                               "hydra/launcher=slurm?"),
+    ("transform.delay_steps=0", "transform.delay_steps=0: transform.delay_steps is now transform.schedule.delay_steps "
+                                "(say transform.schedule.delay_steps=0)"),
+    ("transform.fixed_lambda=0.5", "transform.fixed_lambda=0.5: transform.fixed_lambda is now "
+                                   "transform.schedule.fixed_lambda (say transform.schedule.fixed_lambda=0.5)"),
 ])
 def test_hydras_own_errors_exit_2_in_rlvrs_words(override, expected, tmp_path):
     """Mistakes Hydra finds while composing: exit status 2 (not Hydra's 1), rlvr's wording, a did-you-mean, and never

@@ -27,8 +27,8 @@ VARIANTS = {
     "lora": [],
     "full": ["model.lora=null", "trainer.lr=1e-4"],
     # auto λ and a gate that opens mid-run: the controller's state matters after a resume
-    "sepa": ["condition=maxrl_gtpo_sepa", "transform.schedule=auto", "transform.warmup_sequences=16",
-             "transform.delay_steps=0", "transform.correct_rate_gate=0.5"],
+    "sepa": ["condition=maxrl_gtpo_sepa", "transform.schedule.kind=auto", "transform.schedule.warmup_sequences=16",
+             "transform.schedule.delay_steps=0", "transform.schedule.correct_rate_gate=0.5"],
     # multi-turn episodes: the games are a function of the data stream's position, the sampling of the step;
     # tl_grpo's branch probes of the step's seed, its EMA baseline in the checkpoint
     "guess": ["env=guess", "turn_credit=tl_grpo", "trainer.sampling.max_tokens=2", "trainer.eval_max_tokens=2"],

@@ -5,19 +5,19 @@ docs/algorithms.md#delight_sepa).
 
 with s̃, σ and η exactly as in rlvr.transform.delight (default norm here: scale). λ ∈ [0, 1] is the SEPA
 controller's (rlvr.transform.sepa_controller: linear ramp after a delay, correctness gate, optional auto
-schedule), or `fixed_lambda` when set (retrain's `delight_lambda` override). λ = 0 gives every token its plain
-A_t (exactly: 1 − 0 + 0·σ = 1); λ = 1 is `delight`. e.g. A = 1, s̃ = [0.1, 2.0], η = 1, λ = 0.5: gate =
+schedule), or `transform.schedule.fixed_lambda` when set (retrain's `delight_lambda` override). λ = 0 gives every
+token its plain A_t (exactly: 1 − 0 + 0·σ = 1); λ = 1 is `delight`. e.g. A = 1, s̃ = [0.1, 2.0], η = 1, λ = 0.5: gate =
 [0.52498, 0.88080] → A' = 0.5 + 0.5·gate = [0.76249, 0.94040]. The weight lies in [1 − λ, 1]: signs are kept,
 A = 0 gives zeros, padding is exactly 0.
 
 The controller steps as in SEPA (rlvr/transform/sepa.py): λ is resolved from the state left by earlier steps,
-then the step's correct rate is observed and, with schedule = auto, every completion's surprisals are folded in.
+then the step's correct rate is observed and, with kind = auto, every completion's surprisals are folded in.
 Delight has no planning mask (retrain: `needs_planning` no), so every completion token counts as an execution
 token for the auto schedule.
 
-Knobs: `norm`, the η knobs (rlvr.transform.delight_eta), `fixed_lambda` (null, or λ ∈ [0, 1]) and the SEPA
-controller's `steps, schedule, delay_steps, correct_rate_gate, ema_decay, var_threshold, warmup_sequences` with
-conf/transform/sepa.yaml's defaults. Metrics: Delight's (`dg_lambda` = the λ used), plus `sepa_lambda` (the
+Knobs: `norm`, the η knobs (rlvr.transform.delight_eta), and `schedule` (transform.schedule: the λ schedule's
+`kind, steps, delay_steps, correct_rate_gate, ema_decay, var_threshold, warmup_sequences, fixed_lambda`, the node
+conf/lambda_schedule.yaml that sepa* share). Metrics: Delight's (`dg_lambda` = the λ used), plus `sepa_lambda` (the
 controller's λ for this step) and `sepa_gate_open`. `state_dict()`: {"transform": "delight_sepa", "eta_prev":
 …, "sepa": the controller's state}.
 """
@@ -31,6 +31,7 @@ from rlvr.protocols import Needs
 from rlvr.transform import knobs
 from rlvr.transform.delight import NORMS, check_state, delight_advantages
 from rlvr.transform.delight_eta import DelightEta
+from rlvr.transform.sepa_controller import LambdaSchedule, SEPAController
 from rlvr.types import TokenSignals
 
 if TYPE_CHECKING:
@@ -38,8 +39,7 @@ if TYPE_CHECKING:
 
 
 class DelightSEPA:
-    """`DelightSEPA(norm, eta…, fixed_lambda, steps, schedule, delay_steps, correct_rate_gate, ema_decay,
-    var_threshold, warmup_sequences)`: see the module docstring."""
+    """`DelightSEPA(norm, eta…, schedule)`: see the module docstring."""
 
     name = "delight_sepa"
 
@@ -49,17 +49,13 @@ class DelightSEPA:
 
     def __init__(self, *, norm: str, eta: float, eta_mode: str, eta_min: float, eta_max: float,
                  eta_target_neutral_frac: float, eta_target_ordering_gap: float, eta_ema_decay: float,
-                 fixed_lambda: float | None, steps: int, schedule: str, delay_steps: int, correct_rate_gate: float,
-                 ema_decay: float, var_threshold: float, warmup_sequences: int) -> None:
+                 schedule: LambdaSchedule) -> None:
         self.norm = knobs.choice("norm", norm, NORMS)
         self.eta = DelightEta(eta=eta, eta_mode=eta_mode, eta_min=eta_min, eta_max=eta_max,
                               eta_target_neutral_frac=eta_target_neutral_frac,
                               eta_target_ordering_gap=eta_target_ordering_gap, eta_ema_decay=eta_ema_decay)
-        self.fixed_lambda = knobs.optional_number("fixed_lambda", fixed_lambda, low=0.0, high=1.0)
-        self.controller = knobs.sepa_controller(
-            steps=steps, schedule=schedule, delay_steps=delay_steps, correct_rate_gate=correct_rate_gate,
-            ema_decay=ema_decay, var_threshold=var_threshold, warmup_sequences=warmup_sequences,
-        )
+        self.controller = SEPAController(schedule)
+        self.fixed_lambda = self.controller.schedule.fixed_lambda
 
     def __call__(self, adv_PG: Tensor, signals: TokenSignals) -> tuple[Tensor, dict[str, float]]:
         controller_lambda = self.controller.resolve_lambda(signals.step)

@@ -12,7 +12,7 @@ For a completion with advantage A ≠ 0 and surprisals s_t = min(−logprob_t, 5
 e.g. n = 10, k_frac = 0.2 → k = 2; s = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3], λ = 1: A > 0 keeps s = 9 and 6
 (positions 5, 7), A < 0 keeps the two s = 1 (positions 1, 3). n = 3 → k = max(1, ⌊0.6⌋) = 1. λ = 0 gives every
 token its plain A; A = 0 gives zeros (as does an empty completion); the factor lies in [1 − λ, 1], so signs are
-kept; padding is exactly 0. λ is the SEPA controller's or `fixed_lambda`, and the controller steps, as in
+kept; padding is exactly 0. λ is the SEPA controller's or `schedule.fixed_lambda`, and the controller steps, as in
 rlvr/transform/delight_sepa.py (every completion token counts as an execution token for the auto schedule).
 There is no η and no normalisation: a per-completion positive rescaling of s does not change its ranks. The
 selection is taken without sorting (rlvr.transform.order_stats).
@@ -21,13 +21,14 @@ Token advantages (multi-turn turn credit): each completion's tokens with A_t > 0
 (k = max(1, ⌊n₊·k_frac⌋) largest s kept) and its tokens with A_t < 0 among themselves (smallest s), each with its
 own A_t — for one advantage per completion this is the rule above. (retrain had one advantage per completion.)
 
-Knobs: `k_frac` ∈ [0, 1] (retrain default 0.2), `fixed_lambda` (null, or λ ∈ [0, 1]; retrain's
-`delight_lambda`), and the SEPA controller's knobs with conf/transform/sepa.yaml's defaults. Metrics (retrain's
-names; per prompt group, then the mean over the groups with a non-zero advantage): `hard_dg_active_frac` (kept
-tokens / tokens with A_t ≠ 0), `hard_dg_k_frac`, `hard_dg_lambda` (the λ used), `hard_dg_net_bias`
-(Σ_t A'_t − Σ_t A_t), plus `sepa_lambda` (the controller's λ) and `sepa_gate_open`. `state_dict()`:
-{"transform": "hard_delight", "sepa": the controller's state}. retrain's `hard_delight` is itself the SEPA-blended
-hard gate: there is no separate "hard delight without λ" (fixed_lambda = 1 is that) nor a `hard_delight_sepa`.
+Knobs: `k_frac` ∈ [0, 1] (retrain default 0.2) and `schedule` (transform.schedule, conf/lambda_schedule.yaml: the
+λ schedule sepa* and delight_sepa share, with `fixed_lambda`: null, or λ ∈ [0, 1]; retrain's `delight_lambda`).
+Metrics (retrain's names; per prompt group, then the mean over the groups with a non-zero advantage):
+`hard_dg_active_frac` (kept tokens / tokens with A_t ≠ 0), `hard_dg_k_frac`, `hard_dg_lambda` (the λ used),
+`hard_dg_net_bias` (Σ_t A'_t − Σ_t A_t), plus `sepa_lambda` (the controller's λ) and `sepa_gate_open`.
+`state_dict()`: {"transform": "hard_delight", "sepa": the controller's state}. retrain's `hard_delight` is itself the
+SEPA-blended hard gate: there is no separate "hard delight without λ" (schedule.fixed_lambda = 1 is that) nor a
+`hard_delight_sepa`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from rlvr.protocols import Needs
 from rlvr.transform import knobs
 from rlvr.transform.delight import GroupMeans, Units, by_group, check_state, units_of
 from rlvr.transform.order_stats import Work, highest, scratch
+from rlvr.transform.sepa_controller import LambdaSchedule, SEPAController
 from rlvr.transform.signals import as_weights, check_step, per_token
 from rlvr.transform.uncertainty import token_uncertainty
 from rlvr.transform.uncertainty_stats import groups_with_signal
@@ -61,8 +63,7 @@ def kept_tokens(units: Units, k_frac: float, work: Work) -> Tensor:
 
 
 class HardDelight:
-    """`HardDelight(k_frac, fixed_lambda, steps, schedule, delay_steps, correct_rate_gate, ema_decay,
-    var_threshold, warmup_sequences)`: see the module docstring."""
+    """`HardDelight(k_frac, schedule)`: see the module docstring."""
 
     name = "hard_delight"
 
@@ -70,14 +71,10 @@ class HardDelight:
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         return Needs()
 
-    def __init__(self, *, k_frac: float, fixed_lambda: float | None, steps: int, schedule: str, delay_steps: int,
-                 correct_rate_gate: float, ema_decay: float, var_threshold: float, warmup_sequences: int) -> None:
+    def __init__(self, *, k_frac: float, schedule: LambdaSchedule) -> None:
         self.k_frac = knobs.number("k_frac", k_frac, low=0.0, high=1.0)
-        self.fixed_lambda = knobs.optional_number("fixed_lambda", fixed_lambda, low=0.0, high=1.0)
-        self.controller = knobs.sepa_controller(
-            steps=steps, schedule=schedule, delay_steps=delay_steps, correct_rate_gate=correct_rate_gate,
-            ema_decay=ema_decay, var_threshold=var_threshold, warmup_sequences=warmup_sequences,
-        )
+        self.controller = SEPAController(schedule)
+        self.fixed_lambda = self.controller.schedule.fixed_lambda
 
     def __call__(self, adv_PG: Tensor, signals: TokenSignals) -> tuple[Tensor, dict[str, float]]:
         check_step(adv_PG, signals)

@@ -2,8 +2,8 @@
 message naming the key as it is overridden (`transform.eta_min=-1 must be > 0`).
 
 YAML gives ints where a float is meant (`eta: 1`), so numbers accept int and float; bool (an int to Python),
-strings and None are refused. The SEPA controller's own checks (rlvr.transform.sepa_controller) name the bare
-key; `sepa_controller` adds the types and the `transform.` prefix for the transforms that own one.
+strings and None are refused. A key of a nested node is named with its node: `number("schedule.steps", …)` says
+`transform.schedule.steps=…` (the λ schedule's settings, rlvr.transform.sepa_controller.LambdaSchedule).
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from typing import Any
-
-from rlvr.transform.sepa_controller import SCHEDULES, SEPAController
 
 
 def _show(key: str, value: Any) -> str:
@@ -52,20 +50,3 @@ def choice(key: str, value: Any, options: Sequence[str]) -> str:
         raise ValueError(f"{_show(key, value)} is not one of {list(options)}")
     return value
 
-
-def sepa_controller(*, steps: Any, schedule: Any, delay_steps: Any, correct_rate_gate: Any, ema_decay: Any,
-                    var_threshold: Any, warmup_sequences: Any) -> SEPAController:
-    """The SEPA controller (its knobs as conf/transform/sepa.yaml states them), types and ranges checked here."""
-    knobs = dict(
-        steps=integer("steps", steps, low=0),
-        schedule=choice("schedule", schedule, SCHEDULES),
-        delay_steps=integer("delay_steps", delay_steps, low=0),
-        correct_rate_gate=number("correct_rate_gate", correct_rate_gate, low=0.0, high=1.0),
-        ema_decay=number("ema_decay", ema_decay, low=0.0, high=1.0),
-        var_threshold=number("var_threshold", var_threshold, low=0.0, low_open=True),
-        warmup_sequences=integer("warmup_sequences", warmup_sequences, low=1),
-    )
-    try:
-        return SEPAController(**knobs)
-    except ValueError as error:  # a check the controller has and these do not: its message names the bare key
-        raise ValueError(f"transform.{error}") from None

@@ -3,7 +3,8 @@ the uncertainty of execution tokens, then GTPO (docs/algorithms.md#sepa; SEPA co
 no paper for it).
 
 Per completion, with u its token uncertainties (rlvr.transform.uncertainty), m its planning mask,
-λ = clamp(λ_t, 0, 1) from the SEPA controller (rlvr.transform.sepa_controller), v = min(u, 50) and
+λ = clamp(λ_t, 0, 1) from the SEPA controller (rlvr.transform.sepa_controller; `transform.schedule.fixed_lambda`
+instead when set), v = min(u, 50) and
 μ_exec = mean of v over this completion's execution tokens (m = 0):
 
     SEPA             (pooling)             exec: u' = λ·μ_exec + (1 − λ)·v
@@ -23,8 +24,9 @@ One call is one RL step: λ is resolved from the controller's state left by earl
 is applied, then the controller observes this step's correct rate and (schedule = auto) folds in this
 step's execution-token surprisals — see the controller's docstring for why that order.
 
-Knobs: `beta`, `uncertainty`, and the controller's `steps, schedule, delay_steps, correct_rate_gate,
-ema_decay, var_threshold, warmup_sequences`. Metrics: `sepa_lambda` (the λ used), `sepa_gate_open`
+Knobs: `beta`, `uncertainty`, and `schedule` (transform.schedule: the λ schedule's `kind, steps, delay_steps,
+correct_rate_gate, ema_decay, var_threshold, warmup_sequences, fixed_lambda`, conf/lambda_schedule.yaml). Metrics:
+`sepa_lambda` (the λ used: the controller's, or `fixed_lambda`), `sepa_gate_open`
 (1.0/0.0, after this step's observation), the pre/post uncertainty stats split by planning mask, and
 `planning_token_fraction`. `state_dict()` is the controller's.
 """
@@ -38,7 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
 from rlvr.transform.gtpo import check_beta, gtpo_token_advantages
-from rlvr.transform.sepa_controller import SEPAController
+from rlvr.transform.sepa_controller import LambdaSchedule, SEPAController
 from rlvr.transform.signals import as_weights, check_step, planning_mask
 from rlvr.transform.uncertainty import MAX_UNCERTAINTY, check_uncertainty, signal_needs, token_uncertainty
 from rlvr.transform.uncertainty_stats import planning_token_fraction, uncertainty_stats
@@ -73,8 +75,7 @@ def reshape_execution(u_PG_T: Tensor, exec_PG_T: Tensor, lam: float, variant: st
 
 
 class SEPA:
-    """`SEPA(beta, uncertainty, steps, schedule, delay_steps, correct_rate_gate, ema_decay, var_threshold,
-    warmup_sequences)`: pooling; see the module docstring."""
+    """`SEPA(beta, uncertainty, schedule)`: pooling; see the module docstring."""
 
     variant: ClassVar[str] = "pool"
 
@@ -87,34 +88,21 @@ class SEPA:
         *,
         beta: float,
         uncertainty: str,
-        steps: int,
-        schedule: str,
-        delay_steps: int,
-        correct_rate_gate: float,
-        ema_decay: float,
-        var_threshold: float,
-        warmup_sequences: int,
+        schedule: LambdaSchedule,
     ) -> None:
         self.beta = check_beta(beta)
         self.uncertainty = check_uncertainty(uncertainty)
-        self.controller = SEPAController(
-            steps=steps,
-            schedule=schedule,
-            delay_steps=delay_steps,
-            correct_rate_gate=correct_rate_gate,
-            ema_decay=ema_decay,
-            var_threshold=var_threshold,
-            warmup_sequences=warmup_sequences,
-        )
-        if not self.controller.enabled:
+        self.controller = SEPAController(schedule)
+        self.fixed_lambda = self.controller.schedule.fixed_lambda
+        if not self.controller.enabled and self.fixed_lambda is None:
             warnings.warn(
-                f"{type(self).__name__} with steps=0 and schedule='linear' keeps λ = 0: it is GTPO",
+                f"{type(self).__name__} with transform.schedule.steps=0 and kind='linear' keeps λ = 0: it is GTPO",
                 stacklevel=2,
             )
 
     def __call__(self, adv_PG: Tensor, signals: TokenSignals) -> tuple[Tensor, dict[str, float]]:
         check_step(adv_PG, signals)
-        lam = self.controller.resolve_lambda(signals.step)
+        lam = self.controller.resolve_lambda(signals.step) if self.fixed_lambda is None else self.fixed_lambda
         dtype = signals.logprobs_PG_T.dtype
         planning = planning_mask(signals)
         mask, plan = as_weights(signals.mask_PG_T, dtype), as_weights(planning, dtype)
@@ -125,7 +113,7 @@ class SEPA:
         metrics = uncertainty_stats(u, post_u, exec_, plan, adv_PG, signals.group_size)
         metrics["planning_token_fraction"] = planning_token_fraction(mask, plan)
         self.controller.observe_correct_rate(signals.correct_rate)
-        if self.controller.schedule == "auto":
+        if self.controller.schedule.kind == "auto":
             self.controller.update_auto_state(signals.logprobs_PG_T, signals.mask_PG_T & ~planning)
         metrics["sepa_lambda"] = lam
         metrics["sepa_gate_open"] = float(self.controller.gate_open)

@@ -20,13 +20,12 @@ from rlvr.transform.sepa import SEPA
 from rlvr.types import TokenSignals
 from tests.transform import delight_reference as ref
 from tests.transform.retrain_reference import mask_of, pad, unpad
-from tests.transform.transform_cases import StepCase, step_cases
+from tests.transform.transform_cases import SCHEDULE, StepCase, schedule, step_cases
 
 ETA = dict(eta=1.0, eta_mode="fixed", eta_min=0.05, eta_max=5.0, eta_target_neutral_frac=0.5,
            eta_target_ordering_gap=0.0, eta_ema_decay=0.0)
 # λ = (step − delay)/steps once the gate is open: steps=100, delay=0, gate 0 → λ = step/100
-RAMP = dict(steps=100, schedule="linear", delay_steps=0, correct_rate_gate=0.0, ema_decay=0.99, var_threshold=0.2,
-            warmup_sequences=50)
+RAMP = dict(steps=100, delay_steps=0, correct_rate_gate=0.0)
 
 
 def sigmoid(x: float) -> float:
@@ -37,12 +36,20 @@ def delight(**overrides) -> Delight:
     return Delight(**{"norm": "none", **ETA, **overrides})
 
 
+def split(overrides: dict) -> tuple[dict, dict]:
+    """(the transform's own knobs, the λ schedule's: transform.schedule.*)."""
+    return ({k: v for k, v in overrides.items() if k not in SCHEDULE},
+            {k: v for k, v in overrides.items() if k in SCHEDULE})
+
+
 def delight_sepa(**overrides) -> DelightSEPA:
-    return DelightSEPA(**{"norm": "none", **ETA, "fixed_lambda": None, **RAMP, **overrides})
+    own, ramp = split(overrides)
+    return DelightSEPA(**{"norm": "none", **ETA, **own}, schedule=schedule(**{**RAMP, **ramp}))
 
 
 def hard(**overrides) -> HardDelight:
-    return HardDelight(**{"k_frac": 0.2, "fixed_lambda": None, **RAMP, **overrides})
+    own, ramp = split(overrides)
+    return HardDelight(**{"k_frac": 0.2, **own}, schedule=schedule(**{**RAMP, **ramp}))
 
 
 def signals(surprisals: list[list[float]], group_size: int = 1, step: int = 0, correct_rate: float = 0.0,
@@ -487,7 +494,8 @@ def test_delight_sepa_state_carries_the_controller():
     (delight, {}, "written by another transform"),
     (delight, {"transform": "delight_sepa", "eta_prev": 1.0, "sepa": {}}, "transform=delight_sepa"),
     (delight_sepa, {"transform": "delight", "eta_prev": 1.0}, "into transform=delight_sepa"),
-    (hard, SEPA(beta=0.1, uncertainty="surprisal", **RAMP).state_dict(), "into transform=hard_delight"),
+    (hard, SEPA(beta=0.1, uncertainty="surprisal", schedule=schedule(**RAMP)).state_dict(),
+     "into transform=hard_delight"),
     (delight, {"transform": "delight", "eta_prev": -1.0}, "eta_prev"),
 ])
 def test_a_state_of_another_transform_is_refused(make, state, match):
@@ -503,12 +511,13 @@ def test_a_state_of_another_transform_is_refused(make, state, match):
     (delight, "eta_mode", "auto"), (delight, "eta_min", 0.0), (delight, "eta_max", 0.01),
     (delight, "eta_target_neutral_frac", 1.5), (delight, "eta_target_ordering_gap", -0.1),
     (delight, "eta_ema_decay", 1.0), (delight, "eta", float("nan")), (delight_sepa, "fixed_lambda", 1.5),
-    (delight_sepa, "steps", -1), (delight_sepa, "steps", 2.5), (delight_sepa, "schedule", "cosine"),
+    (delight_sepa, "steps", -1), (delight_sepa, "steps", 2.5), (delight_sepa, "kind", "cosine"),
     (delight_sepa, "correct_rate_gate", 2.0), (hard, "k_frac", 1.2), (hard, "k_frac", None),
     (hard, "warmup_sequences", 0), (hard, "var_threshold", 0.0), (hard, "fixed_lambda", "half"),
 ])
 def test_bad_knobs_fail_at_construction_naming_the_key(make, knob, value):
-    with pytest.raises(ValueError, match=f"transform.{knob}="):
+    key = f"schedule.{knob}" if knob in SCHEDULE else knob  # the λ schedule's knobs: transform.schedule.*
+    with pytest.raises(ValueError, match=f"transform.{key}="):
         make(**{knob: value})
 
 

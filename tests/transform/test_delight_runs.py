@@ -16,8 +16,10 @@ from rlvr.run import run
 # delight with the adaptive η and its EMA, so the carried η_prev matters on resume
 ARMS = {
     "delight": ["transform.eta_mode=adaptive", "transform.eta_ema_decay=0.5", "transform.eta_target_ordering_gap=0.2"],
-    "delight_sepa": ["transform.delay_steps=0", "transform.correct_rate_gate=0", "transform.steps=4"],
-    "hard_delight": ["transform.delay_steps=0", "transform.correct_rate_gate=0", "transform.steps=4"],
+    "delight_sepa": ["transform.schedule.delay_steps=0", "transform.schedule.correct_rate_gate=0",
+                     "transform.schedule.steps=4"],
+    "hard_delight": ["transform.schedule.delay_steps=0", "transform.schedule.correct_rate_gate=0",
+                     "transform.schedule.steps=4"],
 }
 METRIC = {"delight": "dg_eta", "delight_sepa": "dg_gate_mean", "hard_delight": "hard_dg_active_frac"}
 

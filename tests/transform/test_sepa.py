@@ -6,22 +6,15 @@ from rlvr.transform.gtpo import GTPO
 from rlvr.transform.sepa import SEPA, SEPAAmp, SEPAAmpClamped, reshape_execution
 from rlvr.types import TokenSignals
 from tests.transform.retrain_reference import mask_of, pad, reference_step, unpad
-from tests.transform.transform_cases import StepCase, step_cases
+from tests.transform.transform_cases import StepCase, schedule, step_cases
 
 # λ = (step − delay)/steps once the gate is open: steps=100, delay=0, gate 0 → λ = step/100
-RAMP = dict(
-    steps=100,
-    schedule="linear",
-    delay_steps=0,
-    correct_rate_gate=0.0,
-    ema_decay=0.99,
-    var_threshold=0.2,
-    warmup_sequences=50,
-)
+RAMP = dict(steps=100, delay_steps=0, correct_rate_gate=0.0)
 
 
 def _sepa(cls=SEPA, **overrides):
-    return cls(beta=0.1, uncertainty="surprisal", **{**RAMP, **overrides})
+    """transform=sepa (or `cls`) on RAMP; `overrides` are the λ schedule's knobs (transform.schedule.*)."""
+    return cls(beta=0.1, uncertainty="surprisal", schedule=schedule(**{**RAMP, **overrides}))
 
 
 def _signals(logprobs, planning, *, step, correct_rate=0.0, group_size=1):
@@ -145,7 +138,8 @@ def test_matches_the_per_sequence_reference(case: StepCase):
         ref, ref_metrics = reference_step(
             variant, case.adv_PG, case.logprobs_PG, case.planning_PG, case.group_size, beta=0.3, lam=0.37
         )
-        adv, metrics = cls(beta=0.3, uncertainty="surprisal", **RAMP)(case.adv(), case.signals(step=37))
+        adv, metrics = cls(beta=0.3, uncertainty="surprisal", schedule=schedule(**RAMP))(case.adv(),
+                                                                                       case.signals(step=37))
         for got, want in zip(unpad(adv, case.logprobs_PG), ref, strict=True):
             assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
         for name, value in ref_metrics.items():
@@ -178,3 +172,13 @@ def test_state_dict_is_the_controllers_and_round_trips():
 def test_linear_schedule_without_steps_warns():
     with pytest.warns(UserWarning, match="λ = 0"):
         _sepa(steps=0)
+
+
+def test_fixed_lambda_replaces_the_schedule():
+    """transform.schedule.fixed_lambda (the λ schedule's, shared with delight_sepa and hard_delight): SEPA trains with
+    it whatever the step and the gate, and reports it as sepa_lambda; the controller still steps."""
+    signals = _signals([[-1.0, -3.0, -5.0]], [[0, 0, 1]], step=0, correct_rate=0.5)  # ramp λ would be 0 here
+    fixed = _sepa(fixed_lambda=0.5, correct_rate_gate=0.9, steps=0)  # gate closed, no ramp: no warning either
+    adv, metrics = fixed(torch.tensor([1.0]).double(), signals)
+    ramped, _ = _sepa()(torch.tensor([1.0]).double(), _signals([[-1.0, -3.0, -5.0]], [[0, 0, 1]], step=50))
+    assert torch.equal(adv, ramped) and metrics["sepa_lambda"] == 0.5 and metrics["sepa_gate_open"] == 0.0

@@ -8,14 +8,15 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from composing import CONF_DIR, compose_options, options
+from tests.transform.transform_cases import SCHEDULE
 
 NAMES = options("transform")  # every file in conf/transform/, so a new option is tested without editing a list
 # What each transform class asks of the planning detector (its `needs`), with the YAML defaults.
 NEEDS_PLANNING = {"NoTransform": False, "GTPO": False, "EntropyMask": False, "HICRA": True, "SEPA": True,
                   "SEPAAmp": True, "SEPAAmpClamped": True, "Delight": False, "DelightSEPA": False,
                   "HardDelight": False}
-CONTROLLER_KNOBS = ("steps", "schedule", "delay_steps", "correct_rate_gate", "ema_decay", "var_threshold",
-                    "warmup_sequences")
+SCHEDULED = ("sepa", "sepa_amp", "sepa_amp_c", "gtpo_sepa", "delight_sepa", "hard_delight")
+"""The options with the λ schedule, transform.schedule (conf/lambda_schedule.yaml)."""
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +33,9 @@ def requires(cfg: DictConfig) -> set[str]:
 def test_option_builds_and_states_every_knob(name, composed):
     cfg = composed[name]
     assert next(iter(cfg)) == "_target_"
-    params = set(inspect.signature(get_class(cfg._target_).__init__).parameters) - {"self", "args", "kwargs"}
-    assert set(cfg) - {"_target_"} == params  # nothing left to a Python default, nothing unknown
+    for node in [cfg] + [v for v in cfg.values() if isinstance(v, DictConfig)]:  # the node, and transform.schedule
+        params = set(inspect.signature(get_class(node._target_).__init__).parameters) - {"self", "args", "kwargs"}
+        assert set(node) - {"_target_"} == params  # nothing left to a Python default, nothing unknown
     transform = instantiate(cfg)
     assert "entropy" not in requires(cfg)  # uncertainty: surprisal everywhere by default
     name_of_class = cfg._target_.rsplit(".", 1)[-1]
@@ -67,7 +69,8 @@ def test_aliases_compose_to_their_original(alias, original, composed):
 def test_sepa_defaults_are_the_predecessors(composed):
     # retrain: [sepa] steps 500, schedule linear, delay_steps 50, correct_rate_gate 0.1; [gtpo] beta 0.1; hicra α 0.2
     cfg = composed["sepa"]
-    assert (cfg.steps, cfg.schedule, cfg.delay_steps, cfg.correct_rate_gate, cfg.beta) == (500, "linear", 50, 0.1, 0.1)
+    s = cfg.schedule
+    assert (s.steps, s.kind, s.delay_steps, s.correct_rate_gate, cfg.beta) == (500, "linear", 50, 0.1, 0.1)
     assert composed["hicra"].alpha == 0.2
 
 
@@ -90,11 +93,22 @@ def test_delight_defaults_are_the_predecessors(composed):
         assert tuple(composed[name][k] for k in eta) == (1.0, "fixed", 0.05, 5.0, 0.5, 0.0, 0.0)
     assert (composed["delight"].norm, composed["delight_sepa"].norm) == ("none", "scale")
     assert composed["hard_delight"].k_frac == 0.2
-    assert composed["delight_sepa"].fixed_lambda is None and composed["hard_delight"].fixed_lambda is None
+    assert composed["delight_sepa"].schedule.fixed_lambda is None
+    assert composed["hard_delight"].schedule.fixed_lambda is None
 
 
-@pytest.mark.parametrize("name", ["delight_sepa", "hard_delight"])
-def test_delight_lambda_schedules_are_sepas(name, composed):
-    """The λ schedule's knobs are restated (a transform option cannot extend sepa.yaml without GTPO's beta and
-    uncertainty): they must stay equal to sepa.yaml's."""
-    assert {k: composed[name][k] for k in CONTROLLER_KNOBS} == {k: composed["sepa"][k] for k in CONTROLLER_KNOBS}
+@pytest.mark.parametrize("name", SCHEDULED)
+def test_the_lambda_schedule_is_one_node_stated_once(name, composed):
+    """transform.schedule is conf/lambda_schedule.yaml, included (or extended from sepa.yaml), never restated: an
+    option file names none of its knobs, and the schedule is the same node, with the tests' defaults, everywhere."""
+    schedule = composed[name].schedule
+    assert schedule._target_ == "rlvr.transform.sepa_controller.LambdaSchedule"
+    assert {k: schedule[k] for k in SCHEDULE} == SCHEDULE == {
+        k: v for k, v in OmegaConf.load(CONF_DIR / "lambda_schedule.yaml").items() if k != "_target_"}
+    raw = OmegaConf.load(CONF_DIR / "transform" / f"{name}.yaml")
+    assert not set(raw) & (set(SCHEDULE) | {"schedule"}), f"{name}.yaml restates the λ schedule's knobs"
+    assert schedule == composed["sepa"].schedule
+
+
+def test_no_other_option_has_a_schedule(composed):
+    assert {name for name in NAMES if "schedule" in composed[name]} == set(SCHEDULED)

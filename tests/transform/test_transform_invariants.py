@@ -11,17 +11,10 @@ from rlvr.transform.gtpo import GTPO
 from rlvr.transform.hard_delight import HardDelight
 from rlvr.transform.hicra import HICRA
 from rlvr.transform.sepa import SEPA, SEPAAmp, SEPAAmpClamped
-from tests.transform.transform_cases import StepCase, step_cases
+from tests.transform.transform_cases import StepCase, schedule, step_cases
 
-CONTROLLER = dict(
-    steps=10,
-    schedule="auto",
-    delay_steps=2,
-    correct_rate_gate=0.0,
-    ema_decay=0.9,
-    var_threshold=0.2,
-    warmup_sequences=3,
-)
+CONTROLLER = dict(schedule=schedule(kind="auto", steps=10, delay_steps=2, correct_rate_gate=0.0, ema_decay=0.9,
+                                    warmup_sequences=3))
 
 
 ETA = dict(eta=0.8, eta_mode="fixed", eta_min=0.05, eta_max=5.0, eta_target_neutral_frac=0.5,
@@ -34,8 +27,8 @@ def _delight_transforms():
     return [
         Delight(norm="none", **ETA),
         Delight(norm="mad_scale", **ADAPTIVE),
-        DelightSEPA(norm="scale", fixed_lambda=None, **ADAPTIVE, **CONTROLLER),
-        HardDelight(k_frac=0.3, fixed_lambda=None, **CONTROLLER),
+        DelightSEPA(norm="scale", **ADAPTIVE, **CONTROLLER),
+        HardDelight(k_frac=0.3, **CONTROLLER),
     ]
 
 

@@ -13,10 +13,20 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
+from rlvr.transform.sepa_controller import LambdaSchedule
 from rlvr.types import TokenSignals
 from tests.transform.retrain_reference import mask_of, pad
 
 TURN_FACTORS = (1.0, 1.0, -0.5, 0.0, 1.5)
+SCHEDULE = dict(kind="linear", steps=500, delay_steps=50, correct_rate_gate=0.1, ema_decay=0.99, var_threshold=0.2,
+                warmup_sequences=50, fixed_lambda=None)
+"""conf/lambda_schedule.yaml's defaults, transform.schedule (test_transform_configs.py checks that they agree)."""
+
+
+def schedule(**knobs) -> LambdaSchedule:
+    """transform.schedule as Hydra builds it for transform=sepa*, delight_sepa, hard_delight: SCHEDULE, `knobs`
+    replacing some of it."""
+    return LambdaSchedule(**{**SCHEDULE, **knobs})
 
 
 @dataclass(frozen=True)
