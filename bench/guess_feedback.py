@@ -41,7 +41,7 @@ class FeedbackCounts:
 
     def add(self, transcript: list[dict], solved: bool, higher: str, lower: str) -> None:
         """One game: [{"role": "env", "text": prompt}, {"role": "policy", "text": g1}, {"role": "env",
-        "text": feedback}, {"role": "policy", "text": g2}, …], as rlvr/episodes.py writes it."""
+        "text": feedback}, {"role": "policy", "text": g2}, …], as rlvr/rollout/episodes.py writes it."""
         self.games += 1
         self.solved += bool(solved)
         turns = transcript[1:]
@@ -87,15 +87,13 @@ def distribution(counts: Counter) -> str:
 
 
 def greedy_games(engine, policy, tokenizer, components, max_tokens: int) -> FeedbackCounts:
-    """The trainer's held-out evaluation (rlvr/evaluation.py `evaluate_episodes`), keeping the transcripts."""
-    from rlvr.episodes import eval_episode_seeds, play
-    from rlvr.types import SamplingParams
+    """The trainer's held-out evaluation (rlvr/rollout/episodes.py `Episodes.evaluate`), keeping the transcripts."""
+    from rlvr.distributed import World
+    from rlvr.rollout import Episodes
 
-    examples = components.data.eval_examples()
     engine.sync(policy)
-    greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_tokens)
-    played = play(engine, tokenizer, components.env, examples, 1, greedy, eval_episode_seeds(len(examples)),
-                  sample_seed=0)
+    rollout = Episodes(engine, tokenizer, components.env, components.seeds, World.single())
+    played = rollout.evaluate(components.data.eval_examples(), max_tokens).played
     game = components.env.env
     counts = FeedbackCounts()
     for transcript, reward in zip(played.transcripts, played.rewards_P_G.view(-1).tolist(), strict=True):

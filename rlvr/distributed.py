@@ -5,7 +5,7 @@ A run becomes distributed when it is started as several processes: by `torchrun 
 (`hydra/launcher=slurm hydra.launcher.tasks_per_node=N`, `nodes=M`: srun starts one task per process and sets
 SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; the rendezvous is the job's first node, at a port derived from the
 job id). `World.from_env()` reads either; one process (`python train.py`) is `World.single()`, and then
-nothing here is called: the single-process path is the one of before, bit for bit.
+its sharing and gathering are the identity (`World.share`, `gather`, `on_main`, `gather_step`).
 
 How a distributed step is shared (rlvr/trainer.py, rlvr/backend/fsdp.py):
 
@@ -83,6 +83,15 @@ class World:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's `value`, in rank order (a world of one: `[value]`, no process group needed)."""
+        return [value] if self.size == 1 else all_gather(value)
+
+    def on_main(self, fn, *args):
+        """`fn(*args)` computed on rank 0 (deciding the run folder, say), its result on every rank; an exception it
+        raises is raised on every rank, so none waits for a broadcast that never comes. A world of one: a call."""
+        return fn(*args) if self.size == 1 else on_main(fn, *args)
 
     def share(self, count: int) -> range:
         """This rank's contiguous share of `count` items (the first `count % size` ranks take one more)."""
@@ -172,11 +181,14 @@ def sync() -> None:
         dist.barrier()
 
 
-def gather_step(rollouts: Rollouts, completions: list[str], scores: Scores, pad_id: int
+def gather_step(world: World, rollouts: Rollouts, completions: list[str], scores: Scores, pad_id: int
                 ) -> tuple[Rollouts, list[str], Scores]:
-    """The whole step's rollouts, decoded completions and scores on every rank, from each rank's share."""
+    """The whole step's rollouts, decoded completions and scores on every rank, from each rank's share (in a world
+    of one process: as given)."""
     from rlvr.types import Scores
 
+    if world.size == 1:
+        return rollouts, completions, scores
     parts = all_gather((completions, scores))
     merged = Scores(values=[v for _, s in parts for v in s.values], timeouts=sum(s.timeouts for _, s in parts),
                     errors=sum(s.errors for _, s in parts), parse_failures=sum(s.parse_failures for _, s in parts))

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from rlvr.algorithm.loss import PolicyLoss
     from rlvr.model.lora import LoraSpec
+    from rlvr.rollout.batch import StepBatch
     from rlvr.turn_credit.signals import TurnSignals
     from rlvr.types import (
         Branching,
@@ -189,7 +190,7 @@ class TurnCredit(Protocol):
     rlvr/turn_credit/): observation and padding tokens get 0."""
 
     branching: Branching | None
-    """What the rollout must probe for it (tl_grpo's branches, rlvr/branch_probes.py); None: nothing."""
+    """What the rollout must probe for it (tl_grpo's branches, rlvr/rollout/branch_probes.py); None: nothing."""
 
     def __call__(self, adv_P_G: Tensor, rewards_P_G: Tensor, turns: TurnSignals) -> tuple[Tensor, dict[str, float]]:
         ...
@@ -247,6 +248,20 @@ class PlanningDetector(Protocol):
         ...
 
 
+class Rollout(Protocol):
+    """How a step's examples become scored rows (rlvr/rollout/): single-turn completions or episodes."""
+
+    def collect(self, examples: list[Example], step: int, position: int, group_size: int,
+                sampling: SamplingParams) -> StepBatch:
+        """The step's rows: `group_size` of each example (the data stream's from `position` on), scored, gathered
+        over the run's processes."""
+        ...
+
+    def evaluate(self, examples: list[Example], max_tokens: int) -> StepBatch:
+        """One greedy row of each held-out example, scored."""
+        ...
+
+
 class Engine(Protocol):
     """Generates rollouts from the current policy."""
 
@@ -255,9 +270,13 @@ class Engine(Protocol):
         prompt_ids_P: list[list[int]],
         group_size: int,
         params: SamplingParams,
-        seed: int,
+        seed: int | Sequence[int],
         with_entropy: bool = False,
-    ) -> Rollouts: ...
+    ) -> Rollouts:
+        """`group_size` completions of each prompt, row p·G + g. `seed`: one per prompt group (what the rollouts
+        pass: a group's completions then depend on its seed alone), or one int from which each prompt's is derived
+        (rlvr/seeds.py: prompt_seeds)."""
+        ...
 
     def connect(self) -> None:
         """Reach what the engine samples with (a server: check it, push the first weights); called once by the

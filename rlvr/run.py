@@ -55,24 +55,23 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
         out_dir = hydra_cfg.runtime.output_dir
         campaign_root = Path(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
     own = folder = Path(out_dir)
-    world = None
-    if not World.from_env().is_main:  # the other ranks of a distributed run log warnings only
+    world = World.from_env()
+    if not world.is_main:  # the other ranks of a distributed run log warnings only
         logging.getLogger("rlvr").setLevel(logging.WARNING)
     try:
         components, trainer = build_all(cfg, campaign_root)
         world = components.world
-        if world is None:
-            folder, resume_from = place(cfg, folder, components.config)
-        else:  # rank 0 decides the folder (the ranks' Hydra clocks may name different ones), every rank joins it
+        if components.distributed:
             join(world, cfg)
-            folder, resume_from = distributed.on_main(place, cfg, folder, components.config)
-            if not world.is_main:
-                quiet_rank(components, own, folder)
+        # rank 0 decides the folder (the ranks' Hydra clocks may name different ones), every rank joins it
+        folder, resume_from = world.on_main(place, cfg, folder, components.config)
+        if not world.is_main:
+            quiet_rank(components, own, folder)
     except Exception:
-        if world is None or world.is_main:
+        if world.is_main:
             remove_if_fresh(folder)  # a run that never started leaves no half-written folder behind
         raise
-    out = RunDir(folder, writes=world is None or world.is_main)
+    out = RunDir(folder, writes=world.is_main)
     if resume_from is not None and finished(resume_from, trainer.max_steps) and (folder / "summary.json").exists():
         log.info("run folder %s already finished %d steps: nothing to do", folder, trainer.max_steps)
         return json.loads((folder / "summary.json").read_text())
@@ -99,11 +98,11 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
         raise
     except BaseException as err:
         status("failed", f"{type(err).__name__}: {err}")
-        if world is not None and world.size > 1:
+        if world.size > 1:
             exit_now(world)
         raise
     status("finished")
-    if world is not None:
+    if components.distributed:
         distributed.close()
     return summary
 
@@ -234,7 +233,7 @@ def build_all(cfg: DictConfig, campaign_root: Path | None = None) -> tuple[Compo
         config=config,
         config_sha256=hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
         needs=needs,
-        world=World.from_env() if "distributed" in needs["backend"].provides else None,
+        world=World.from_env() if "distributed" in needs["backend"].provides else World.single(),
     )
     check_components(cfg, components)
     return components, build(cfg, "trainer")

@@ -8,6 +8,7 @@ Named streams are independent: changing how many numbers one consumer draws neve
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 
@@ -34,3 +35,13 @@ class Seeds:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+
+def prompt_seeds(seed: int | Sequence[int], count: int) -> list[int]:
+    """One sampling seed per prompt: the list given (one per prompt group, what the rollouts pass), or, from one
+    int, `sub_seed(seed, "prompt/<p>")` for each."""
+    if isinstance(seed, int):
+        return [sub_seed(seed, f"prompt/{p}") for p in range(count)]
+    if len(seed) != count:
+        raise ValueError(f"{len(seed)} seeds for {count} prompts: give one per prompt")
+    return list(seed)

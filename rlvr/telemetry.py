@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from rlvr.credit import Credit
     from rlvr.env.guarded import EnvFailures
-    from rlvr.episodes import Played
+    from rlvr.rollout.episodes import Played
     from rlvr.types import Example, Rollouts, Scores, TokenSignals
 
 CORRECT_THRESHOLD = 0.5

@@ -1,11 +1,14 @@
 """The RL loop. `fit` is the run; `step` is one step:
 
-    prompts_P   = data.batch(step)                           rlvr/data/order.py: prompts_at
-    rollouts_PG = engine.sample(prompts_P, n=G)
-    rewards_P_G = reward.score(rollouts_PG, references)      rlvr/reward/guarded.py: guarded_score
-    credit      = assign_credit(rewards_P_G, token signals)  rlvr/credit.py: episode → token advantages
-    stats       = backend.train_step(rollouts_PG, credit.adv_PG_T, algorithm.loss)
+    examples    = data.batch(step)                           rlvr/data/order.py: prompts_at
+    batch       = rollout.collect(examples, …)                rlvr/rollout/: sampled, scored, gathered (StepBatch)
+    credit      = assign_credit(batch.rewards, token signals) rlvr/credit.py: episode (turn) → token advantages
+    stats       = backend.train_step(batch.rollouts, credit.adv_PG_T, algorithm.loss)
     row         = step_row(...)                              rlvr/telemetry.py: metrics.jsonl, samples/, console
+
+The rollout is single-turn completions (data → engine → reward) or episodes (env → turns → turn signals), chosen
+once at start (`make_rollout`); the step does not ask which. Evaluation is `rlvr.rollout.evaluate` over the same
+rollout.
 
 A step in which no token has a non-zero advantage trains nothing (the predecessor's skipped step); it
 still writes its metrics row, with `skipped: true`, so the reward curve has no holes. A run that cannot learn
@@ -29,14 +32,11 @@ from rlvr.backpressure import BackPressure
 from rlvr.checkpoint import Checkpoints, rng_state, set_rng_state
 from rlvr.credit import assign_credit
 from rlvr.data.order import prompts_at
-from rlvr.distributed import World, all_gather, gather_step
-from rlvr.episodes import episode_seeds, play, transcript_text, turn_signals
+from rlvr.distributed import World
 from rlvr.errors import RunFailed
-from rlvr.evaluation import evaluate_episodes, evaluate_held_out
 from rlvr.lazy import lazy_import
 from rlvr.model.base_folder import save_base
-from rlvr.model.chat_turns import check_prefix_preserving
-from rlvr.model.prompt_encoding import decode_completions, encode_prompts, eos_ids, token_pieces
+from rlvr.model.prompt_encoding import eos_ids, token_pieces
 from rlvr.outputs import RunDir
 from rlvr.preemption import StepInterrupted, StopSignals
 from rlvr.progress import Progress, duration
@@ -50,12 +50,14 @@ from rlvr.protocols import (
     Needs,
     PlanningDetector,
     Reward,
+    Rollout,
     Transform,
     TurnCredit,
 )
 from rlvr.resume import resume_command
-from rlvr.reward.guarded import guarded_score
-from rlvr.seeds import Seeds, sub_seed
+from rlvr.rollout import Episodes, SingleTurn, StepBatch, evaluate
+from rlvr.rollout.chat_turns import check_prefix_preserving
+from rlvr.seeds import Seeds
 from rlvr.telemetry import (
     CORRECT_THRESHOLD,
     StepCounts,
@@ -63,7 +65,6 @@ from rlvr.telemetry import (
     Stopwatch,
     closing_line,
     console_line,
-    episode_metrics,
     eval_line,
     sample_groups,
     step_row,
@@ -114,13 +115,18 @@ class Components:
     """Multi-turn: the environment episodes are played in (bounded, rlvr/env/guarded.py); None: single turn."""
     turn_credit: TurnCredit | None = None
     """Multi-turn: how an episode's reward becomes token advantages (rlvr/turn_credit/)."""
-    world: World | None = None
-    """This process's place in a distributed run (backend=fsdp, rlvr/distributed.py); None: one process."""
+    world: World = field(default_factory=World.single)
+    """This process's place in the run's processes (rlvr/distributed.py); one process is a world of size 1."""
 
     @property
     def remote(self) -> bool:
         """The backend keeps the policy on a service (Tinker): only the tokenizer is loaded here."""
         return "remote_policy" in self.needs["backend"].provides
+
+    @property
+    def distributed(self) -> bool:
+        """The backend trains over a process group (backend=fsdp), which the run joins first."""
+        return "distributed" in self.needs["backend"].provides
 
     @property
     def wants_entropy(self) -> bool:
@@ -141,6 +147,8 @@ class Live:
     tokenizer: object
     backend: Backend
     engine: Engine
+    rollout: Rollout
+    """How a step's examples become scored rows (rlvr/rollout/)."""
     out: RunDir
     warmup: dict | None
     checkpoints: Checkpoints
@@ -254,9 +262,7 @@ class Trainer:
     @staticmethod
     def _stopping(live: Live, stop: StopSignals) -> bool:
         """A stop was asked for; in a distributed run, of any rank (then every rank takes the first signal)."""
-        if live.c.world is None:
-            return stop.requested is not None
-        first = next((s for s in all_gather(stop.requested) if s is not None), None)
+        first = next((s for s in live.c.world.gather(stop.requested) if s is not None), None)
         stop.requested = stop.requested or first
         return first is not None
 
@@ -330,13 +336,13 @@ class Trainer:
             engine = c.make_engine(module=backend.policy, eos_ids=stops, pad_id=tokenizer.pad_token_id)
         engine.connect()
         log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
-        return Live(c, tokenizer, backend, engine, out, warmup, Checkpoints(out.path / "checkpoints", self.keep_last),
-                    stop=stop)
+        return Live(c, tokenizer, backend, engine, make_rollout(c, engine, tokenizer, stop), out, warmup,
+                    Checkpoints(out.path / "checkpoints", self.keep_last), stop=stop)
 
     @staticmethod
     def _check_chat_turns(c: Components, tokenizer, stops: list[int]) -> None:
         """Multi-turn episodes append each observation as the chat template's ids for it: the template must
-        preserve prefixes (rlvr/model/chat_turns.py); refused here, before the warm-up and any training."""
+        preserve prefixes (rlvr/rollout/chat_turns.py); refused here, before the warm-up and any training."""
         if c.env is not None and getattr(tokenizer, "chat_template", None):
             check_prefix_preserving(tokenizer, getattr(c.preset, "name_or_path", type(c.preset).__name__), stops)
 
@@ -407,52 +413,29 @@ class Trainer:
         live.totals["prompts"] += P
         clock = Stopwatch()
         live.engine.sync(live.backend.policy)
-        sample_seed = sub_seed(c.seeds.sampler, f"step/{step}")
-        if c.env is None:  # distributed: this rank's share of the groups, one sampling seed each, then gathered
-            mine = range(P) if c.world is None else c.world.share(P)
-            seed = sample_seed if c.world is None else [sub_seed(sample_seed, f"group/{position + i}") for i in mine]
-            rollouts = live.engine.sample(encode_prompts(live.tokenizer, [examples[i].prompt for i in mine]), G,
-                                          self.sampling, seed=seed, with_entropy=c.wants_entropy)
-            sample_s = clock.lap()
-            completions = decode_completions(live.tokenizer, rollouts)
-            with live.stop.interruptible() if live.stop is not None else nullcontext():
-                scores = guarded_score(c.reward, completions, [examples[i].reference for i in mine for _ in range(G)])
-            if c.world is not None:
-                rollouts, completions, scores = gather_step(rollouts, completions, scores, live.tokenizer.pad_token_id)
-            played, outcome = None, scores.fractions("reward/")
-            self._warn_on_failures(step, outcome, "completions", "the verifier, its timeouts and the answer format")
-            rewards_P_G = torch.tensor(scores.values, dtype=torch.float32).view(P, G)
-            score_s = clock.lap()
-        else:  # multi-turn: the environment scores (its time is the episodes' env time); branch probes are credit
-            played = play(live.engine, live.tokenizer, c.env, examples, G, self.sampling,
-                          episode_seeds(c.seeds, position, P), sample_seed, with_entropy=c.wants_entropy,
-                          branching=c.turn_credit.branching)
-            rollouts, rewards_P_G = played.rollouts, played.rewards_P_G
-            score_s, sample_s = played.env_seconds, clock.lap() - played.env_seconds - played.probe_seconds
-            completions = [transcript_text(t) for t in played.transcripts]
-            outcome = episode_metrics(played, c.env.failures.take())
-            self._warn_on_failures(step, {k: outcome[k] for k in ("env/error_frac", "env/timeout_frac")}, "episodes",
-                                   "the environment, env.step_timeout_s and the server")
-        signals, pieces_PG = self._signals(live, step, rollouts, rewards_P_G)
-        credit = assign_credit(rewards_P_G, signals, c.algorithm, c.transform, *(
-            () if played is None else (c.turn_credit, turn_signals(played))))
-        credit_s = clock.lap() + (played.probe_seconds if played is not None else 0.0)
+        sync_s = clock.lap()
+        batch = live.rollout.collect(examples, step, position, G, self.sampling)
+        clock.lap()
+        self._warn_on_failures(step, batch)
+        signals, pieces_PG = self._signals(live, step, batch.rollouts, batch.rewards_P_G)
+        credit = assign_credit(batch.rewards_P_G, signals, c.algorithm, c.transform, c.turn_credit, batch.turns)
+        credit_s = clock.lap() + batch.credit_seconds
         train = {} if credit.skipped else live.backend.train_step(
-            TrainBatch(rollouts, credit.adv_PG_T), c.algorithm.loss, self.lr)
-        times = StepTimes(sample_s, score_s, credit_s, clock.lap())
+            TrainBatch(batch.rollouts, credit.adv_PG_T), c.algorithm.loss, self.lr)
+        times = StepTimes(sync_s + batch.sample_seconds, batch.score_seconds, credit_s, clock.lap())
         self._guard_nonfinite(live, step, train)
-        live.out.write_samples(step, sample_groups(examples[: self.samples_per_step], completions, rewards_P_G, credit,
-                                                   signals, pieces_PG, played))
-        counts = StepCounts.of(rollouts, rewards_P_G)
+        live.out.write_samples(step, sample_groups(examples[: self.samples_per_step], batch.completions,
+                                                   batch.rewards_P_G, credit, signals, pieces_PG, batch.played))
+        counts = StepCounts.of(batch.rollouts, batch.rewards_P_G)
         for key, value in (("correct", counts.correct), ("completions", counts.completions), ("tokens", counts.tokens)):
             live.totals[key] += value
-        row = step_row(step, c.condition, c.uncertainty_kind, rollouts, rewards_P_G, credit, train, times, counts,
-                       live.totals)
+        row = step_row(step, c.condition, c.uncertainty_kind, batch.rollouts, batch.rewards_P_G, credit, train, times,
+                       counts, live.totals)
         pressure = c.backpressure.observe(  # its decision applies from the next step
             step=step, batch_size=P, group_size=G, tokens=counts.tokens, seconds=times.total, skipped=credit.skipped,
         )
-        skip = {"skip_cause": skip_cause(rewards_P_G)} if credit.skipped else {}
-        return {**row, **outcome, **skip, "train/nonfinite_skips": float(live.totals["nonfinite"]), **pressure}
+        skip = {"skip_cause": skip_cause(batch.rewards_P_G)} if credit.skipped else {}
+        return {**row, **batch.metrics, **skip, "train/nonfinite_skips": float(live.totals["nonfinite"]), **pressure}
 
     def _signals(self, live: Live, step: int, rollouts: Rollouts, rewards_P_G: Tensor):
         """What the transform may read (planning marks only when it needs them), and the token pieces they
@@ -467,15 +450,16 @@ class Trainer:
         )
         return signals, pieces_PG
 
-    def _warn_on_failures(self, step: int, fractions: dict[str, float], what: str, check: str) -> None:
+    def _warn_on_failures(self, step: int, batch: StepBatch) -> None:
         """A warning when a failure fraction (reward/timeout_frac, env/error_frac, …) exceeds reward_warn_frac:
-        those `what` (completions, episodes) scored 0.0; `check` says where to look."""
-        over = {k: v for k, v in fractions.items() if v > self.reward_warn_frac}
+        those completions or episodes scored 0.0; the batch says where to look."""
+        over = {k: v for k, v in batch.failures.items() if v > self.reward_warn_frac}
         if over:
             log.warning(
                 "step %d: %s above trainer.reward_warn_frac=%g: those %s scored 0.0, so the rewards (and the "
                 "advantages) are wrong; check %s",
-                step, ", ".join(f"{k}={v:.2f}" for k, v in over.items()), self.reward_warn_frac, what, check,
+                step, ", ".join(f"{k}={v:.2f}" for k, v in over.items()), self.reward_warn_frac, batch.what,
+                batch.check,
             )
 
     def _guard_nonfinite(self, live: Live, step: int, train: dict) -> None:
@@ -494,11 +478,8 @@ class Trainer:
 
     def evaluate(self, live: Live, steps_done: int) -> dict:
         """Greedy accuracy on the held-out set; appends and returns the evaluation row."""
-        c = live.c
-        row = (evaluate_held_out(live.engine, live.backend.policy, live.tokenizer, c.data, c.reward,
-                                 self.eval_max_tokens, steps_done, c.world) if c.env is None else
-               evaluate_episodes(live.engine, live.backend.policy, live.tokenizer, c.data, c.env,
-                                 self.eval_max_tokens, steps_done)).row
+        row = evaluate(live.rollout, live.engine, live.backend.policy, live.c.data, self.eval_max_tokens,
+                       steps_done).row
         self._emit(live, row)
         live.evals.append(row)
         log.info(eval_line(row))
@@ -525,6 +506,15 @@ class Trainer:
             "config": live.c.config,
         }
         return live.checkpoints.save(steps_done, live.backend.save, state, final=final)
+
+
+def make_rollout(c: Components, engine: Engine, tokenizer, stop: StopSignals | None = None) -> Rollout:
+    """How a run's steps (and evaluations) are collected: single-turn completions, or episodes of its environment
+    (the trainer's, and `rlvr eval`'s on a checkpoint)."""
+    if c.env is None:
+        return SingleTurn(engine, tokenizer, c.reward, c.seeds, c.world, c.wants_entropy,
+                          stop.interruptible if stop is not None else nullcontext)
+    return Episodes(engine, tokenizer, c.env, c.seeds, c.world, c.wants_entropy, c.turn_credit.branching)
 
 
 def skip_cause(rewards_P_G: Tensor) -> str:

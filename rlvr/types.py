@@ -33,7 +33,7 @@ class Demonstration:
     """The target text; the tokenizer's EOS is appended when it is encoded."""
     followups: tuple[str, ...] = ()
     """A multi-turn demonstration goes on after `completion` (the first action) with observation, action,
-    observation, action, …: observations are encoded as the episode loop encodes them (rlvr/episodes.py) and
+    observation, action, …: observations are encoded as the episode loop encodes them (rlvr/rollout/episodes.py) and
     not supervised; each action is, with EOS appended, as the first."""
 
 
@@ -145,7 +145,7 @@ class TrainBatch:
 
 @dataclass(frozen=True)
 class Branching:
-    """What the rollout probes for branching turn credit (turn_credit=tl_grpo, rlvr/branch_probes.py)."""
+    """What the rollout probes for branching turn credit (turn_credit=tl_grpo, rlvr/rollout/branch_probes.py)."""
 
     mode: str
     """`action_space` (alternatives from the episode's legal actions) or `llm` (policy samples)."""

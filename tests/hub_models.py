@@ -6,6 +6,10 @@ import hashlib
 import os
 import shutil
 import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -45,3 +49,24 @@ def unused_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class _HubHandler(BaseHTTPRequestHandler):
+    def do_HEAD(self):  # noqa: N802 - the http.server API
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@contextmanager
+def answering_hub() -> Iterator[str]:
+    """A loopback server that answers HEAD requests: a hub that is up (its URL, for HF_ENDPOINT)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _HubHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,4 +1,4 @@
-"""TL-GRPO's branch probes (rlvr/branch_probes.py) on the guess game, values worked out by hand, then played
+"""TL-GRPO's branch probes (rlvr/rollout/branch_probes.py) on the guess game, values worked out by hand, then played
 end to end by the tiny model through `play` and the trainer."""
 
 import asyncio
@@ -6,10 +6,10 @@ import math
 
 import torch
 
-from rlvr.branch_probes import Probed, probe
 from rlvr.env.guarded import GuardedEnvironment
 from rlvr.env.guess import GuessEnvironment, GuessEpisode
-from rlvr.episodes import play
+from rlvr.rollout.branch_probes import Probed, probe
+from rlvr.rollout.episodes import play
 from rlvr.types import Branching, Example, SamplingParams
 
 NAN = math.nan

@@ -10,6 +10,7 @@ from composing import CONF_DIR, compose_config, groups, options
 from rlvr.protocols import Needs
 from rlvr.requirements import EnvVar
 from rlvr.run import ConfigError, build_all, check, check_components, condition_label
+from tests.hub_models import answering_hub
 
 GROUPS = groups()  # read from conf/ (nested groups as algorithm/loss), so a new option file is tested here
 OPTIONS = [(g, o) for g in GROUPS for o in options(g)]
@@ -84,7 +85,9 @@ def test_self_comes_first_in_train_yaml():
 def test_real_model_composition_is_valid(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # online, weights not cached: downloaded at start, not an error
     cfg = compose_config(["model=qwen3_4b", "data=math", "reward=math", "trainer=gpu"])
-    check(cfg)
+    with answering_hub() as hub:  # the hub answers (a loopback stand-in: this machine has no network)
+        monkeypatch.setenv("HF_ENDPOINT", hub)
+        check(cfg)
     preset = instantiate(cfg.model, _convert_="all")  # lazy: nothing is downloaded or loaded
     assert preset.name_or_path == "Qwen/Qwen3-4B-Instruct-2507" and preset.lora.rank == 32
     assert condition_label(cfg) == "grpo+none"

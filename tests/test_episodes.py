@@ -1,4 +1,4 @@
-"""Multi-turn episodes (rlvr/episodes.py): token in, token out; observation tokens are context, never actions;
+"""Multi-turn episodes (rlvr/rollout/episodes.py): token in, token out; observation tokens are context, never actions;
 the backend's log-probabilities of the action tokens on packed rows equal the engine's."""
 
 import asyncio
@@ -12,9 +12,9 @@ from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.local import LocalBackend
 from rlvr.credit import assign_credit
 from rlvr.engine.pytorch import PyTorchEngine
-from rlvr.episodes import play
 from rlvr.model.lora import LoraSpec
 from rlvr.model.tiny import TinyLlama
+from rlvr.rollout.episodes import play
 from rlvr.transform.gtpo import GTPO
 from rlvr.types import Example, SamplingParams, Step, TokenSignals, TrainBatch
 
@@ -169,8 +169,8 @@ def test_with_a_chat_template_each_observation_is_the_templates_suffix():
     from model.test_chat_turns import qwen
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from rlvr.model.chat_turns import end_of_turn_id, observation_ids
     from rlvr.model.prompt_encoding import encode_prompts
+    from rlvr.rollout.chat_turns import end_of_turn_id, observation_ids
 
     tok = qwen()
     im_end = end_of_turn_id(tok)

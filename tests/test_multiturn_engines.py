@@ -29,9 +29,9 @@ from rlvr.credit import assign_credit
 from rlvr.engine.rows import rollouts_from_rows
 from rlvr.engine.tinker import TinkerEngine
 from rlvr.env.guarded import GuardedEnvironment, SyncCalls
-from rlvr.episodes import play
 from rlvr.model.lora import LoraSpec
 from rlvr.model.tiny import TinyLlama
+from rlvr.rollout.episodes import play
 from rlvr.run import run
 from rlvr.seeds import Seeds
 from rlvr.transform.none import NoTransform

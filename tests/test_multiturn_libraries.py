@@ -16,8 +16,8 @@ from test_multiturn_engines import Scripted
 
 from composing import FAST, compose_config
 from rlvr.env.guarded import GuardedEnvironment
-from rlvr.episodes import play
 from rlvr.model.tiny import build_char_tokenizer
+from rlvr.rollout.episodes import play
 from rlvr.run import build_all, run
 from rlvr.types import Example, SamplingParams
 

@@ -25,9 +25,10 @@ def close(a, b) -> bool:
 
 
 def test_env_none_keeps_the_single_turn_metrics_of_before(tmp_path):
-    """The fixture: `python train.py <FAST + MIXED> trainer.max_steps=4` at commit 609b665 (before episodes,
-    action masks and the env group), its deterministic fields. Floats within 1e-5 relative (another CPU's
-    kernels may round differently); everything else equal."""
+    """The fixture: `python train.py <FAST + MIXED> trainer.max_steps=4`'s deterministic fields, as stored at
+    commit 609b665 (before episodes, action masks and the env group) and regenerated once when single-turn sampling
+    moved to one seed per group (issue 22: the rollout seam; the same seed samples other completions since).
+    Floats within 1e-5 relative (another CPU's kernels may round differently); everything else equal."""
     run(compose_config(FAST + MIXED + ["trainer.max_steps=4"]), tmp_path)
     now = [{k: v for k, v in r.items() if k not in NONDETERMINISTIC_KEYS} for r in rows(tmp_path)]
     before = [json.loads(line) for line in FIXTURE.read_text().splitlines()]

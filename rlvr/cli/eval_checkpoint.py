@@ -1,5 +1,5 @@
 """`rlvr eval RUN_OR_CHECKPOINT [OVERRIDE…]`: the held-out evaluation of a saved checkpoint, the trainer's own
-(rlvr/evaluation.py), written beside the checkpoint.
+(rlvr/rollout/evaluate.py), single-turn or episodes, written beside the checkpoint.
 
 Files, in the checkpoint folder: `eval.json` (the metrics row, the overrides, the row the run logged at that
 step when there is one, and whether they agree) and `eval.completions.jsonl` (prompt, reference, greedy
@@ -18,8 +18,9 @@ import json
 from pathlib import Path
 
 from rlvr.cli.from_checkpoint import checkpoint_label, open_checkpoint, write_json
-from rlvr.evaluation import evaluate_held_out
 from rlvr.outputs import NONDETERMINISTIC_KEYS
+from rlvr.rollout import evaluate
+from rlvr.trainer import make_rollout
 
 
 def output_name(overrides: list[str]) -> str:
@@ -39,8 +40,9 @@ def run(path: Path, overrides: list[str], conf: Path, as_json: bool) -> str:
     opened = open_checkpoint(path, overrides, conf)
     try:
         c, state = opened.components, opened.state
-        result = evaluate_held_out(opened.engine, opened.backend.policy, opened.tokenizer, c.data, c.reward,
-                                   opened.trainer.eval_max_tokens, state["step"])
+        rollout = make_rollout(c, opened.engine, opened.tokenizer)
+        result = evaluate(rollout, opened.engine, opened.backend.policy, c.data, opened.trainer.eval_max_tokens,
+                          state["step"])
     finally:
         opened.close()
     logged = next((e for e in reversed(state.get("evals", [])) if e["step"] == state["step"]), None)

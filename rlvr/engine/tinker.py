@@ -4,7 +4,7 @@
 timeout, retries, throttle). `sample` fires one request per prompt, all at once,
 
     sampler.sample(ModelInput.from_ints(prompt), num_samples=G,
-                   SamplingParams(max_tokens, temperature, top_p, seed=sub_seed(seed, "prompt/p"), stop=eos_ids))
+                   SamplingParams(max_tokens, temperature, top_p, seed=its group's seed, stop=eos_ids))
 
 then collects them (each bounded by `backend.call_timeout_s`, failed ones retried) and lays the sequences
 out as rlvr's Rollouts: row p·G+g, right-padded with `pad_id`, the logprobs the service returned for the
@@ -26,14 +26,14 @@ distribution it sampled from; at temperature ≠ 1 they need not match training'
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rlvr.backend.tinker import TinkerPolicy
 from rlvr.engine.rows import rollouts_from_rows
 from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
-from rlvr.seeds import sub_seed
+from rlvr.seeds import prompt_seeds
 from rlvr.types import Rollouts, SamplingParams
 
 tinker = lazy_import("tinker")
@@ -65,18 +65,19 @@ class TinkerEngine:
         prompt_ids_P: list[list[int]],
         group_size: int,
         params: SamplingParams,
-        seed: int,
+        seed: int | Sequence[int],
         with_entropy: bool = False,
     ) -> Rollouts:
         if with_entropy:
             raise ValueError("engine=tinker cannot give full-distribution entropy (the service returns sampled-token "
                              "logprobs only)")
         sampler = self.policy.sampler
+        seeds = prompt_seeds(seed, len(prompt_ids_P))
 
         def request(p: int, prompt: list[int]):
             sampling = tinker.types.SamplingParams(
                 max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
-                seed=sub_seed(seed, f"prompt/{p}"), stop=self.eos_ids,
+                seed=seeds[p], stop=self.eos_ids,
             )
             return lambda: sampler.sample(prompt=tinker.types.ModelInput.from_ints(prompt), num_samples=group_size,
                                           sampling_params=sampling)

@@ -55,7 +55,7 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,6 +65,7 @@ from rlvr.engine.rows import rollouts_from_rows
 from rlvr.lazy import lazy_import, no_grad
 from rlvr.protocols import Finding, Needs
 from rlvr.requirements import ChildProbe, CudaDevice, Package, distribution_version, pip_extra
+from rlvr.seeds import prompt_seeds
 from rlvr.types import Rollouts, SamplingParams
 
 torch = lazy_import("torch")
@@ -212,11 +213,13 @@ class VLLMEngine:
         prompt_ids_P: list[list[int]],
         group_size: int,
         params: SamplingParams,
-        seed: int,
+        seed: int | Sequence[int],
         with_entropy: bool = False,
     ) -> Rollouts:
         if with_entropy:
             raise ValueError("engine=vllm cannot give full-distribution entropy")
+        seeds = ([seed + p * group_size for p in range(len(prompt_ids_P))] if isinstance(seed, int)
+                 else prompt_seeds(seed, len(prompt_ids_P)))
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -224,7 +227,7 @@ class VLLMEngine:
         requests = [
             VLLMSamplingParams(
                 n=group_size, temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens,
-                seed=(seed + p * group_size) % 2**63, stop_token_ids=self.eos_ids, ignore_eos=True,
+                seed=seeds[p] % 2**63, stop_token_ids=self.eos_ids, ignore_eos=True,
                 logprobs=None if greedy else 0, detokenize=False, skip_special_tokens=False,
             )
             for p in range(len(prompt_ids_P))

@@ -123,7 +123,7 @@ class OpenEnvEnvironment:
         self.connect_timeout_s = connect_timeout_s
         self.max_concurrent = max_concurrent
         """Episodes whose reset/step calls are in flight at once (a server answers CAPACITY_REACHED past its own
-        max_concurrent_envs); rlvr/episodes.py holds the rest back."""
+        max_concurrent_envs); rlvr/rollout/episodes.py holds the rest back."""
 
     @staticmethod
     def _classes(environment: str, action: str | None) -> tuple[type, type]:

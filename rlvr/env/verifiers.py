@@ -11,7 +11,7 @@ it: an installed package (`my_env`) or, here also, a dotted module path (`my_pkg
 are values of the verifiers EnvConfig (taskset knobs under `taskset:`, a paired env id under `id:`).
 
 How it is driven: the control is inverted. A verifiers episode is a program that calls a model; rlvr's rollout
-loop (rlvr/episodes.py) owns sampling and calls `Episode.step(action)`. So `reset` starts the verifiers episode
+loop (rlvr/rollout/episodes.py) owns sampling and calls `Episode.step(action)`. So `reset` starts the verifiers episode
 (`Env.run_episode`) as a task, and rlvr's `Client` (the interception server's `Client.get_response`) turns each
 model request into an observation and waits for the reply:
 

@@ -4,7 +4,7 @@ operation they share: spreading one value per turn onto that turn's action token
 Layout. Rows are prompt-major (row p·G + g is episode g of prompt p); each row is one episode's tokens,
 right-padded to T. `actions_PG_T` marks the tokens the policy sampled; `turn_PG_T` gives each of them its turn
 index k = 0, 1, …; on every other token (prompt, observation, padding) `turn_PG_T` is never read, so it may
-hold −1 (as rlvr/episodes.py writes) or anything else. An episode that took n = `turns_PG[r]` actions has
+hold −1 (as rlvr/rollout/episodes.py writes) or anything else. An episode that took n = `turns_PG[r]` actions has
 turns 0 … n−1; per-turn tensors have K ≥ max n columns and are read at k < n only (NaN beyond, by
 convention). A turn whose action has no token (an empty completion) exists, gets its value, and spreads it
 onto nothing.
@@ -22,6 +22,8 @@ from rlvr.lazy import lazy_import
 
 if TYPE_CHECKING:
     from torch import Tensor
+
+    from rlvr.rollout.episodes import Played
 
 torch = lazy_import("torch")
 
@@ -104,3 +106,15 @@ def episode_tokens(adv_P_G: Tensor, turns: TurnSignals) -> Tensor:
     """[P·G, T]: each row's episode advantage on its action tokens, 0 elsewhere: `transform=none`'s
     broadcast with the action mask."""
     return adv_P_G.reshape(-1)[:, None] * turns.actions_PG_T
+
+
+def turn_signals(played: Played) -> TurnSignals:
+    """What turn credit reads of a batch of played episodes (rlvr/rollout/episodes.py): their action tokens and
+    turns, each turn's reward, the environment's own advantages and the branch probes' values."""
+    from rlvr.turn_credit.env import env_advantages
+
+    ro = played.rollouts
+    return TurnSignals(actions_PG_T=ro.action_mask_PG_T, turn_PG_T=ro.turn_PG_T, turns_PG=played.turns_PG,
+                       group_size=ro.group_size, turn_rewards_PG_K=played.turn_rewards_PG_K,
+                       env_adv_PG_K=env_advantages(played.infos, played.turn_rewards_PG_K.shape[1]),
+                       branch_rewards_PG_K_B=played.branch_rewards_PG_K_B)

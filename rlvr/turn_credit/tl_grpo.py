@@ -23,7 +23,7 @@ see earlier groups' rewards, and every episode is folded (truncated ones and tie
 `train/tl_grpo_ema_baseline` (the predecessor's name) is the EMA after the step. Calling twice on one step
 folds twice: call once per step.
 
-What the rollout must give (`TurnSignals.branch_rewards_PG_K_B`, B ≤ `branch_size`; rlvr/branch_probes.py
+What the rollout must give (`TurnSignals.branch_rewards_PG_K_B`, B ≤ `branch_size`; rlvr/rollout/branch_probes.py
 measures it, told what to probe by `self.branching`). For turn k of episode r,
 with s_k the state before the primary action a_k and c = the next `lookahead_steps` actions the primary
 episode took after a_k (fewer near its end):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.cli import doctor
-from tests.hub_models import cached_model, unused_port
+from tests.hub_models import answering_hub, cached_model, unused_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -181,23 +181,10 @@ def test_offline_presets_need_their_weights_in_the_hub_cache(tmp_path, monkeypat
     assert line(report, "model=qwen3_0_6b").startswith("  ok") and "in the hub cache" in report
 
 
-class HubHandler(BaseHTTPRequestHandler):
-    def do_HEAD(self):  # noqa: N802 - the http.server API
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def hub_server():
-    """A loopback server that answers HEAD requests: a hub that is up."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), HubHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    server.server_close()
+    with answering_hub() as url:
+        yield url
 
 
 def test_online_an_unreachable_hub_makes_uncached_presets_missing(tmp_path, monkeypatch):

@@ -24,7 +24,7 @@ def bench():
 
 
 def game(*turns: str) -> list[dict]:
-    """"=", "5", "+", "8" → the transcript rlvr/episodes.py writes: the prompt, then policy and env in turn."""
+    """"=", "5", "+", "8" → the transcript rlvr/rollout/episodes.py writes: the prompt, then policy and env in turn."""
     return [{"role": "env" if i % 2 == 0 else "policy", "text": t} for i, t in enumerate(("=", *turns))]
 
 

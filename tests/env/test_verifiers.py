@@ -122,10 +122,11 @@ def test_an_environment_that_hangs_times_out_and_is_cancelled():
 
 
 def test_played_by_rlvrs_rollout_loop_with_the_tiny_model():
-    """rlvr/episodes.py's `play` (a fresh event loop per call, as every training step) with texts model=tiny reads."""
+    """rlvr/rollout/episodes.py's `play` (a fresh event loop per call, as every training step) with texts model=tiny
+    reads."""
     from rlvr.engine.pytorch import PyTorchEngine
-    from rlvr.episodes import play as play_batch
     from rlvr.model.tiny import TinyLlama
+    from rlvr.rollout.episodes import play as play_batch
     from rlvr.types import SamplingParams
 
     model, tok = TinyLlama("0123456789+=", 64, 128, 2, 2, 64, "float32", None).load(0)

@@ -1,4 +1,4 @@
-"""Observation ids of chat templates (rlvr/model/chat_turns.py), on real templates with offline tokenizers.
+"""Observation ids of chat templates (rlvr/rollout/chat_turns.py), on real templates with offline tokenizers.
 
 No chat tokenizer is cached here and tests never download, so each test builds a byte-level BPE tokenizer
 (Qwen2's pre-tokenizer regex, merges trained on a few sentences) with the model's special tokens, and sets
@@ -10,8 +10,8 @@ The templates are copied verbatim (Qwen3-Instruct-2507's less its tools branch),
 import pytest
 
 from rlvr.errors import ConfigError
-from rlvr.model.chat_turns import check_prefix_preserving, end_of_turn_id, observation_ids, render
 from rlvr.model.prompt_encoding import encode_prompts, eos_ids
+from rlvr.rollout.chat_turns import check_prefix_preserving, end_of_turn_id, observation_ids, render
 
 tokenizers = pytest.importorskip("tokenizers")
 transformers = pytest.importorskip("transformers")

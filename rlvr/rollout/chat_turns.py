@@ -1,6 +1,6 @@
 """Observation ids for multi-turn episodes of chat models, and the start-up check that makes them exact.
 
-An episode's context grows by concatenation only (rlvr/episodes.py):
+An episode's context grows by concatenation only (rlvr/rollout/episodes.py):
 
     context_k+1 = context_k + action_k + observation_ids(observation_k)
 

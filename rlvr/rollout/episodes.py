@@ -20,10 +20,10 @@ is truncated (kept, marked) when it has taken `max_turns` actions or its next tu
 `max_context_tokens` (context plus `max_tokens` new ones). Its reward is the sum of its turns' rewards.
 
 With `branching` (turn_credit=tl_grpo), each episode is forked before every action (the state s_k) and, once
-the batch is played, rlvr/branch_probes.py tries alternatives on those forks: `Played.branch_rewards_PG_K_B`.
+the batch is played, rlvr/rollout/branch_probes.py tries alternatives on those forks: `Played.branch_rewards_PG_K_B`.
 
 An observation's ids: `tokenizer.encode(text, add_special_tokens=False)` without a chat template; with one,
-the suffix the template adds for a user message after the assistant's turn (rlvr/model/chat_turns.py), led by
+the suffix the template adds for a user message after the assistant's turn (rlvr/rollout/chat_turns.py), led by
 the end-of-turn token when the action did not sample it (cut by max_tokens). The trainer checks once at start
 that the template preserves prefixes (`check_prefix_preserving`), refusing the model otherwise.
 """
@@ -36,18 +36,19 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from rlvr.branch_probes import Probed, probe
 from rlvr.lazy import lazy_import
-from rlvr.model.chat_turns import end_of_turn_id, observation_ids
 from rlvr.model.prompt_encoding import encode_prompts
+from rlvr.rollout.batch import StepBatch
+from rlvr.rollout.branch_probes import Probed, probe
+from rlvr.rollout.chat_turns import end_of_turn_id, observation_ids
 from rlvr.seeds import Seeds, sub_seed
-from rlvr.turn_credit.env import env_advantages
-from rlvr.turn_credit.signals import TurnSignals
-from rlvr.types import Rollouts, SamplingParams
+from rlvr.types import Rollouts, SamplingParams, Scores
 
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from rlvr.distributed import World
+    from rlvr.env.guarded import GuardedEnvironment
     from rlvr.protocols import Engine, Environment, Episode
     from rlvr.types import Branching, Example
 
@@ -72,7 +73,7 @@ class _Play:
     contexts: list[list[int]] = field(default_factory=list)
     """The ids each action was sampled from (kept for branch probes only)."""
     snapshots: list = field(default_factory=list)
-    """A fork before each action (branch probes only, rlvr/branch_probes.py)."""
+    """A fork before each action (branch probes only, rlvr/rollout/branch_probes.py)."""
     done: bool = False
     truncated: bool = False
     failed: bool = False
@@ -108,10 +109,68 @@ class Played:
     env_seconds: float
     """Wall seconds spent in the environments (reset and steps), branch probes excluded."""
     branch_rewards_PG_K_B: Tensor | None = None
-    """float32 [P·G, K, B]: the branch probes' values (rlvr/branch_probes.py), when `play` was given a
+    """float32 [P·G, K, B]: the branch probes' values (rlvr/rollout/branch_probes.py), when `play` was given a
     `branching`; NaN where nothing was probed."""
     probe_seconds: float = 0.0
     """Wall seconds the branch probes took (sampling alternatives and stepping forks)."""
+
+
+class Episodes:
+    """Multi-turn rollouts: env → turns → turn signals. A row is one episode; its group's G episodes start from the
+    same game (one seed per group, a function of the data seed and the group's position in the data stream)."""
+
+    def __init__(self, engine: Engine, tokenizer, env: GuardedEnvironment, seeds: Seeds, world: World,
+                 with_entropy: bool = False, branching: Branching | None = None) -> None:
+        if world.size > 1:
+            raise ValueError("multi-turn episodes are not shared over several processes yet")
+        self.engine, self.tokenizer, self.env, self.seeds = engine, tokenizer, env, seeds
+        self.with_entropy, self.branching = with_entropy, branching
+
+    def collect(self, examples: list[Example], step: int, position: int, group_size: int,
+                sampling: SamplingParams) -> StepBatch:
+        """G episodes of each example's game, played with `sampling`, with what turn credit reads of them."""
+        from rlvr.telemetry import episode_metrics
+        from rlvr.turn_credit.signals import turn_signals
+
+        t0 = time.perf_counter()
+        played = play(self.engine, self.tokenizer, self.env, examples, group_size, sampling,
+                      episode_seeds(self.seeds, position, len(examples)), sub_seed(self.seeds.sampler, f"step/{step}"),
+                      with_entropy=self.with_entropy, branching=self.branching)
+        played_s = time.perf_counter() - t0
+        failures = self.env.failures.take()
+        metrics = episode_metrics(played, failures)
+        return StepBatch(
+            rollouts=played.rollouts, rewards_P_G=played.rewards_P_G,
+            completions=[transcript_text(t) for t in played.transcripts], scores=self._scores(played, failures),
+            metrics=metrics, failures={k: metrics[k] for k in ("env/error_frac", "env/timeout_frac")},
+            what="episodes", check="the environment, env.step_timeout_s and the server",
+            sample_seconds=played_s - played.env_seconds - played.probe_seconds, score_seconds=played.env_seconds,
+            credit_seconds=played.probe_seconds, turns=turn_signals(played), played=played,
+        )
+
+    def evaluate(self, examples: list[Example], max_tokens: int) -> StepBatch:
+        """One greedy episode of each held-out example, on held-out games (the same for every run seed), with
+        `max_tokens` per turn; accuracy counts the episodes whose reward is > 0.5."""
+        self.env.failures.take()  # a training step's failures are that step's; count this evaluation's alone
+        t0 = time.perf_counter()
+        greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_tokens)
+        played = play(self.engine, self.tokenizer, self.env, examples, 1, greedy, eval_episode_seeds(len(examples)),
+                      sample_seed=0)
+        played_s = time.perf_counter() - t0
+        failures = self.env.failures.take()
+        scores = self._scores(played, failures)
+        metrics = {"eval/turns_mean": float(played.turns_PG.float().mean()),
+                   "eval/truncated_frac": float(played.truncated_PG.float().mean())}
+        return StepBatch(
+            rollouts=played.rollouts, rewards_P_G=played.rewards_P_G,
+            completions=[transcript_text(t) for t in played.transcripts], scores=scores, metrics=metrics,
+            failures=failures.fractions("env/"), what="episodes", check="the environment",
+            sample_seconds=played_s - played.env_seconds, score_seconds=played.env_seconds, played=played,
+        )
+
+    @staticmethod
+    def _scores(played: Played, failures) -> Scores:
+        return Scores(values=played.rewards_P_G.view(-1).tolist(), errors=failures.errors, timeouts=failures.timeouts)
 
 
 def play(engine: Engine, tokenizer, env: Environment, examples: list[Example], group_size: int,
@@ -260,15 +319,6 @@ EVAL_SEED_ROOT = 0x5EED
 def transcript_text(transcript: list[dict]) -> str:
     """An episode's turns after its prompt, as one text (`samples/`' completion, a reference-free reading)."""
     return "".join(turn["text"] for turn in transcript[1:])
-
-
-def turn_signals(played: Played) -> TurnSignals:
-    """What turn credit reads of a batch of episodes (rlvr/turn_credit/signals.py)."""
-    ro = played.rollouts
-    return TurnSignals(actions_PG_T=ro.action_mask_PG_T, turn_PG_T=ro.turn_PG_T, turns_PG=played.turns_PG,
-                       group_size=ro.group_size, turn_rewards_PG_K=played.turn_rewards_PG_K,
-                       env_adv_PG_K=env_advantages(played.infos, played.turn_rewards_PG_K.shape[1]),
-                       branch_rewards_PG_K_B=played.branch_rewards_PG_K_B)
 
 
 def encode_observation(tokenizer, observation: str, row: list[int]) -> list[int]:

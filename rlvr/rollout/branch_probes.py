@@ -1,7 +1,7 @@
 """TL-GRPO's branch probes (turn_credit=tl_grpo, docs/algorithms.md#tl_grpo): once a batch of episodes is
 played, the value of each turn's action beside alternatives tried from the same state.
 
-While it plays, the episode loop (rlvr/episodes.py) keeps a fork of every episode before each of its actions:
+While it plays, the episode loop (rlvr/rollout/episodes.py) keeps a fork of every episode before each of its actions:
 s_k, the state before action a_k. Afterwards, for every turn k of every episode that ended on its own
 (neither truncated nor failed: those are not probed, and tl_grpo gives them the episode advantage):
 

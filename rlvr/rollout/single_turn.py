@@ -1,0 +1,76 @@
+"""Single-turn rollouts: data → engine → reward. A row is one completion of its prompt.
+
+    seeds       = one sampling seed per group: sub_seed(sub_seed(seeds.sampler, "step/<step>"), "group/<position>")
+    rollouts    = engine.sample(this process's share of the prompts, n=G, seeds)
+    scores      = reward.score(decoded completions, references)         rlvr/reward/guarded.py: guarded_score
+    batch       = gathered over the run's processes                      rlvr/distributed.py: gather_step
+
+A group's completions depend only on its own seed, a function of the run seed, the step and the group's position
+in the data stream: not on the other groups of the step, nor on how many processes share it. Scoring runs inside
+`interruptible` (the trainer's StopSignals.interruptible): a stop signal then does not wait for a verifier that
+hangs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from rlvr.distributed import World, gather_step
+from rlvr.lazy import lazy_import
+from rlvr.model.prompt_encoding import decode_completions, encode_prompts
+from rlvr.reward.guarded import guarded_score
+from rlvr.rollout.batch import StepBatch
+from rlvr.seeds import Seeds, sub_seed
+from rlvr.telemetry import Stopwatch
+from rlvr.types import SamplingParams
+
+if TYPE_CHECKING:
+    from rlvr.protocols import Engine, Reward
+    from rlvr.types import Example
+
+torch = lazy_import("torch")
+
+
+class SingleTurn:
+    def __init__(self, engine: Engine, tokenizer, reward: Reward, seeds: Seeds, world: World,
+                 with_entropy: bool = False,
+                 interruptible: Callable[[], AbstractContextManager] = nullcontext) -> None:
+        self.engine, self.tokenizer, self.reward, self.seeds, self.world = engine, tokenizer, reward, seeds, world
+        self.with_entropy = with_entropy
+        self.interruptible = interruptible
+
+    def collect(self, examples: list[Example], step: int, position: int, group_size: int,
+                sampling: SamplingParams) -> StepBatch:
+        """The step's rollouts of `examples` (the data stream's from `position` on), G completions each, scored."""
+        step_seed = sub_seed(self.seeds.sampler, f"step/{step}")
+        seeds = [sub_seed(step_seed, f"group/{position + i}") for i in range(len(examples))]
+        return self._collect(examples, group_size, sampling, seeds, self.with_entropy)
+
+    def evaluate(self, examples: list[Example], max_tokens: int) -> StepBatch:
+        """One greedy (T=0) completion of each held-out example, scored."""
+        greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_tokens)
+        batch = self._collect(examples, 1, greedy, [0] * len(examples), False)
+        return replace(batch, metrics={})  # an evaluation row has its own eval/reward_*_frac (rlvr/telemetry.py)
+
+    def _collect(self, examples: list[Example], G: int, sampling: SamplingParams, seeds: list[int],
+                 with_entropy: bool) -> StepBatch:
+        clock = Stopwatch()
+        mine = self.world.share(len(examples))  # this process's groups (all of them in a world of one)
+        rollouts = self.engine.sample(encode_prompts(self.tokenizer, [examples[i].prompt for i in mine]), G, sampling,
+                                      seed=[seeds[i] for i in mine], with_entropy=with_entropy)
+        sample_s = clock.lap()
+        completions = decode_completions(self.tokenizer, rollouts)
+        with self.interruptible():
+            scores = guarded_score(self.reward, completions, [examples[i].reference for i in mine for _ in range(G)])
+        rollouts, completions, scores = gather_step(self.world, rollouts, completions, scores,
+                                                    self.tokenizer.pad_token_id)
+        fractions = scores.fractions("reward/")
+        return StepBatch(
+            rollouts=rollouts, rewards_P_G=torch.tensor(scores.values, dtype=torch.float32).view(len(examples), G),
+            completions=completions, scores=scores, metrics=fractions, failures=fractions, what="completions",
+            check="the verifier, its timeouts and the answer format", sample_seconds=sample_s,
+            score_seconds=clock.lap(),
+        )
