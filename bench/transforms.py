@@ -36,27 +36,22 @@ from rlvr.transform.delight import Delight
 from rlvr.transform.delight_sepa import DelightSEPA
 from rlvr.transform.hard_delight import HardDelight
 from rlvr.transform.sepa import SEPA
+from rlvr.transform.sepa_controller import LambdaSchedule
 from rlvr.types import TokenSignals
 from tests.transform import delight_reference
 from tests.transform.retrain_reference import reference_step
 
 SHAPES = [(8, 16, 1024), (64, 16, 4096)]
 TARGET_TOKENS_PER_S = 30e6  # on the first shape
-SEPA_KNOBS = dict(
-    beta=0.1,
-    uncertainty="surprisal",
-    steps=500,
-    schedule="linear",
-    delay_steps=50,
+SCHEDULE = LambdaSchedule(  # conf/lambda_schedule.yaml's, but for the gate
+    kind="linear", steps=500, delay_steps=50,
     correct_rate_gate=0.0,  # open from the start so that λ = (300 − 50)/500 = 0.5 at STEP
-    ema_decay=0.99,
-    var_threshold=0.2,
-    warmup_sequences=50,
+    ema_decay=0.99, var_threshold=0.2, warmup_sequences=50, fixed_lambda=None,
 )
+SEPA_KNOBS = dict(beta=0.1, uncertainty="surprisal", schedule=SCHEDULE)
 STEP = 300
 LAMBDA = 0.5
-CONTROLLER = {k: SEPA_KNOBS[k] for k in ("steps", "schedule", "delay_steps", "correct_rate_gate", "ema_decay",
-                                         "var_threshold", "warmup_sequences")}
+CONTROLLER = {"schedule": SCHEDULE}
 ETA = dict(eta=1.0, eta_mode="fixed", eta_min=0.05, eta_max=5.0, eta_target_neutral_frac=0.5,
            eta_target_ordering_gap=0.0, eta_ema_decay=0.0)  # conf/transform/delight.yaml
 ADAPTIVE = {**ETA, "eta_mode": "adaptive", "eta_target_ordering_gap": 0.2, "eta_ema_decay": 0.5}
@@ -65,8 +60,8 @@ ARMS: dict[str, Callable[[], Callable]] = {
     "delight": lambda: Delight(norm="none", **ETA),
     "delight (adaptive η)": lambda: Delight(norm="none", **ADAPTIVE),
     "delight (mad_scale)": lambda: Delight(norm="mad_scale", **ETA),
-    "delight_sepa": lambda: DelightSEPA(norm="scale", **ETA, fixed_lambda=None, **CONTROLLER),
-    "hard_delight": lambda: HardDelight(k_frac=0.2, fixed_lambda=None, **CONTROLLER),
+    "delight_sepa": lambda: DelightSEPA(norm="scale", **ETA, **CONTROLLER),
+    "hard_delight": lambda: HardDelight(k_frac=0.2, **CONTROLLER),
 }
 
 
