@@ -195,8 +195,10 @@ def eval_line(row: dict) -> str:
 
 def closing_line(summary: dict, evals: list[dict], folder: Path) -> str:
     """`done: held-out accuracy 0.385 -> 0.891 (best 0.944 at step 275) | 300 steps, wall 1m32s | <folder>`; the
-    wall time is this process's, the warm-up included."""
+    wall time is the whole run's (every segment of a resumed one), the warm-up included."""
+    tail = f"{summary['steps']} steps, wall {duration(summary['wall_seconds'])} | {folder}"
+    if not evals:
+        return f"done: no held-out evaluation (trainer.evaluate=false) | {tail}"
     best = max(evals, key=lambda e: e["eval/accuracy"])
     return (f"done: held-out accuracy {summary['eval_accuracy_initial']:.3f} -> {summary['eval_accuracy_final']:.3f} "
-            f"(best {best['eval/accuracy']:.3f} at step {best['step']}) | {summary['steps']} steps, wall "
-            f"{duration(summary['wall_seconds'])} | {folder}")
+            f"(best {best['eval/accuracy']:.3f} at step {best['step']}) | {tail}")

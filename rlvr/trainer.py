@@ -55,7 +55,8 @@ from rlvr.protocols import (
     TurnCredit,
 )
 from rlvr.resume import resume_command
-from rlvr.rollout import Episodes, SingleTurn, StepBatch, evaluate
+from rlvr.rollout import Episodes, SingleTurn, StepBatch
+from rlvr.rollout import evaluate as held_out
 from rlvr.rollout.chat_turns import check_prefix_preserving
 from rlvr.seeds import Seeds
 from rlvr.telemetry import (
@@ -191,6 +192,9 @@ class Trainer:
     """Consecutive steps with a non-finite loss or gradient (each skipped) after which the run stops."""
     reward_warn_frac: float
     """A step whose reward/timeout_frac, error_frac or parse_fail_frac exceeds this logs a warning."""
+    evaluate: bool = True
+    """Evaluate on the held-out set at the start, every `eval_every` steps and at the end; false: never (no
+    evaluation rows; summary.json's eval_accuracy_* are null)."""
     max_skipped_steps: int = 50
     """Consecutive steps with nothing to train (every group's rewards tied, …) after which the run fails; 0 = never."""
     max_failed_steps: int = 5
@@ -223,7 +227,7 @@ class Trainer:
     def _loop(self, live: Live, first: int, resume_from: Path | None, stop: StopSignals | None):
         out = live.out
         if not resume_from:
-            self.evaluate(live, 0)
+            self._evaluate(live, 0)
         live.clock["t_rl"] = time.perf_counter()
         with Progress("rl", total=self.max_steps, done=first, lines=False) as progress:
             for step in range(first, self.max_steps):
@@ -243,15 +247,15 @@ class Trainer:
                 if done % self.log_every == 0 or done == self.max_steps:
                     log.info(console_line(row, progress.text()))
                 if self.eval_every and done % self.eval_every == 0 and done < self.max_steps:
-                    self.evaluate(live, done)
+                    self._evaluate(live, done)
                 if stop is not None and self._stopping(live, stop) and done < self.max_steps:
                     saved = self._checkpoint(live, done)
                     raise stop.stopped(f"after step {done}; checkpoint saved in {saved}; continue with: "
                                        f"{resume_command()}")
                 if self.save_every and done % self.save_every == 0 and done < self.max_steps:
                     self._checkpoint(live, done)
-        if live.evals[-1]["step"] != self.max_steps:
-            self.evaluate(live, self.max_steps)
+        if not live.evals or live.evals[-1]["step"] != self.max_steps:
+            self._evaluate(live, self.max_steps)
         self._checkpoint(live, self.max_steps, final=True)
         elapsed = self._elapsed(live)
         summary = self._summary(live, first if resume_from else None, elapsed["wall"], elapsed["rl"])
@@ -294,14 +298,14 @@ class Trainer:
 
     def _summary(self, live: Live, resumed_from: int | None, wall_seconds: float, rl_seconds: float) -> dict:
         """summary.json's data (the times cover every segment of a resumed run)."""
-        accuracy = [e["eval/accuracy"] for e in live.evals]
+        accuracy = [e["eval/accuracy"] for e in live.evals] or [None]  # trainer.evaluate=false: none
         return {
             "condition": live.c.condition,
             "steps": self.max_steps,
             "resumed_from_step": resumed_from,
             "eval_accuracy_initial": accuracy[0],
             "eval_accuracy_final": accuracy[-1],
-            "eval_accuracy_best": max(accuracy),
+            "eval_accuracy_best": None if accuracy == [None] else max(accuracy),
             "wall_seconds": wall_seconds,
             "rl_seconds": rl_seconds,
             "tokens_per_second": live.totals["tokens"] / rl_seconds if rl_seconds > 0 else 0.0,
@@ -476,14 +480,15 @@ class Trainer:
                 "last good step. Lower trainer.lr, set backend.grad_clip_norm, or check the model's dtype."
             )
 
-    def evaluate(self, live: Live, steps_done: int) -> dict:
-        """Greedy accuracy on the held-out set; appends and returns the evaluation row."""
-        row = evaluate(live.rollout, live.engine, live.backend.policy, live.c.data, self.eval_max_tokens,
+    def _evaluate(self, live: Live, steps_done: int) -> None:
+        """Greedy accuracy on the held-out set (unless trainer.evaluate=false); appends the evaluation row."""
+        if not self.evaluate:
+            return
+        row = held_out(live.rollout, live.engine, live.backend.policy, live.c.data, self.eval_max_tokens,
                        steps_done).row
         self._emit(live, row)
         live.evals.append(row)
         log.info(eval_line(row))
-        return row
 
     @staticmethod
     def _emit(live: Live, row: dict) -> None:

@@ -189,3 +189,10 @@ def test_a_refused_run_leaves_nothing_under_outputs(tmp_path):
                           text=True, timeout=300)
     assert proc.returncode == 2 and "trainer.sampling.temperature=0 samples greedily" in proc.stderr
     assert list((tmp_path / "outputs").iterdir()) == []  # not even the empty <task>/<label>/ folders
+
+
+def test_evaluation_can_be_turned_off(tmp_path):
+    summary = run(compose_config(QUICK + ["trainer.max_steps=2", "trainer.evaluate=false"]), tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1] and not any("eval/accuracy" in r for r in rows)
+    assert summary["eval_accuracy_initial"] is summary["eval_accuracy_final"] is summary["eval_accuracy_best"] is None
