@@ -4,7 +4,7 @@ train.py runs Hydra with HYDRA_FULL_ERROR=1, so a mistake Hydra finds while comp
 group, an option that does not exist, an override it cannot parse, an output folder it cannot create) reaches
 train.py as the exception itself instead of Hydra's printout and exit status 1; `explain` turns it into the
 message rlvr prints for its own config errors. Hydra's advice for an unknown key ("To append to your config
-use +algoritm=grpo") is never repeated: followed, it adds a key nothing reads (rlvr/run.py refuses those too).
+use +algoritm=grpo") is never repeated: followed, it adds a key nothing reads (rlvr/config_check.py refuses those too).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ RENAMED = {
 }
 """Keys that moved, old name → new. An old name fails naming the new one, wherever it is caught: Hydra's "Could not
 override" (`transform.delay_steps=0`, `explain` below), a key the constructor takes no such argument for
-(`+transform.delay_steps=0`, rlvr/run.py's check_types), a scalar where a node now is (`transform.schedule=auto`,
-rlvr/transform/sepa_controller.py)."""
+(`+transform.delay_steps=0`, rlvr/config_check.py's check_types), a scalar where a node now is
+(`transform.schedule=auto`, rlvr/transform/sepa_controller.py)."""
 
 
 def renamed(key: str, *value: object) -> str | None:
@@ -69,7 +69,7 @@ def override_for(key: str, argv: list[str]) -> str:
 
 
 def unknown_top_level_key(key: str, value: object, conf: Path) -> str:
-    """An unknown top-level key, named with the nearest group or key (the message rlvr/run.py prints too)."""
+    """An unknown top-level key, named with the nearest group or key (the message rlvr/config_check.py prints too)."""
     suggestion = closest(key, groups(conf) + list(TOP_LEVEL_KEYS))
     hint = (f"did you mean {suggestion}={value}?" if suggestion else
             f"the groups: {', '.join(groups(conf))}; the keys: {', '.join(TOP_LEVEL_KEYS)}")

@@ -6,7 +6,7 @@
 Both come from the `_target_`s and values the run is built from, never from the name of a Hydra choice:
 `condition=maxrl_gtpo_sepa` and `algorithm=maxrl transform=sepa` are one config and get one label,
 `maxrl+sepa`; `--multirun condition=grpo,maxrl algorithm=reinforce_pp` trains REINFORCE++ twice and both
-runs are labelled `reinforce_pp+none` (and refused at start, rlvr/run.py, unless `condition=none`). The
+runs are labelled `reinforce_pp+none` (and refused at start, rlvr/config_check.py, unless `condition=none`). The
 label is what `metrics.jsonl`, `summary.json`, `rlvr status`, `rlvr compare` and `rlvr plot` show; the
 default run folder is `outputs/<task>/<label>/<time>` (conf/train.yaml).
 

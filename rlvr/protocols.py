@@ -2,7 +2,7 @@
 
 Every component class (the `_target_` of a config group's option) also says what it needs and gives, in one
 shape: `needs(settings) -> Needs`, a classmethod of its YAML settings, read before anything is built.
-`rlvr/run.py` pairs the chosen components by it (every capability one of them requires must be provided by
+`rlvr/config_check.py` pairs the chosen components by it (every capability one of them requires must be provided by
 another) and checks the machine requirements marked `at_start` before any model loads; `rlvr doctor` checks
 every requirement. A new component with a new requirement declares it in its own `needs`.
 """

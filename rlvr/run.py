@@ -1,42 +1,37 @@
-"""The only module that reads the composed DictConfig: check it, build every component from its
-`_target_`, and hand typed objects to the loop.
+"""The one job a `python train.py` run has: compose (Hydra, train.py) → check → build → run. The only module that
+reads the composed DictConfig besides the checks: build every component from its `_target_` and hand typed
+objects to the loop, in the run's folder.
 
-Everything that can be checked without loading a model is checked here first, and every problem found
-is reported at once, naming the keys involved: the values against each `_target_`'s constructor types and
-ranges, then what the chosen components need of each other and of this machine (their `needs`, see
-rlvr/protocols.py), then the light components are built (their constructors check their own values). None
-of this imports torch or transformers (rlvr/lazy.py), so a wrong invocation fails in about a second.
+Everything that can be checked without loading a model is checked first (rlvr/config_check.py), and every problem
+found is reported at once, naming the keys involved; then the light components are built (their constructors check
+their own values). None of this imports torch or transformers (rlvr/lazy.py), so a wrong invocation fails in about
+a second.
 """
 
 from __future__ import annotations
 
-import collections.abc
 import hashlib
 import inspect
 import json
 import logging
 import os
 import shutil
-import sys
-import types
-import typing
 from pathlib import Path
 
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from rlvr import distributed
 from rlvr.campaign import record
 from rlvr.checkpoint import Checkpoints
+from rlvr.config_check import check
 from rlvr.distributed import World
 from rlvr.env.guarded import GuardedEnvironment
 from rlvr.errors import ConfigError
-from rlvr.hydra_errors import TOP_LEVEL_KEYS, renamed, unknown_top_level_key
 from rlvr.labels import condition_label
 from rlvr.outputs import RunDir
 from rlvr.preemption import Preempted, StopSignals
-from rlvr.protocols import CAPABILITIES, Needs
 from rlvr.resume import config_id, holds_a_run, interrupted_run, resume_point
 from rlvr.seeds import Seeds
 from rlvr.threads import resolve as resolve_threads
@@ -254,312 +249,6 @@ def build(cfg: DictConfig, group: str, **kwargs):
         if isinstance(cause, ConfigError):
             raise cause from None
         raise ConfigError(f"invalid config:\n  {group} <{cfg[group]._target_}>: {cause}") from cause
-
-
-def hydra_choice(group: str) -> str | None:
-    """The option chosen for `group` in this Hydra job, or None (not chosen, or not run by Hydra)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    return HydraConfig.get().runtime.choices.get(group) if HydraConfig.initialized() else None
-
-
-def check(cfg: DictConfig) -> dict[str, Needs]:
-    """Checks on the config alone (no component is built), every problem at once, as a ConfigError; returns
-    each group's declared needs."""
-    needs, errors = config_problems(cfg)
-    errors = condition_errors(cfg) + errors
-    if errors:
-        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
-    return needs
-
-
-def config_problems(cfg: DictConfig, at_start: bool = True) -> tuple[dict[str, Needs], list[str]]:
-    """Each group's declared needs and every problem found: types against each `_target_`'s signature (alone
-    when there are any: the rules after them assume the types), then value ranges, cross-field rules, what
-    the chosen components need of each other and, with `at_start`, the machine requirements every run checks
-    at start (`rlvr doctor` reports those one by one instead)."""
-    errors = unknown_keys(cfg) + type_errors(cfg)
-    if errors:
-        return {}, errors
-    needs = {group: declared_needs(cfg, group) for group in chosen_groups(cfg)}
-    errors = value_errors(cfg) + unmet_needs(cfg, needs)
-    return needs, (errors + start_errors(cfg, needs) + world_errors(cfg, needs) if at_start else errors)
-
-
-def world_errors(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
-    """A run started as several processes (torchrun, a SLURM job of several tasks) needs a backend that trains
-    over them; such a backend plays no multi-turn episodes yet."""
-    world, errors = World.from_env(), []
-    sharded = "distributed" in needs["backend"].provides
-    if world.size > 1 and not sharded:
-        errors.append(f"this run is {world.size} processes (torchrun or SLURM tasks), but backend "
-                      f"<{cfg.backend._target_}> trains in one: choose backend=fsdp, or start one process")
-    if sharded and cfg.get("env") is not None:
-        errors.append(f"backend=fsdp with env <{cfg.env._target_}>: multi-turn episodes are not distributed yet "
-                      "(use backend=local)")
-    return errors
-
-
-def type_errors(cfg: DictConfig) -> list[str]:
-    """Mandatory values left unset (`???`), and values of the wrong type or for no constructor argument."""
-    groups = chosen_groups(cfg)
-    missing = [f"{key}=??? must be set (e.g. {key}=...)" for group in groups  # full keys (data.path)
-               for key in sorted(OmegaConf.missing_keys(cfg[group]))]
-    return missing + [e for group in groups for e in check_types(cfg[group], group)]
-
-
-def value_errors(cfg: DictConfig) -> list[str]:
-    """Value ranges and cross-field rules (the types being right)."""
-    t, errors = cfg.trainer, []
-    positive = {"batch_size": t.batch_size, "group_size": t.group_size, "lr": t.lr, "log_every": t.log_every,
-                "eval_max_tokens": t.eval_max_tokens, "sampling.max_tokens": t.sampling.max_tokens}
-    errors += [f"trainer.{k}={v} must be > 0" for k, v in positive.items() if v <= 0]
-    at_least_0 = {"max_steps": t.max_steps, "save_every": t.save_every, "eval_every": t.eval_every,
-                  "max_skipped_steps": t.max_skipped_steps, "max_failed_steps": t.max_failed_steps,
-                  "samples_per_step": t.samples_per_step, "warmup.steps": t.warmup.steps,
-                  "sampling.temperature": t.sampling.temperature}
-    errors += [f"trainer.{k}={v} must be >= 0" for k, v in at_least_0.items() if v < 0]
-    if t.group_size == 1:
-        errors.append("trainer.group_size=1: every group's rewards tie, so no step would train (need >= 2)")
-    if t.sampling.temperature == 0 and t.max_steps > 0:
-        errors.append("trainer.sampling.temperature=0 samples greedily: a group's completions are all alike, their "
-                      "rewards tie, and no RL step would train (need > 0; evaluation is greedy already)")
-    errors += position_errors(cfg)
-    if not 0 < t.sampling.top_p <= 1:
-        errors.append(f"trainer.sampling.top_p={t.sampling.top_p} must be in (0, 1]")
-    if not 0 <= t.reward_warn_frac <= 1:
-        errors.append(f"trainer.reward_warn_frac={t.reward_warn_frac} must be in [0, 1]")
-    if t.warmup.steps > 0 and t.warmup.batch_size <= 0:
-        errors.append(f"trainer.warmup.batch_size={t.warmup.batch_size} must be > 0 when trainer.warmup.steps > 0")
-    rows = t.batch_size * t.group_size
-    mb = cfg.backend.get("micro_batch_size", 0)
-    if mb and (mb < 0 or rows % mb):
-        errors.append(
-            f"backend.micro_batch_size={mb} does not divide trainer.batch_size × trainer.group_size "
-            f"= {t.batch_size} × {t.group_size} = {rows}"
-        )
-    errors += check_backpressure(cfg)
-    if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**63:
-        errors.append(f"seed={cfg.seed!r} must be an integer in [0, 2**63)")
-    threads = cfg.get("threads")
-    if threads is not None and threads != "auto" and (not isinstance(threads, int) or isinstance(threads, bool)
-                                                      or threads < 1):
-        errors.append(f"threads={threads!r}: expected auto, a positive integer or null (torch's default)")
-    if cfg.resume not in ("auto", "never", "must"):
-        errors.append(f"resume={cfg.resume!r}: expected auto, never or must")
-    return errors
-
-
-def position_errors(cfg: DictConfig) -> list[str]:
-    """A model with a known number of positions (model.max_positions) must hold a prompt token and the longest
-    completion, and a multi-turn episode's whole context."""
-    positions = cfg.model.get("max_positions")
-    if not isinstance(positions, int) or isinstance(positions, bool):
-        return []
-    t, errors, model = cfg.trainer, [], f"model <{cfg.model._target_}> has {positions} positions (model.max_positions)"
-    for key, value in (("sampling.max_tokens", t.sampling.max_tokens), ("eval_max_tokens", t.eval_max_tokens)):
-        if value >= positions:
-            errors.append(f"trainer.{key}={value} does not fit: {model}, shared by the prompt (at least 1 token) "
-                          f"and the completion; at most {positions - 1}")
-    context = (cfg.get("env") or {}).get("max_context_tokens")
-    if isinstance(context, int) and context > positions:
-        errors.append(f"env.max_context_tokens={context} does not fit: {model}; at most {positions}")
-    return errors
-
-
-def check_backpressure(cfg: DictConfig) -> list[str]:
-    """A back pressure that chooses batch sizes (one whose option has min/max_batch_size) starts from
-    trainer.batch_size inside its bounds, and every batch size it may choose fits backend.micro_batch_size."""
-    bp = cfg.get("backpressure")
-    if bp is None or "min_batch_size" not in bp or "max_batch_size" not in bp:
-        return []
-    lo, hi, t, errors = bp.min_batch_size, bp.max_batch_size, cfg.trainer, []
-    if not lo <= t.batch_size <= hi:
-        errors.append(f"trainer.batch_size={t.batch_size} is outside backpressure.min_batch_size .. max_batch_size "
-                      f"= {lo} .. {hi}")
-    mb = cfg.backend.get("micro_batch_size", 0)
-    periods = range(lo, min(hi, lo + mb) + 1) if mb > 0 else ()  # b × G mod mb repeats with period mb in b
-    misfit = next((b for b in periods if (b * t.group_size) % mb), None)
-    if misfit is not None:
-        errors.append(f"backend.micro_batch_size={mb} does not divide b × trainer.group_size for every batch size b "
-                      f"in backpressure.min_batch_size .. max_batch_size = {lo} .. {hi} (b = {misfit}: "
-                      f"{misfit} × {t.group_size} = {misfit * t.group_size})")
-    return errors
-
-
-def unknown_keys(cfg: DictConfig) -> list[str]:
-    """Top-level keys that are neither a group nor conf/train.yaml's own (`+algoritm=maxrl` adds one that nothing
-    would read; a group's unknown keys are found against its constructor, `check_types`)."""
-    return [unknown_top_level_key(str(key), cfg[key], config_dir()) for key in cfg
-            if key not in GROUPS and key not in TOP_LEVEL_KEYS and key != "hydra"]  # `hydra`: a composition's own
-
-
-def condition_errors(cfg: DictConfig) -> list[str]:
-    """`condition=<arm>` names an algorithm and a transform (its `override /group: option` lines); a choice of
-    another one for the same run contradicts it (`condition=grpo algorithm=reinforce_pp` would train REINFORCE++
-    under grpo's name). `condition=none` lets the groups' own choices stand."""
-    choice = hydra_choice("condition")
-    if choice in (None, "none"):
-        return []
-    conf, errors = config_dir(), []
-    for group, named in condition_choices(conf / "condition" / f"{choice}.yaml").items():
-        chosen = hydra_choice(group)
-        if chosen is not None and canonical_option(conf, group, chosen) != canonical_option(conf, group, named):
-            errors.append(f"condition={choice} trains {group}={named}, but {group}={chosen} was chosen too: drop one "
-                          f"of them, or say condition=none to train {group}={chosen}")
-    return errors
-
-
-def config_dir() -> Path:
-    """The folder train.py composes from (Hydra's primary config source), else the repository's conf/."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        for source in HydraConfig.get().runtime.config_sources:
-            if source.provider == "main" and source.schema == "file":
-                return Path(source.path)
-    return Path(__file__).resolve().parents[1] / "conf"
-
-
-def condition_choices(path: Path) -> dict[str, str]:
-    """{group: option} of a condition file's `override /group: option` defaults."""
-    import yaml
-
-    defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults", []) if path.is_file() else []
-    return {k.removeprefix("override /"): str(v) for entry in defaults if isinstance(entry, dict)
-            for k, v in entry.items() if k.startswith("override /")}
-
-
-def canonical_option(conf: Path, group: str, option: str) -> str:
-    """An option an alias file only extends (transform=gtpo_sepa: `defaults: [sepa]`, nothing else) is that one."""
-    import yaml
-
-    path = conf / group / f"{option}.yaml"
-    data = yaml.safe_load(path.read_text()) if path.is_file() else None
-    if isinstance(data, dict) and list(data) == ["defaults"] and len(data["defaults"]) == 1 and \
-            isinstance(data["defaults"][0], str) and data["defaults"][0] != "_self_":
-        return canonical_option(conf, group, data["defaults"][0])
-    return option
-
-
-GROUPS = ("trainer", "algorithm", "transform", "engine", "backend", "reward", "model", "data", "planning", "logger",
-          "backpressure", "env", "turn_credit")
-
-
-def chosen_groups(cfg: DictConfig) -> list[str]:
-    """The groups this config has a component for: `env=none` composes `env: null` (single turn), and then
-    `turn_credit`, which only multi-turn episodes read, is not built either."""
-    multi_turn = cfg.get("env") is not None
-    return [g for g in GROUPS if g in cfg and cfg[g] is not None and (multi_turn or g != "turn_credit")]
-RUNTIME_ARGS = {"seed", "model", "lora", "lora_seed", "pad_id", "module", "policy", "eos_ids", "throttle_dir"}
-"""Constructor arguments the runner or the trainer supplies, not the YAML."""
-
-
-def check_types(node: DictConfig, key: str) -> list[str]:
-    """Each YAML value against the type annotation of the `_target_` parameter it feeds, recursively;
-    YAML keys the target does not take are errors too."""
-    try:
-        target = get_class(node._target_)
-    except Exception as err:  # noqa: BLE001 - any import failure is a config error here
-        return [f"{key}._target_={node._target_!r} cannot be imported: {err}"]
-    params = inspect.signature(target).parameters
-    hints = parameter_types(target)
-    errors = []
-    for name in node:
-        if name.startswith("_"):
-            continue
-        if name not in params:
-            expected = ", ".join(p for p in params if p not in RUNTIME_ARGS)
-            errors.append(f"{key}.{name}: <{node._target_}> takes no such argument (it takes: {expected})"
-                          f"{moved(node, key, name)}")
-            continue
-        if OmegaConf.is_missing(node, name):
-            continue  # reported by type_errors as unset
-        value = node[name]
-        if isinstance(value, DictConfig) and "_target_" in value:
-            if str(value._target_).startswith("rlvr."):  # a library's callable (tinker.ServiceClient) is built as
-                errors += check_types(value, f"{key}.{name}")  # given: importing it here would cost its import
-        elif name in hints and not fits(value, hints[name]):
-            errors.append(f"{key}.{name}={_show(value)} must be {_describe(hints[name])}")
-    return errors
-
-
-def moved(node: DictConfig, key: str, name: str) -> str:
-    """`; <key>.<name> is now <its new name> (say …)` for a key that moved (rlvr/hydra_errors.py RENAMED), else ''."""
-    hint = renamed(f"{key}.{name}", OmegaConf.to_container(node)[name])
-    return f"; {hint}" if hint else ""
-
-
-def parameter_types(target) -> dict[str, object]:
-    """Each constructor parameter's annotation, evaluated one at a time in the module's namespace: a name
-    imported only for type checkers (`Tensor`, `nn.Module`) leaves that parameter unchecked, not all of them."""
-    init = target.__init__ if inspect.isclass(target) else target
-    namespace = {**vars(typing), **vars(sys.modules[target.__module__])}
-    types_ = {}
-    for name, annotation in getattr(init, "__annotations__", {}).items():
-        try:
-            types_[name] = eval(annotation, namespace) if isinstance(annotation, str) else annotation  # noqa: S307
-        except Exception:  # noqa: BLE001 - an annotation only a type checker can resolve: nothing to check
-            continue
-    return types_
-
-
-def fits(value, hint) -> bool:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(fits(value, a) for a in args)
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
-    if origin in (list, tuple, collections.abc.Sequence) or hint in (list, tuple):
-        return isinstance(value, (list, tuple, ListConfig))  # a str is a Sequence too, but never meant here
-    return True  # objects, protocols, Any: built and checked by their own constructors
-
-
-def _describe(hint) -> str:
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a) for a in typing.get_args(hint))
-    return "null" if hint is type(None) else getattr(hint, "__name__", str(hint))
-
-
-def _show(value) -> str:
-    return repr(OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value)
-
-
-def declared_needs(cfg: DictConfig, group: str) -> Needs:
-    """What the `cfg[group]` option's class says it needs (`needs(settings)`, rlvr/protocols.py)."""
-    target = cfg[group]._target_
-    needs = getattr(get_class(target), "needs", None)
-    if needs is None:
-        raise ConfigError(f"{group}._target_={target!r} declares no `needs(settings)` classmethod, which every "
-                          "component has (rlvr/protocols.py: Component)")
-    return needs(OmegaConf.to_container(cfg[group], resolve=True, throw_on_missing=False))
-
-
-def start_errors(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
-    """The machine requirements every run checks at start (an API key's variable, a model's files) that fail."""
-    return [f"{group} <{cfg[group]._target_}>: {found.detail}" for group, declared in needs.items()
-            for requirement in declared.machine if requirement.at_start and (found := requirement.check()).status
-            == "missing"]
-
-
-def unmet_needs(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
-    """One message per capability a chosen component requires and no other chosen component provides."""
-    errors = []
-    for group, declared in needs.items():
-        for name, why in declared.requires.items():
-            if not any(name in other.provides for g, other in needs.items() if g != group):
-                capability = CAPABILITIES[name]
-                errors.append(f"{group} <{cfg[group]._target_}> needs {capability.meaning} ({why}), which no chosen "
-                              f"component gives: {capability.how}")
-    return errors
 
 
 def check_components(cfg: DictConfig, c: Components) -> None:

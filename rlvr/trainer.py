@@ -334,10 +334,7 @@ class Trainer:
             warmup = self._warm_up(c, module, tokenizer, out, stop)
             if out.writes:
                 save_base(out.path / "base", module, tokenizer, c.preset, warmup["key"] if warmup else None)
-            backend = c.make_backend(
-                model=module, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tokenizer.pad_token_id
-            )
-            engine = c.make_engine(module=backend.policy, eos_ids=stops, pad_id=tokenizer.pad_token_id)
+            backend, engine = local_policy(c, module, tokenizer)
         engine.connect()
         log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
         return Live(c, tokenizer, backend, engine, make_rollout(c, engine, tokenizer, stop), out, warmup,
@@ -511,6 +508,14 @@ class Trainer:
             "config": live.c.config,
         }
         return live.checkpoints.save(steps_done, live.backend.save, state, final=final)
+
+
+def local_policy(c: Components, module, tokenizer) -> tuple[Backend, Engine]:
+    """The backend around `module` (LoRA attached, or all weights trained) and the engine that samples from it, not
+    yet connected: the trainer's, and the checkpoint commands' (rlvr/cli/from_checkpoint.py), built alike."""
+    backend = c.make_backend(model=module, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tokenizer.pad_token_id)
+    stops = eos_ids(tokenizer, module.generation_config.eos_token_id)
+    return backend, c.make_engine(module=backend.policy, eos_ids=stops, pad_id=tokenizer.pad_token_id)
 
 
 def make_rollout(c: Components, engine: Engine, tokenizer, stop: StopSignals | None = None) -> Rollout:

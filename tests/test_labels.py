@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from composing import CONF_DIR, compose_config, compose_options, options
-from rlvr import run as run_module
+from rlvr import config_check
 from rlvr.labels import condition_label, name, register_resolvers, task_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ def test_every_option_is_named_as_its_file(group):
         if node is None:
             continue  # env=none
         node = node.get("env", node) if group == "env" else node  # env options are _global_: the node is `env`
-        assert name(node) == run_module.canonical_option(CONF_DIR, group, option), (group, option)
+        assert name(node) == config_check.canonical_option(CONF_DIR, group, option), (group, option)
 
 
 def test_models_are_named_by_their_weights():
@@ -73,16 +73,16 @@ def compose_config_with_hydra(overrides):
 
 @pytest.mark.parametrize("condition", [c for c in options("condition") if c != "none"])
 def test_a_condition_agrees_with_its_own_choices_and_refuses_others(condition, monkeypatch):
-    named = run_module.condition_choices(CONF_DIR / "condition" / f"{condition}.yaml")
+    named = config_check.condition_choices(CONF_DIR / "condition" / f"{condition}.yaml")
     choices = {"condition": condition, **named}
-    monkeypatch.setattr(run_module, "hydra_choice", choices.get)
-    assert run_module.condition_errors(None) == []
+    monkeypatch.setattr(config_check, "hydra_choice", choices.get)
+    assert config_check.condition_errors(None) == []
     choices["algorithm"] = "discover_entropic"
-    assert run_module.condition_errors(None) == [
+    assert config_check.condition_errors(None) == [
         f"condition={condition} trains algorithm={named['algorithm']}, but algorithm=discover_entropic was chosen too: "
         "drop one of them, or say condition=none to train algorithm=discover_entropic"]
     choices["condition"] = "none"
-    assert run_module.condition_errors(None) == []
+    assert config_check.condition_errors(None) == []
 
 
 def test_a_sweep_that_contradicts_its_conditions_is_refused_naming_both(tmp_path):

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from composing import compose_options, groups
+from rlvr.config_check import declared_needs
 from rlvr.protocols import Needs
 from rlvr.requirements import Package
-from rlvr.run import declared_needs
 
 ROOT = Path(__file__).resolve().parents[1]
 HIDER = Path(__file__).resolve().parent / "hidden_packages"

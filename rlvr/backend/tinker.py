@@ -29,7 +29,7 @@ Losses: `backend.loss_fn` is any of the SDK's `LossFnType` but `custom`/`cross_e
 advantages). `algorithm.loss.clip_eps` > 0 needs a clipping loss (ppo, cispo): the service gets
 `clip_low_threshold = 1 − ε`, `clip_high_threshold = 1 + ε_high`. `algorithm.loss.mode` kl_cov and clip_cov
 need the local loss (they pick tokens by covariance over the whole step, which no service loss does): the
-loss's `needs` require the `local_loss` capability, which only backend=local provides, so rlvr/run.py refuses
+loss's `needs` require the `local_loss` capability, which only backend=local provides, so rlvr/config_check.py refuses
 them with backend=tinker before anything starts (and `loss_config` raises should one get here).
 The service computes training log-probabilities at temperature 1, so sample at trainer.sampling.temperature=1
 for an on-policy ratio of 1 (a warning says so otherwise; the predecessor sampled at T = 0.7 against these
@@ -55,7 +55,7 @@ predecessor resumed with `load_state`, weights only, so Adam restarted from zero
 
 The API key is read from the environment variable `api_key_env` and passed to the client; it is never kept
 on this object, logged, or written anywhere. A missing key is a `ConfigError` before anything loads
-(an `EnvVar` requirement in `needs`, checked by rlvr/run.py at start).
+(an `EnvVar` requirement in `needs`, checked by rlvr/config_check.py at start).
 """
 
 from __future__ import annotations

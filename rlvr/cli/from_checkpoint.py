@@ -168,19 +168,14 @@ def open_checkpoint(path: Path, overrides: list[str], conf: Path) -> Opened:
     if threads is not None:  # as rlvr.run does: the same thread count gives the same bits
         torch.set_num_threads(threads)
     quiet_progress_bars()
+    from rlvr.trainer import local_policy
+
     module, tokenizer = load_run_base(run)
-    backend = components.make_backend(model=module, lora=components.preset.lora, lora_seed=components.seeds.lora,
-                                      pad_id=tokenizer.pad_token_id)
+    backend, engine = local_policy(components, module, tokenizer)  # as the trainer builds them
     try:
         backend.load(checkpoint)
     except (OSError, ValueError, RuntimeError) as err:
         raise CliError(f"{checkpoint}: the checkpoint's weights do not load onto {run / 'base'}: {err}") from None
-    from rlvr.model.prompt_encoding import eos_ids
-
-    engine = components.make_engine(
-        module=backend.policy, eos_ids=eos_ids(tokenizer, backend.policy.generation_config.eos_token_id),
-        pad_id=tokenizer.pad_token_id,
-    )
     engine.connect()
     config = OmegaConf.to_container(cfg, resolve=True)
     return Opened(run, checkpoint, state, config, components, trainer, tokenizer, backend, engine)

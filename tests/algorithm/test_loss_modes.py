@@ -16,11 +16,12 @@ from safetensors.torch import load_file
 from composing import FAST, MIXED, compose_config
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.local import LocalBackend, selection_generator
+from rlvr.config_check import config_problems
 from rlvr.engine.pytorch import PyTorchEngine
 from rlvr.model.lora import LoraSpec
 from rlvr.model.tiny import TinyLlama
 from rlvr.outputs import NONDETERMINISTIC_KEYS
-from rlvr.run import config_problems, run
+from rlvr.run import run
 from rlvr.types import Rollouts, SamplingParams, TrainBatch
 
 

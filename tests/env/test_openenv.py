@@ -126,7 +126,7 @@ def test_a_server_that_drops_the_connection_mid_episode_costs_that_episode():
 
 
 def test_a_server_that_is_down_fails_the_runs_start_checks():
-    from rlvr.run import start_errors
+    from rlvr.config_check import start_errors
 
     url = f"ws://127.0.0.1:{free_port()}"  # nothing listens there
     found = ServerAnswers(url).check()

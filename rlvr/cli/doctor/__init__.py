@@ -9,7 +9,7 @@ Two parts, one line per item, each `ok`, `missing`, `warning` or `error` with th
   $SLURM_CONF), the hub (HF_HUB_OFFLINE, whether it answers, and whether each conf/model preset's files are
   in the local cache);
 - the run (`needs.py`): conf/train.yaml composed with the overrides as `python train.py` composes it (every
-  job of a grid), put through rlvr.run's config checks, then every machine requirement each chosen
+  job of a grid), put through rlvr.config_check's checks, then every machine requirement each chosen
   component declares in its `needs` (rlvr/protocols.py) is checked, whether or not a run checks it at start:
   a package (the same finding a run reports at start when it is missing, naming the pip extra), a server's
   model list, vLLM's build, a CUDA device, a hub preset's files, a key. `hydra/launcher=slurm` needs the SLURM

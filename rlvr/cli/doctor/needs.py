@@ -77,7 +77,7 @@ def run_lines(jobs: list[Job], pool: Executor, slurm: Future[Cluster]) -> list[L
             config += slurm_needs(job, slurm.result())
     lines = list(dict.fromkeys(config))
     if not any(line.status in FAILING for line in lines if line.item == "config"):
-        lines.insert(0, Line(OK, "config", "composed as train.py composes it; rlvr.run's checks pass"))
+        lines.insert(0, Line(OK, "config", "composed as train.py composes it; rlvr.config_check's checks pass"))
     for item, requirement in rows:
         found = checks[requirement].result()
         line = Line(found.status, item, f"{requirement.item}: {found.detail}")
@@ -87,10 +87,10 @@ def run_lines(jobs: list[Job], pool: Executor, slurm: Future[Cluster]) -> list[L
 
 
 def job_needs(job: Job) -> tuple[dict, list[str]]:
-    """Each group's declared needs, and rlvr.run's findings on the config alone: value checks and pairing
+    """Each group's declared needs, and rlvr.config_check's findings on the config alone: value checks and pairing
     (machine requirements are reported line by line instead)."""
+    from rlvr.config_check import config_problems
     from rlvr.errors import ConfigError
-    from rlvr.run import config_problems
 
     try:
         return config_problems(job.cfg, at_start=False)
