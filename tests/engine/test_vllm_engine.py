@@ -43,10 +43,11 @@ def engine_for(backend: LocalBackend, tok):
 @pytest.fixture(scope="module")
 def lora_setup():
     backend, tok = backend_for(LoraSpec(8, 16, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "down_proj"]))
+    gen = torch.Generator().manual_seed(0)  # seeded: the same adapter whichever tests ran before
     with torch.no_grad():  # a trained-looking adapter (B is zero at init, which would hide a missing adapter)
         for name, p in backend.policy.named_parameters():
             if "lora_B" in name:
-                p.add_(0.05 * torch.randn_like(p))
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
     engine = engine_for(backend, tok)
     yield backend, tok, engine
     engine.close()
