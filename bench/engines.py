@@ -35,9 +35,8 @@ import torch
 from hydra.utils import instantiate
 
 from rlvr.backend.local import LocalBackend
-from rlvr.model.lora import LoraSpec
 from rlvr.model.tiny import TinyLlama
-from rlvr.types import SamplingParams
+from rlvr.types import LoraSpec, SamplingParams
 from tests.composing import compose_config
 
 TINY = TinyLlama("0123456789+=", 128, 512, 2, 4, 256, "float32", None)

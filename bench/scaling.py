@@ -170,8 +170,8 @@ def worker(args: argparse.Namespace) -> None:
     from rlvr.algorithm.loss import PolicyLoss
     from rlvr.backend.fsdp import FSDPBackend
     from rlvr.backend.local import resolve_device
-    from rlvr.model.lora import LoraSpec
     from rlvr.model.tiny import TinyLlama
+    from rlvr.types import LoraSpec
 
     rss_imports = rss_bytes("VmRSS")
     world = distributed.World.from_env()
@@ -188,7 +188,7 @@ def worker(args: argparse.Namespace) -> None:
     loss = PolicyLoss(0.0, 0.0, 0.0)
 
     grads: list[int] = []
-    backend.optimizer.register_step_pre_hook(lambda *_: grads.append(gradient_bytes(backend.params)))
+    backend.optimizer.register_step_pre_hook(lambda *_: grads.append(gradient_bytes(backend.trainee.params)))
     peak_build, rss_built = rss_bytes("VmHWM"), rss_bytes("VmRSS")
     rss_reset = reset_peak_rss()
     if cuda:
@@ -209,13 +209,13 @@ def worker(args: argparse.Namespace) -> None:
     result: dict[str, Any] = {
         "rank": world.rank, "world": world.size, "mode": args.mode, "device": str(backend.device),
         "process_group": dist.get_backend(),
-        "parameters": sum(p.numel() for p in backend._policy.parameters()),  # DTensor numel: global sizes
+        "parameters": sum(p.numel() for p in backend.policy.parameters()),  # DTensor numel: global sizes
         "trainable": backend.trainable_parameters,
         "step_wall_s": walls[args.warmup:], "step_cpu_s": cpus[args.warmup:],
         # local_train_rows is the step's row count on every rank; this rank trains its share of them
         "rows": len(world.share(int(stats[0]["local_train_rows"]))),
         "loss": [s["loss"] for s in stats], "grad_norm": [s["grad_norm"] for s in stats],
-        "state_bytes": {"parameters": parameter_bytes(backend._policy), "gradients": max(grads, default=0),
+        "state_bytes": {"parameters": parameter_bytes(backend.policy), "gradients": max(grads, default=0),
                         "optimizer": optimizer_bytes(backend.optimizer)},
         "rss_imports": rss_imports,
         "rss_built": rss_built,

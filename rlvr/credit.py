@@ -30,8 +30,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from rlvr.protocols import Algorithm, Transform, TurnCredit
-    from rlvr.turn_credit.signals import TurnSignals
-    from rlvr.types import TokenSignals
+    from rlvr.types import TokenSignals, TurnSignals
 
 
 @dataclass(frozen=True)

@@ -17,20 +17,19 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
-    from rlvr.algorithm.loss import PolicyLoss
-    from rlvr.model.lora import LoraSpec
-    from rlvr.rollout.batch import StepBatch
-    from rlvr.turn_credit.signals import TurnSignals
     from rlvr.types import (
         Branching,
         Demonstration,
         Example,
+        LoraSpec,
         Rollouts,
         SamplingParams,
         Scores,
         Step,
+        StepBatch,
         TokenSignals,
         TrainBatch,
+        TurnSignals,
     )
 
 
@@ -207,6 +206,37 @@ class Reward(Protocol):
         ...
 
 
+class Loss(Protocol):
+    """The policy loss an algorithm trains with (`algorithm.loss`, rlvr/algorithm/loss.py: PolicyLoss), as a
+    backend computes it token by token (backend=local, fsdp) or hands its settings to a service (backend=tinker)."""
+
+    clip_eps: float
+    """Ratio clipping ε (0: none)."""
+    clip_eps_high: float
+    """The upper ε (0: `clip_eps`)."""
+    mode: str
+    """`standard`, `kl_cov` or `clip_cov`."""
+
+    @property
+    def selects_tokens(self) -> bool:
+        """Whether `token_losses` needs `select_tokens`' mask, chosen over the whole step."""
+        ...
+
+    def cap(self, adv_PG_T: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """Token advantages with their magnitude capped (`adv_clip_max`), and what the cap did."""
+        ...
+
+    def select_tokens(self, new_lp_N_T: Tensor, old_lp_N_T: Tensor, adv_N_T: Tensor, mask_N_T: Tensor,
+                      generator: Any = None) -> Tensor:
+        """bool [N, T]: the tokens kl_cov penalises or clip_cov zeroes, chosen among the whole step's."""
+        ...
+
+    def token_losses(self, new_lp: Tensor, old_lp: Tensor, adv: Tensor,
+                     selected: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Per-token loss and a bool per token counted in `clip_fraction`."""
+        ...
+
+
 class Algorithm(Protocol):
     """Episode-level credit plus the policy loss it trains with.
 
@@ -215,7 +245,7 @@ class Algorithm(Protocol):
     step's groups whose rewards do not tie (possibly none), and merges what it returns, averaged over those groups,
     into the step's metrics. It is optional, so it is not a member here."""
 
-    loss: PolicyLoss
+    loss: Loss
 
     def advantages(self, rewards_P_G: Tensor) -> Tensor:
         """[P, G] rewards → [P, G] episode advantages."""
@@ -298,7 +328,7 @@ class Backend(Protocol):
         """The trained module (a PEFT model under LoRA); for a remote backend, its sampler handle."""
         ...
 
-    def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]: ...
+    def train_step(self, batch: TrainBatch, loss: Loss, lr: float) -> dict[str, float]: ...
 
     def save(self, path: Path) -> None:
         """Write weights (adapter or full) as safetensors plus optimizer state into `path`."""

@@ -19,8 +19,7 @@ if TYPE_CHECKING:
 
     from rlvr.credit import Credit
     from rlvr.env.guarded import EnvFailures
-    from rlvr.rollout.episodes import Played
-    from rlvr.types import Example, Rollouts, Scores, TokenSignals
+    from rlvr.types import Example, Played, Rollouts, Scores, TokenSignals
 
 CORRECT_THRESHOLD = 0.5
 """A completion is correct when its reward exceeds this."""

@@ -55,7 +55,7 @@ from rlvr.protocols import (
     TurnCredit,
 )
 from rlvr.resume import resume_command
-from rlvr.rollout import Episodes, SingleTurn, StepBatch
+from rlvr.rollout import Episodes, SingleTurn
 from rlvr.rollout import evaluate as held_out
 from rlvr.rollout.chat_turns import check_prefix_preserving
 from rlvr.seeds import Seeds
@@ -70,7 +70,7 @@ from rlvr.telemetry import (
     sample_groups,
     step_row,
 )
-from rlvr.types import Demonstration, Rollouts, SamplingParams, TokenSignals, TrainBatch
+from rlvr.types import Demonstration, Rollouts, SamplingParams, StepBatch, TokenSignals, TrainBatch
 from rlvr.warmup import Warmup
 
 if TYPE_CHECKING:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # torch stays out of the composing/submitting process
+if TYPE_CHECKING:  # torch and peft stay out of the composing/submitting process
+    from peft import LoraConfig
     from torch import Tensor
 
 
@@ -166,3 +167,109 @@ class Step:
     done: bool
     info: dict = field(default_factory=dict)
     """Anything the environment reports (an `advantage` for turn_credit=env, an `error`, …); JSON-serialisable."""
+
+
+@dataclass(frozen=True)
+class TurnSignals:  # the checks and the spreading turn credit runs on them: rlvr/turn_credit/signals.py
+    """One step's multi-turn rows, as turn credit reads them. All tensors on one device."""
+
+    actions_PG_T: Tensor
+    """bool [P·G, T]: the tokens the policy sampled (`Rollouts.action_mask_PG_T`)."""
+    turn_PG_T: Tensor
+    """int64 [P·G, T]: the turn index of each action token; not read elsewhere (−1 there by convention)."""
+    turns_PG: Tensor
+    """int64 [P·G]: actions each episode took (its turns are 0 … turns − 1)."""
+    group_size: int
+    turn_rewards_PG_K: Tensor | None = None
+    """float [P·G, K]: each turn's `Step.reward`, read at k < turns_PG (must be finite there). reward_to_go."""
+    env_adv_PG_K: Tensor | None = None
+    """float [P·G, K]: each turn's `Step.info["advantage"]`, NaN where the environment gave none
+    (rlvr.turn_credit.env.env_advantages builds it from the steps' infos). env."""
+    branch_rewards_PG_K_B: Tensor | None = None
+    """float [P·G, K, B]: TL-GRPO probes of turn k, [..., 0] the primary action's value and [..., 1:] the
+    alternatives', NaN where nothing was probed (docs/algorithms.md#tl_grpo says what a value must be). tl_grpo."""
+
+
+@dataclass(frozen=True)
+class Played:
+    """A batch of episodes (rlvr/rollout/episodes.py: play): P prompts × G episodes, rows p·G + g."""
+
+    rollouts: Rollouts
+    rewards_P_G: Tensor
+    """Each episode's reward: the sum of its turns' rewards."""
+    turn_rewards_PG_K: Tensor
+    """float32 [P·G, K] reward of each turn, NaN for turns not played (K = the most turns any episode took)."""
+    turns_PG: Tensor
+    """int64 actions each episode took."""
+    truncated_PG: Tensor
+    """bool: ended by max_turns or max_context_tokens, not by the environment."""
+    failed_PG: Tensor
+    """bool: the environment failed (raised, hung, malformed answer); the episode scored 0."""
+    transcripts: list[list[dict]]
+    """Per row: [{"role": "env" | "policy", "text": …}, …] in order, the prompt first."""
+    infos: list[list[dict]]
+    """Per row: each turn's `Step.info`."""
+    env_seconds: float
+    """Wall seconds spent in the environments (reset and steps), branch probes excluded."""
+    branch_rewards_PG_K_B: Tensor | None = None
+    """float32 [P·G, K, B]: the branch probes' values (rlvr/rollout/branch_probes.py), when `play` was given a
+    `branching`; NaN where nothing was probed."""
+    probe_seconds: float = 0.0
+    """Wall seconds the branch probes took (sampling alternatives and stepping forks)."""
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """A collected step (rlvr/protocols.py: Rollout.collect), the one shape every stage after the rollout reads:
+    P prompts × G rows (row p·G + g), sampled, scored and gathered over the run's processes."""
+
+    rollouts: Rollouts
+    rewards_P_G: Tensor
+    """float32 [P, G]: each row's reward (an episode's: the sum of its turns')."""
+    completions: list[str]
+    """Per row, the text after the prompt (an episode: its transcript after the first observation)."""
+    scores: Scores
+    """The rewards with the counts of those that could not really be judged (an episode: its environment
+    failed or hung)."""
+    metrics: dict[str, float]
+    """The rollout's own fields of the metrics row: `reward/*_frac` (single turn) or `env/*` (episodes)."""
+    failures: dict[str, float]
+    """The fractions a step warns about when above trainer.reward_warn_frac, and what they concern."""
+    what: str
+    """`completions` or `episodes`: what a failure cost, for the warning."""
+    check: str
+    """Where to look when failures are high, for the warning."""
+    sample_seconds: float
+    score_seconds: float
+    """Scoring time (an episode's: the environment's)."""
+    credit_seconds: float = 0.0
+    """Work done for the credit while collecting (branch probes)."""
+    turns: TurnSignals | None = None
+    """Multi-turn rows: what turn credit reads; None for single-turn completions."""
+    played: Played | None = field(default=None, repr=False)
+    """Multi-turn: the played episodes (transcripts for samples/)."""
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """LoRA settings of a model preset (`model.lora`; null in YAML means full fine-tuning)."""
+
+    rank: int
+    alpha: float
+    dropout: float
+    target_modules: list[str] = field(default_factory=list)
+    """Module-name suffixes (q_proj, …, down_proj); PEFT matches them against the model."""
+
+    def __post_init__(self) -> None:
+        if self.rank <= 0:
+            raise ValueError(f"model.lora.rank={self.rank} must be > 0 (use model.lora=null for full fine-tuning)")
+        if not self.target_modules:
+            raise ValueError("model.lora.target_modules is empty: name the projections LoRA adapts")
+
+    def to_peft(self) -> LoraConfig:
+        import peft
+
+        return peft.LoraConfig(
+            task_type="CAUSAL_LM", r=self.rank, lora_alpha=self.alpha, lora_dropout=self.dropout,
+            target_modules=list(self.target_modules),
+        )

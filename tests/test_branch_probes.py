@@ -139,8 +139,8 @@ def test_llm_alternatives_are_policy_samples_at_each_turns_own_context():
 def test_play_probes_every_turn_of_the_tiny_models_games_reproducibly():
     from rlvr.backend.local import LocalBackend
     from rlvr.engine.pytorch import PyTorchEngine
-    from rlvr.model.lora import LoraSpec
     from rlvr.model.tiny import TinyLlama
+    from rlvr.types import LoraSpec
 
     model, tok = TinyLlama("0123456789+=", 64, 128, 2, 2, 64, "float32", None).load(0)
     backend = LocalBackend(model, LoraSpec(4, 8, 0.0, ["q_proj", "v_proj"]), 0, tok.pad_token_id, "cpu",

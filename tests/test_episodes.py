@@ -12,11 +12,10 @@ from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.local import LocalBackend
 from rlvr.credit import assign_credit
 from rlvr.engine.pytorch import PyTorchEngine
-from rlvr.model.lora import LoraSpec
 from rlvr.model.tiny import TinyLlama
 from rlvr.rollout.episodes import play
 from rlvr.transform.gtpo import GTPO
-from rlvr.types import Example, SamplingParams, Step, TokenSignals, TrainBatch
+from rlvr.types import Example, LoraSpec, SamplingParams, Step, TokenSignals, TrainBatch
 
 TINY = TinyLlama("0123456789+=", 64, 128, 2, 2, 64, "float32", None)
 LORA = LoraSpec(4, 8, 0.0, ["q_proj", "v_proj"])
@@ -119,7 +118,7 @@ def test_backend_logprobs_of_action_tokens_equal_the_engines_on_packed_rows():
     backend, engine, tok = setup()
     ro = play(engine, tok, TryAgainEnv(), EXAMPLES, 3, SAMPLING, seeds=[5, 6], sample_seed=2).rollouts
     prompts = [p for p in ro.prompt_ids_P for _ in range(ro.group_size)]
-    ids, attn, Lp = backend._rows(prompts, ro.tokens_PG_T, ro.mask_PG_T)
+    ids, attn, Lp = backend.trainee.rows(prompts, ro.tokens_PG_T, ro.mask_PG_T)
     with torch.no_grad():
         new = backend.completion_logprobs(ids, attn, Lp, ro.tokens_PG_T, ro.temperature)
     actions = ro.actions_PG_T

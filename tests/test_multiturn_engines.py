@@ -29,13 +29,12 @@ from rlvr.credit import assign_credit
 from rlvr.engine.rows import rollouts_from_rows
 from rlvr.engine.tinker import TinkerEngine
 from rlvr.env.guarded import GuardedEnvironment, SyncCalls
-from rlvr.model.lora import LoraSpec
 from rlvr.model.tiny import TinyLlama
 from rlvr.rollout.episodes import play
 from rlvr.run import run
 from rlvr.seeds import Seeds
 from rlvr.transform.none import NoTransform
-from rlvr.types import Example, SamplingParams, Step, TokenSignals, TrainBatch
+from rlvr.types import Example, LoraSpec, SamplingParams, Step, TokenSignals, TrainBatch
 
 TOL = 1e-4
 """The engine parity tolerance of tests/engine/test_vllm_engine.py and test_openai_engine.py (fp32 both sides)."""
@@ -83,7 +82,7 @@ def action_logprob_gap(backend: LocalBackend, played) -> float:
     trains on them (left-padded prompt, then the whole row: actions and observations)."""
     ro = played.rollouts
     prompts = [p for p in ro.prompt_ids_P for _ in range(ro.group_size)]
-    ids, attn, Lp = backend._rows(prompts, ro.tokens_PG_T, ro.mask_PG_T)
+    ids, attn, Lp = backend.trainee.rows(prompts, ro.tokens_PG_T, ro.mask_PG_T)
     new = backend.completion_logprobs(ids, attn, Lp, ro.tokens_PG_T, ro.temperature)
     return float((new[ro.actions_PG_T] - ro.logprobs_PG_T[ro.actions_PG_T]).abs().max())
 

@@ -12,7 +12,6 @@ from peft import PeftModel, get_peft_model
 from safetensors.torch import load_file, save_file
 
 from rlvr.cli.main import main
-from rlvr.model.lora import LoraSpec
 from rlvr.model.tiny import TinyLlama
 from rlvr.squeeze import (
     LoraLayer,
@@ -25,6 +24,7 @@ from rlvr.squeeze import (
     find_adapter,
     retained_variance,
 )
+from rlvr.types import LoraSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 

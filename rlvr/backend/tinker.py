@@ -75,10 +75,9 @@ from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.throttle import Throttle
 from rlvr.errors import ConfigError
 from rlvr.lazy import lazy_import
-from rlvr.model.lora import LoraSpec
 from rlvr.protocols import Needs
 from rlvr.requirements import EnvVar, Package, Setting, pip_extra
-from rlvr.types import TrainBatch
+from rlvr.types import LoraSpec, TrainBatch
 
 tinker = lazy_import("tinker")  # the SDK's import costs ~5 s (it imports torch)
 torch = lazy_import("torch")

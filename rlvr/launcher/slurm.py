@@ -37,6 +37,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
+SLURM_COMMANDS = ("sbatch", "squeue", "sacct", "scontrol")
+"""What `hydra/launcher=slurm` runs (`rlvr doctor` checks they are on PATH)."""
 SINFO_FORMAT = "%P|%a|%G|%c|%m|%D"
 """Partition (`*` marks the default), availability, GRES, CPUs, memory (MB) and node count of each group of alike
 nodes."""

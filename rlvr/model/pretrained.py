@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlvr.lazy import lazy_import
-from rlvr.model.lora import LoraSpec, check_dtype
+from rlvr.model.lora import check_dtype
 from rlvr.model.prompt_encoding import eos_ids
 from rlvr.protocols import Finding, Needs
 from rlvr.requirements import HUB_PROBE_TIMEOUT_S, hub_cache, hub_endpoint, hub_offline, unanswered
+from rlvr.types import LoraSpec
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

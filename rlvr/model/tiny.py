@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlvr.lazy import lazy_import
-from rlvr.model.lora import LoraSpec, check_dtype
+from rlvr.model.lora import check_dtype
 from rlvr.protocols import Needs
+from rlvr.types import LoraSpec
 
 if TYPE_CHECKING:
     from transformers import LlamaForCausalLM, PreTrainedTokenizerFast

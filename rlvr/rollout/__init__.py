@@ -1,7 +1,7 @@
 """The rollout: how a step's examples become scored rows, the one seam between what is sampled and what is
 trained. The trainer (rlvr/trainer.py) never asks which kind it has:
 
-    batch = rollout.collect(examples, step, position, G, sampling)     a StepBatch (batch.py)
+    batch = rollout.collect(examples, step, position, G, sampling)     a StepBatch (rlvr/types.py)
     eval  = rollout.evaluate(examples, max_tokens)                     the same, greedy, one row per example
 
     single_turn.py  SingleTurn: data → engine → reward; a row is one completion of its prompt
@@ -14,9 +14,8 @@ share of whole groups, each group from its own seeds, and the batch is gathered,
 whole step. One process is a world of size 1, where sharing and gathering are the identity.
 """
 
-from rlvr.rollout.batch import StepBatch
 from rlvr.rollout.episodes import Episodes
 from rlvr.rollout.evaluate import Evaluation, evaluate
 from rlvr.rollout.single_turn import SingleTurn
 
-__all__ = ["Episodes", "Evaluation", "SingleTurn", "StepBatch", "evaluate"]
+__all__ = ["Episodes", "Evaluation", "SingleTurn", "evaluate"]

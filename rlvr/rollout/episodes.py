@@ -38,14 +38,12 @@ from typing import TYPE_CHECKING
 
 from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import encode_prompts
-from rlvr.rollout.batch import StepBatch
 from rlvr.rollout.branch_probes import Probed, probe
 from rlvr.rollout.chat_turns import end_of_turn_id, observation_ids
 from rlvr.seeds import Seeds, sub_seed
-from rlvr.types import Rollouts, SamplingParams, Scores
+from rlvr.types import Played, Rollouts, SamplingParams, Scores, StepBatch, TurnSignals
 
 if TYPE_CHECKING:
-    from torch import Tensor
 
     from rlvr.distributed import World
     from rlvr.env.guarded import GuardedEnvironment
@@ -87,34 +85,6 @@ class _Play:
         self.turns += [turn] * len(ids)
 
 
-@dataclass(frozen=True)
-class Played:
-    """A batch of episodes: P prompts × G episodes, rows p·G + g."""
-
-    rollouts: Rollouts
-    rewards_P_G: Tensor
-    """Each episode's reward: the sum of its turns' rewards."""
-    turn_rewards_PG_K: Tensor
-    """float32 [P·G, K] reward of each turn, NaN for turns not played (K = the most turns any episode took)."""
-    turns_PG: Tensor
-    """int64 actions each episode took."""
-    truncated_PG: Tensor
-    """bool: ended by max_turns or max_context_tokens, not by the environment."""
-    failed_PG: Tensor
-    """bool: the environment failed (raised, hung, malformed answer); the episode scored 0."""
-    transcripts: list[list[dict]]
-    """Per row: [{"role": "env" | "policy", "text": …}, …] in order, the prompt first."""
-    infos: list[list[dict]]
-    """Per row: each turn's `Step.info`."""
-    env_seconds: float
-    """Wall seconds spent in the environments (reset and steps), branch probes excluded."""
-    branch_rewards_PG_K_B: Tensor | None = None
-    """float32 [P·G, K, B]: the branch probes' values (rlvr/rollout/branch_probes.py), when `play` was given a
-    `branching`; NaN where nothing was probed."""
-    probe_seconds: float = 0.0
-    """Wall seconds the branch probes took (sampling alternatives and stepping forks)."""
-
-
 class Episodes:
     """Multi-turn rollouts: env → turns → turn signals. A row is one episode; its group's G episodes start from the
     same game (one seed per group, a function of the data seed and the group's position in the data stream)."""
@@ -130,7 +100,6 @@ class Episodes:
                 sampling: SamplingParams) -> StepBatch:
         """G episodes of each example's game, played with `sampling`, with what turn credit reads of them."""
         from rlvr.telemetry import episode_metrics
-        from rlvr.turn_credit.signals import turn_signals
 
         t0 = time.perf_counter()
         played = play(self.engine, self.tokenizer, self.env, examples, group_size, sampling,
@@ -327,3 +296,15 @@ def encode_observation(tokenizer, observation: str, row: list[int]) -> list[int]
         return tokenizer.encode(observation, add_special_tokens=False)
     closing = end_of_turn_id(tokenizer)
     return ([] if row and row[-1] == closing else [closing]) + observation_ids(tokenizer, observation)
+
+
+def turn_signals(played: Played) -> TurnSignals:
+    """What turn credit reads of a batch of played episodes: their action tokens and
+    turns, each turn's reward, the environment's own advantages and the branch probes' values."""
+    from rlvr.turn_credit.env import env_advantages
+
+    ro = played.rollouts
+    return TurnSignals(actions_PG_T=ro.action_mask_PG_T, turn_PG_T=ro.turn_PG_T, turns_PG=played.turns_PG,
+                       group_size=ro.group_size, turn_rewards_PG_K=played.turn_rewards_PG_K,
+                       env_adv_PG_K=env_advantages(played.infos, played.turn_rewards_PG_K.shape[1]),
+                       branch_rewards_PG_K_B=played.branch_rewards_PG_K_B)

@@ -22,10 +22,9 @@ from rlvr.distributed import World, gather_step
 from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import decode_completions, encode_prompts
 from rlvr.reward.guarded import guarded_score
-from rlvr.rollout.batch import StepBatch
 from rlvr.seeds import Seeds, sub_seed
 from rlvr.telemetry import Stopwatch
-from rlvr.types import SamplingParams
+from rlvr.types import SamplingParams, StepBatch
 
 if TYPE_CHECKING:
     from rlvr.protocols import Engine, Reward

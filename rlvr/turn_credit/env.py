@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 from rlvr.algorithm.ties import uniform_groups
 from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
-from rlvr.turn_credit.signals import TurnSignals, check_turns, episode_tokens, per_turn, played_PG_K, spread
+from rlvr.turn_credit.signals import check_turns, episode_tokens, per_turn, played_PG_K, spread
+from rlvr.types import TurnSignals
 
 if TYPE_CHECKING:
     from torch import Tensor

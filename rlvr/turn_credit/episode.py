@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rlvr.protocols import Needs
-from rlvr.turn_credit.signals import TurnSignals, check_turns, episode_tokens
+from rlvr.turn_credit.signals import check_turns, episode_tokens
+from rlvr.types import TurnSignals
 
 if TYPE_CHECKING:
     from torch import Tensor

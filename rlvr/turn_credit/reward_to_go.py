@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
-from rlvr.turn_credit.signals import TurnSignals, check_turns, per_turn, played_PG_K, spread
+from rlvr.turn_credit.signals import check_turns, per_turn, played_PG_K, spread
+from rlvr.types import TurnSignals
 
 if TYPE_CHECKING:
     from torch import Tensor

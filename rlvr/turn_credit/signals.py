@@ -15,7 +15,6 @@ Checks fail before any arithmetic, naming the tensor and the numbers: every acti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rlvr.lazy import lazy_import
@@ -23,30 +22,9 @@ from rlvr.lazy import lazy_import
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from rlvr.rollout.episodes import Played
+    from rlvr.types import TurnSignals
 
 torch = lazy_import("torch")
-
-
-@dataclass(frozen=True)
-class TurnSignals:
-    """One step's multi-turn rows, as turn credit reads them. All tensors on one device."""
-
-    actions_PG_T: Tensor
-    """bool [P·G, T]: the tokens the policy sampled (`Rollouts.action_mask_PG_T`)."""
-    turn_PG_T: Tensor
-    """int64 [P·G, T]: the turn index of each action token; not read elsewhere (−1 there by convention)."""
-    turns_PG: Tensor
-    """int64 [P·G]: actions each episode took (its turns are 0 … turns − 1)."""
-    group_size: int
-    turn_rewards_PG_K: Tensor | None = None
-    """float [P·G, K]: each turn's `Step.reward`, read at k < turns_PG (must be finite there). reward_to_go."""
-    env_adv_PG_K: Tensor | None = None
-    """float [P·G, K]: each turn's `Step.info["advantage"]`, NaN where the environment gave none
-    (rlvr.turn_credit.env.env_advantages builds it from the steps' infos). env."""
-    branch_rewards_PG_K_B: Tensor | None = None
-    """float [P·G, K, B]: TL-GRPO probes of turn k, [..., 0] the primary action's value and [..., 1:] the
-    alternatives', NaN where nothing was probed (docs/algorithms.md#tl_grpo says what a value must be). tl_grpo."""
 
 
 def check_turns(adv_P_G: Tensor, rewards_P_G: Tensor, turns: TurnSignals) -> None:
@@ -106,15 +84,3 @@ def episode_tokens(adv_P_G: Tensor, turns: TurnSignals) -> Tensor:
     """[P·G, T]: each row's episode advantage on its action tokens, 0 elsewhere: `transform=none`'s
     broadcast with the action mask."""
     return adv_P_G.reshape(-1)[:, None] * turns.actions_PG_T
-
-
-def turn_signals(played: Played) -> TurnSignals:
-    """What turn credit reads of a batch of played episodes (rlvr/rollout/episodes.py): their action tokens and
-    turns, each turn's reward, the environment's own advantages and the branch probes' values."""
-    from rlvr.turn_credit.env import env_advantages
-
-    ro = played.rollouts
-    return TurnSignals(actions_PG_T=ro.action_mask_PG_T, turn_PG_T=ro.turn_PG_T, turns_PG=played.turns_PG,
-                       group_size=ro.group_size, turn_rewards_PG_K=played.turn_rewards_PG_K,
-                       env_adv_PG_K=env_advantages(played.infos, played.turn_rewards_PG_K.shape[1]),
-                       branch_rewards_PG_K_B=played.branch_rewards_PG_K_B)

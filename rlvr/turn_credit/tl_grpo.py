@@ -57,8 +57,8 @@ from typing import TYPE_CHECKING, Any
 
 from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
-from rlvr.turn_credit.signals import TurnSignals, check_turns, episode_tokens, per_turn, played_PG_K, spread
-from rlvr.types import Branching
+from rlvr.turn_credit.signals import check_turns, episode_tokens, per_turn, played_PG_K, spread
+from rlvr.types import Branching, TurnSignals
 
 if TYPE_CHECKING:
     from torch import Tensor

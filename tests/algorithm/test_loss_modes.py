@@ -18,11 +18,10 @@ from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.local import LocalBackend, selection_generator
 from rlvr.config_check import config_problems
 from rlvr.engine.pytorch import PyTorchEngine
-from rlvr.model.lora import LoraSpec
 from rlvr.model.tiny import TinyLlama
 from rlvr.outputs import NONDETERMINISTIC_KEYS
 from rlvr.run import run
-from rlvr.types import Rollouts, SamplingParams, TrainBatch
+from rlvr.types import LoraSpec, Rollouts, SamplingParams, TrainBatch
 
 
 def loss(mode: str, **knobs) -> PolicyLoss:

@@ -2,8 +2,8 @@
 "[More Information Needed]"; backend=local's save removes it, and puts back a README.md the folder had."""
 
 from rlvr.backend.local import LocalBackend, save_adapter
-from rlvr.model.lora import LoraSpec
 from rlvr.model.tiny import TinyLlama
+from rlvr.types import LoraSpec
 
 TINY = TinyLlama("0123456789+=", 32, 64, 1, 2, 16, "float32", None)
 LORA = LoraSpec(4, 8, 0.0, ["q_proj", "v_proj"])

@@ -4,9 +4,8 @@ import torch
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.local import LocalBackend
 from rlvr.engine.pytorch import PyTorchEngine
-from rlvr.model.lora import LoraSpec
 from rlvr.model.tiny import TinyLlama
-from rlvr.types import SamplingParams, TrainBatch
+from rlvr.types import LoraSpec, SamplingParams, TrainBatch
 
 TINY = TinyLlama("0123456789+=", 64, 128, 2, 2, 32, "float32", None)
 LORA = LoraSpec(4, 8, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
@@ -36,7 +35,7 @@ def test_training_logprobs_equal_sampling_logprobs(temperature):
     backend, engine = make()
     ro = rollouts(engine, temperature)
     prompts = [p for p in ro.prompt_ids_P for _ in range(ro.group_size)]
-    ids, attn, Lp = backend._rows(prompts, ro.tokens_PG_T, ro.mask_PG_T)
+    ids, attn, Lp = backend.trainee.rows(prompts, ro.tokens_PG_T, ro.mask_PG_T)
     with torch.no_grad():
         new = backend.completion_logprobs(ids, attn, Lp, ro.tokens_PG_T, ro.temperature)
     assert torch.allclose(new[ro.mask_PG_T], ro.logprobs_PG_T[ro.mask_PG_T], atol=1e-5)
@@ -142,7 +141,7 @@ def test_logprobs_computed_a_slice_at_a_time_are_the_same(monkeypatch):
     backend, engine = make()
     ro = rollouts(engine)
     prompts = [p for p in ro.prompt_ids_P for _ in range(ro.group_size)]
-    ids, attn, Lp = backend._rows(prompts, ro.tokens_PG_T, ro.mask_PG_T)
+    ids, attn, Lp = backend.trainee.rows(prompts, ro.tokens_PG_T, ro.mask_PG_T)
     with torch.no_grad():
         whole = backend.completion_logprobs(ids, attn, Lp, ro.tokens_PG_T, ro.temperature)
         monkeypatch.setattr(local, "LOGIT_CHUNK", ids.shape[0] * 16)  # one position per slice (vocab 16)

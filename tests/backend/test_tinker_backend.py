@@ -16,9 +16,8 @@ from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.tinker import RL_LOSSES, TinkerBackend, TinkerCallError, datums_of
 from rlvr.engine.tinker import TinkerEngine
 from rlvr.errors import ConfigError
-from rlvr.model.lora import LoraSpec
 from rlvr.run import backend_runtime_args, run
-from rlvr.types import Rollouts, SamplingParams, TrainBatch
+from rlvr.types import LoraSpec, Rollouts, SamplingParams, TrainBatch
 
 LORA = LoraSpec(rank=8, alpha=16, dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj"])
 IS = PolicyLoss(clip_eps=0.0, clip_eps_high=0.0, adv_clip_max=0.0)

@@ -18,9 +18,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, 
 
 from rlvr.algorithm.loss import PolicyLoss  # noqa: E402
 from rlvr.engine.pytorch import PyTorchEngine  # noqa: E402
-from rlvr.model.lora import LoraSpec  # noqa: E402
 from rlvr.model.tiny import TinyLlama  # noqa: E402
-from rlvr.types import SamplingParams, TrainBatch  # noqa: E402
+from rlvr.types import (  # noqa: E402
+    LoraSpec,  # noqa: E402
+    SamplingParams,
+    TrainBatch,
+)
 
 TINY = TinyLlama("0123456789+=", 64, 128, 2, 2, 32, "float32", None)
 LORA = LoraSpec(4, 8, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])

@@ -1,9 +1,9 @@
 import torch
 
-from rlvr.model.lora import LoraSpec
 from rlvr.model.pretrained import Pretrained
 from rlvr.model.prompt_encoding import encode_prompts, eos_ids
 from rlvr.model.tiny import TinyLlama, build_char_tokenizer
+from rlvr.types import LoraSpec
 
 TINY = TinyLlama("0123456789+=", 64, 128, 2, 2, 32, "float32", None)
 

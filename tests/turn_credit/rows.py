@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from rlvr.turn_credit.signals import TurnSignals
+from rlvr.types import TurnSignals
 
 NAN = math.nan
 

@@ -8,8 +8,7 @@ from rlvr.algorithm.loss import PolicyLoss
 from rlvr.credit import assign_credit
 from rlvr.transform.none import NoTransform
 from rlvr.turn_credit.episode import EpisodeCredit
-from rlvr.turn_credit.signals import TurnSignals
-from rlvr.types import TokenSignals
+from rlvr.types import TokenSignals, TurnSignals
 from tests.turn_credit.rows import expand, off_action, turn_signals
 
 # 2 prompts × 2 episodes; episodes take 1 to 3 turns with observations between actions

@@ -13,12 +13,11 @@ from rlvr.data.reasoning_gym import PACKAGE as REASONING_GYM_PACKAGE
 from rlvr.env.openenv import OPENENV_PACKAGE
 from rlvr.env.textarena import TEXTARENA_PACKAGE
 from rlvr.env.verifiers import VERIFIERS_PACKAGE
-from rlvr.launcher.slurm import Cluster, query_cluster
+from rlvr.launcher.slurm import SLURM_COMMANDS, Cluster, query_cluster
 from rlvr.requirements import CudaDevice, Package, distribution_version
 from rlvr.threads import resolve as resolve_threads
 from rlvr.threads import usable_cores
 
-SLURM_COMMANDS = ("sbatch", "squeue", "sacct", "scontrol")
 SINFO_TIMEOUT_S = 5.0
 
 

@@ -108,8 +108,7 @@ def slurm_needs(job: Job, cluster: Cluster) -> list[Line]:
     """The SLURM commands, a cluster, and what sbatch would refuse in the launcher's request: the problems
     `hydra/launcher=slurm` itself refuses before it submits (rlvr.launcher.slurm.launch_problems), each with
     the override that fits."""
-    from rlvr.cli.doctor.machine import SLURM_COMMANDS
-    from rlvr.launcher.slurm import launch_problems
+    from rlvr.launcher.slurm import SLURM_COMMANDS, launch_problems
 
     item = f"hydra/launcher={job.choices.get('hydra/launcher')}"
     absent = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
