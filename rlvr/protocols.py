@@ -82,11 +82,16 @@ class Finding:
 class Requirement(Protocol):
     """One thing a component needs from this machine: a package, a variable, a device, a server, a file."""
 
-    item: str
-    """What the report names ("$TINKER_API_KEY", "vllm", "cuda")."""
-    at_start: bool
-    """Checked by every run before anything loads (cheap: a variable, a file). Otherwise only `rlvr doctor`
-    checks it (a child process, a request) and the run finds out when it gets there."""
+    @property
+    def item(self) -> str:
+        """What the report names ("$TINKER_API_KEY", "vllm", "cuda")."""
+        ...
+
+    @property
+    def at_start(self) -> bool:
+        """Checked by every run before anything loads (cheap: a variable, a file). Otherwise only `rlvr doctor`
+        checks it (a child process, a request) and the run finds out when it gets there."""
+        ...
 
     def check(self) -> Finding: ...
 

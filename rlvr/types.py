@@ -270,6 +270,7 @@ class LoraSpec:
         import peft
 
         return peft.LoraConfig(
-            task_type="CAUSAL_LM", r=self.rank, lora_alpha=self.alpha, lora_dropout=self.dropout,
+            task_type="CAUSAL_LM", r=self.rank, lora_dropout=self.dropout,
+            lora_alpha=self.alpha,  # type: ignore[arg-type]  # PEFT annotates int; a float scales alike
             target_modules=list(self.target_modules),
         )
