@@ -330,7 +330,18 @@ class Backend(Protocol):
 
     @property
     def policy(self) -> nn.Module:
-        """The trained module (a PEFT model under LoRA); for a remote backend, its sampler handle."""
+        """The trained module (a PEFT model under LoRA); for a remote backend, its sampler handle. A plain read:
+        nothing collective happens here."""
+        ...
+
+    @property
+    def trainable_parameters(self) -> int:
+        """Parameters the optimizer updates (0 where a service does not report them)."""
+        ...
+
+    def prepare_sampling(self) -> None:
+        """Make `policy` whole for the engine and evaluation. Called on every process of a run before each
+        sampling and evaluation: backend=fsdp all-gathers its shards (a collective); the others do nothing."""
         ...
 
     def train_step(self, batch: TrainBatch, loss: Loss, lr: float) -> dict[str, float]: ...

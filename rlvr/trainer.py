@@ -413,6 +413,7 @@ class Trainer:
         examples = prompts_at(c.data, step, position, P)
         live.totals["prompts"] += P
         clock = Stopwatch()
+        live.backend.prepare_sampling()  # on every process (backend=fsdp: a collective)
         live.engine.sync(live.backend.policy)
         sync_s = clock.lap()
         batch = live.rollout.collect(examples, step, position, G, self.sampling)
@@ -481,6 +482,7 @@ class Trainer:
         """Greedy accuracy on the held-out set (unless trainer.evaluate=false); appends the evaluation row."""
         if not self.evaluate:
             return
+        live.backend.prepare_sampling()  # on every process (backend=fsdp: a collective)
         row = held_out(live.rollout, live.engine, live.backend.policy, live.c.data, self.eval_max_tokens,
                        steps_done).row
         self._emit(live, row)
@@ -514,6 +516,7 @@ def local_policy(c: Components, module, tokenizer) -> tuple[Backend, Engine]:
     """The backend around `module` (LoRA attached, or all weights trained) and the engine that samples from it, not
     yet connected: the trainer's, and the checkpoint commands' (rlvr/cli/from_checkpoint.py), built alike."""
     backend = c.make_backend(model=module, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tokenizer.pad_token_id)
+    backend.prepare_sampling()  # on every process (backend=fsdp: a collective)
     stops = eos_ids(tokenizer, module.generation_config.eos_token_id)
     return backend, c.make_engine(module=backend.policy, eos_ids=stops, pad_id=tokenizer.pad_token_id)
 

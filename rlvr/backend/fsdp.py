@@ -48,11 +48,18 @@ from typing import TYPE_CHECKING, Any
 
 from rlvr import distributed
 from rlvr.algorithm.loss import PolicyLoss
-from rlvr.backend.local import STATE_FILE, LocalBackend, StepRows, resolve_device, selection_generator
+from rlvr.backend.local import (
+    STATE_FILE,
+    LocalBackend,
+    StepRows,
+    Trainee,
+    prepare,
+    resolve_device,
+    selection_generator,
+)
 from rlvr.lazy import lazy_import
-from rlvr.model.lora import LoraSpec
 from rlvr.protocols import Needs
-from rlvr.types import TrainBatch
+from rlvr.types import LoraSpec, TrainBatch
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -80,7 +87,7 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
             if type(m).__name__ in names or (not names and type(m).__name__.endswith("DecoderLayer"))]
 
 
-class FSDPBackend(LocalBackend):
+class FSDPBackend:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         local = LocalBackend.needs(settings)  # what backend=local gives and asks of the machine, and more
@@ -110,16 +117,32 @@ class FSDPBackend(LocalBackend):
         distributed.init(self.world, device, timeout_s)  # rlvr.run has done it already; a test may not have
         self.reshard_after_forward = reshard_after_forward
         self.lora = lora
-        super().__init__(model, lora, lora_seed, pad_id, device, betas, eps, weight_decay, grad_clip_norm,
-                         micro_batch_size, gradient_checkpointing)
-        self.units = [m for m in self._policy.modules() if isinstance(m, fsdp.FSDPModule)]
+        self.device = resolve_device(device)
+        # left where it was built (the CPU): `fully_shard` moves each unit's shard to the device, so no device holds
+        # the whole model at once
+        model = self._shard(prepare(model, lora, lora_seed, gradient_checkpointing))
+        self.trainee = Trainee(model, self.device, pad_id, lora_seed, betas, eps, weight_decay, grad_clip_norm,
+                               micro_batch_size)
+        self.units = [m for m in model.modules() if isinstance(m, fsdp.FSDPModule)]
         self.gathered = False
         """Every unit's parameters are all-gathered (for sampling) rather than sharded (for training)."""
 
-    def _place(self, model: nn.Module) -> nn.Module:
-        """Left where it was built (the CPU): `fully_shard` moves each unit's shard to the device, so no device
-        holds the whole model at once."""
-        return model
+    @property
+    def policy(self) -> nn.Module:
+        """The module (its parameters all-gathered after `prepare_sampling`, sharded after a train step)."""
+        return self.trainee.policy
+
+    @property
+    def trainable_parameters(self) -> int:
+        return self.trainee.trainable_parameters
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.trainee.micro_batch_size
+
+    @property
+    def optimizer(self):
+        return self.trainee.optimizer
 
     def _shard(self, model: nn.Module) -> nn.Module:
         compute = next(model.parameters()).dtype  # model.dtype: what the forward passes compute in
@@ -132,15 +155,15 @@ class FSDPBackend(LocalBackend):
         fsdp.fully_shard(model, **knobs)
         return model
 
-    @property
-    def policy(self) -> nn.Module:
-        """The module with every parameter gathered, for the engine and evaluation (until the next train step)."""
+    def prepare_sampling(self) -> None:
+        """A collective: every rank calls it before the engine samples or evaluates (rlvr/trainer.py does, each
+        step): every unit's parameters are all-gathered, so `policy` is the whole module until the next train
+        step."""
         if not self.gathered:
             for unit in self.units:
                 unit.unshard()
                 unit.set_reshard_after_forward(False)
             self.gathered = True
-        return self._policy
 
     def _sharded(self) -> None:
         if self.gathered:
@@ -150,26 +173,26 @@ class FSDPBackend(LocalBackend):
             self.gathered = False
 
     def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]:
-        t0 = time.perf_counter()
+        t0, t = time.perf_counter(), self.trainee
         self._sharded()
-        rows = self._step_rows(batch)
+        rows = t.step_rows(batch)
         N, W = rows.ids.shape[0], self.world.size
         mine = self.world.share(N)
         widest = max(1, math.ceil(N / W))
-        mb = self.micro_batch_size or widest
+        mb = t.micro_batch_size or widest
         batches = [slice(s, min(s + mb, mine.stop)) for s in range(mine.start, mine.start + widest, mb)]
-        if not self._policy.training:
-            self._policy.train()
+        if not t.policy.training:
+            t.policy.train()
         real = [b for b in batches if b.start < b.stop]
         padding = [slice(0, 1)] * (len(batches) - len(real))  # as many passes as the widest share: collectives pair
         selected = self._shared_selection(loss, rows, real, padding)
-        self.optimizer.zero_grad(set_to_none=True)
-        sums = self._accumulate(loss, rows, real, selected, scale=float(W))
+        t.optimizer.zero_grad(set_to_none=True)
+        sums = t.accumulate(loss, rows, real, selected, scale=float(W))
         if padding:
-            self._accumulate(loss, rows, padding, selected, scale=0.0)
+            t.accumulate(loss, rows, padding, selected, scale=0.0)
         sums = self._all_reduce(sums)
-        grad_norm, finite = self._update(lr, sums["loss"])
-        return self._report(sums, rows, selected, grad_norm, finite, lr, N, t0)
+        grad_norm, finite = t.update(lr, sums["loss"], as_float=self._grad_norm)
+        return t.report(sums, rows, selected, grad_norm, finite, lr, N, t0)
 
     def _shared_selection(self, loss: PolicyLoss, rows: StepRows, real: list[slice], padding: list[slice]
                           ) -> Tensor | None:
@@ -179,11 +202,11 @@ class FSDPBackend(LocalBackend):
         if not loss.selects_tokens:
             return None
         with torch.no_grad():
-            parts = [self.completion_logprobs(rows.ids[b], rows.attn[b], rows.Lp, rows.tokens[b], rows.temperature)
-                     for b in real + padding]
+            parts = [self.trainee.completion_logprobs(rows.ids[b], rows.attn[b], rows.Lp, rows.tokens[b],
+                                                      rows.temperature) for b in real + padding]
         mine = torch.cat(parts[: len(real)]) if real else rows.old_lp[:0]
         new_lp_N_T = torch.cat([p.to(rows.old_lp.device) for p in distributed.all_gather(mine.cpu())])
-        draws = selection_generator(self.lora_seed, self.train_steps)
+        draws = selection_generator(self.trainee.lora_seed, self.trainee.train_steps)
         return loss.select_tokens(new_lp_N_T, rows.old_lp, rows.adv, rows.action, draws)
 
     @staticmethod
@@ -210,20 +233,21 @@ class FSDPBackend(LocalBackend):
         """Every rank: its shards under `dcp/` (collective). Rank 0: the full adapter or weights, as
         backend=local writes them, and `local_state.json`."""
         self._sharded()
-        model_sd, optim_sd = state_dict_api.get_state_dict(self._policy, self.optimizer, options=self._options())
+        model_sd, optim_sd = state_dict_api.get_state_dict(self.trainee.policy, self.trainee.optimizer,
+                                                           options=self._options())
         dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(path / SHARDS))
-        full = state_dict_api.get_model_state_dict(self._policy, options=self._options(full=True))
+        full = state_dict_api.get_model_state_dict(self.trainee.policy, options=self._options(full=True))
         if not self.world.is_main:
             return
-        if isinstance(self._policy, peft.PeftModel):
-            adapter = peft.get_peft_model_state_dict(self._policy, state_dict=full)
+        if isinstance(self.trainee.policy, peft.PeftModel):
+            adapter = peft.get_peft_model_state_dict(self.trainee.policy, state_dict=full)
             safetensors_torch.save_file({k: v.contiguous() for k, v in adapter.items()},
                                         str(path / "adapter_model.safetensors"))
-            self._policy.peft_config["default"].save_pretrained(str(path))
+            self.trainee.policy.peft_config["default"].save_pretrained(str(path))
         else:
             safetensors_torch.save_file(untied(full), str(path / "model.safetensors"))
-            self._policy.config.save_pretrained(path)
-        (path / STATE_FILE).write_text(json.dumps({"train_steps": self.train_steps}) + "\n")
+            self.trainee.policy.config.save_pretrained(path)
+        (path / STATE_FILE).write_text(json.dumps({"train_steps": self.trainee.train_steps}) + "\n")
 
     def load(self, path: Path) -> None:
         """Restore `save`'s shards on this run's processes, however many wrote them."""
@@ -231,12 +255,13 @@ class FSDPBackend(LocalBackend):
             raise ValueError(f"{path} has no {SHARDS}/ folder: it was written by backend=local, which backend=fsdp "
                              "cannot resume (continue it with backend=local)")
         self._sharded()
-        model_sd, optim_sd = state_dict_api.get_state_dict(self._policy, self.optimizer, options=self._options())
+        model_sd, optim_sd = state_dict_api.get_state_dict(self.trainee.policy, self.trainee.optimizer,
+                                                           options=self._options())
         state = {"model": model_sd, "optimizer": optim_sd}
         dcp.load(state, checkpoint_id=str(path / SHARDS))
-        state_dict_api.set_state_dict(self._policy, self.optimizer, model_state_dict=state["model"],
+        state_dict_api.set_state_dict(self.trainee.policy, self.trainee.optimizer, model_state_dict=state["model"],
                                       optim_state_dict=state["optimizer"], options=self._options())
-        self.train_steps = int(json.loads((path / STATE_FILE).read_text())["train_steps"])
+        self.trainee.train_steps = int(json.loads((path / STATE_FILE).read_text())["train_steps"])
 
 
 def untied(state: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -36,18 +36,17 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.lazy import lazy_import
-from rlvr.model.lora import LoraSpec
 from rlvr.protocols import Needs
 from rlvr.requirements import CudaDevice
 from rlvr.seeds import sub_seed
-from rlvr.types import TrainBatch
+from rlvr.types import LoraSpec, TrainBatch
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -93,6 +92,148 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+class Trainee:
+    """The trained module, its parameters and optimizer, and the step functions every local backend runs on them:
+    backend=local calls them on the whole step, backend=fsdp on its share (rlvr/backend/fsdp.py). Composed, not
+    inherited: a backend holds one and says how it places and shares the module."""
+
+    def __init__(self, model: nn.Module, device: torch.device, pad_id: int, lora_seed: int, betas: tuple[float, float],
+                 eps: float, weight_decay: float, grad_clip_norm: float, micro_batch_size: int) -> None:
+        self.policy = model
+        self.device = device
+        self.pad_id = pad_id
+        self.grad_clip_norm = grad_clip_norm
+        self.micro_batch_size = micro_batch_size
+        self.lora_seed = lora_seed
+        self.train_steps = 0
+        """Calls of `train_step` so far (steps skipped for a non-finite loss included): clip_cov's draw index."""
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=0.0, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+
+    @property
+    def trainable_parameters(self) -> int:
+        return sum(p.numel() for p in self.params)
+
+    def step_rows(self, batch: TrainBatch) -> StepRows:
+        """The step's rows that carry signal, laid out for the forward pass (every rank computes all of them)."""
+        ro = batch.rollouts
+        action_PG_T = (batch.adv_PG_T != 0) & ro.action_mask_PG_T
+        keep = action_PG_T.any(-1).nonzero().squeeze(-1)  # rows with any signal, in order
+        T = int(ro.mask_PG_T[keep].sum(-1).max()) if len(keep) else 0
+        tokens, mask = ro.tokens_PG_T[keep, :T], ro.mask_PG_T[keep, :T]
+        old_lp, adv, action = (x[keep, :T].to(self.device) for x in (ro.logprobs_PG_T, batch.adv_PG_T, action_PG_T))
+        ids, attn, Lp = self.rows([ro.prompt_ids_P[i // ro.group_size] for i in keep.tolist()], tokens, mask)
+        return StepRows(ids, attn, Lp, tokens, old_lp, adv, action, ro.temperature, max(int(action_PG_T.sum()), 1),
+                        int(action_PG_T.sum()))
+
+    def accumulate(self, loss: PolicyLoss, rows: StepRows, batches: list[slice], selected: Tensor | None,
+                    scale: float) -> dict[str, float]:
+        """Forward and backward over `batches` (slices of `rows`), each adding Σ ℓ over its tokens / the whole
+        step's token count (× `scale`) to the gradients; returns the summed (unscaled) loss and statistics."""
+        sums = {"loss": 0.0, "clipped": 0.0, "abs_kl": 0.0, "ratio_max": 0.0}
+        for b in batches:
+            new_lp = self.completion_logprobs(rows.ids[b], rows.attn[b], rows.Lp, rows.tokens[b], rows.temperature)
+            m = rows.action[b]
+            tok_loss, clipped = loss.token_losses(new_lp, rows.old_lp[b], rows.adv[b],
+                                                  None if selected is None else selected[b])
+            mb_loss = (tok_loss * m).sum() / rows.total
+            (mb_loss * scale if scale != 1.0 else mb_loss).backward()
+            with torch.no_grad():
+                delta = (new_lp - rows.old_lp[b])[m]
+                sums["loss"] += float(mb_loss)
+                sums["clipped"] += float(clipped[m].sum())
+                sums["abs_kl"] += float(delta.abs().sum())
+                if delta.numel():
+                    sums["ratio_max"] = max(sums["ratio_max"], float(delta.max().exp()))
+        return sums
+
+    def update(self, lr: float, loss_sum: float, as_float: Callable[[Tensor], float] = float) -> tuple[float, bool]:
+        """Clip (when set), step the optimizer unless the loss or the gradient norm is not finite, zero the
+        gradients; returns the pre-clip gradient norm (`as_float`: a sharded norm's whole value) and whether the
+        step was taken."""
+        max_norm = self.grad_clip_norm if self.grad_clip_norm > 0 else float("inf")
+        grad_norm = as_float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        finite = math.isfinite(loss_sum) and math.isfinite(grad_norm)
+        if finite:
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.train_steps += 1
+        return grad_norm, finite
+
+    @staticmethod
+    def report(sums: dict[str, float], rows: StepRows, selected: Tensor | None, grad_norm: float, finite: bool,
+                lr: float, trained_rows: int, t0: float) -> dict[str, float]:
+        total = rows.total
+        covariance = {} if selected is None else {"policy/cov_fraction": float(selected.sum()) / total}
+        return {
+            **covariance,
+            "train/nonfinite_skip": 0.0 if finite else 1.0,
+            "loss": sums["loss"],
+            "clip_fraction": sums["clipped"] / total,
+            "policy/abs_kl": sums["abs_kl"] / total,
+            "policy/ratio_max": sums["ratio_max"],
+            "grad_norm": grad_norm,
+            "lr": lr,
+            "rl/optimizer_nonzero_advantage_action_tokens": float(rows.tokens_with_signal),
+            "local_train_rows": float(trained_rows),
+            "local_train_wall_s": time.perf_counter() - t0,
+        }
+
+    def selection(self, loss: PolicyLoss, r: StepRows, mb: int) -> Tensor | None:
+        """kl_cov / clip_cov: `loss.select_tokens` on the whole step's [N, T] new log-probabilities, from a no-grad
+        pass micro-batch by micro-batch (the weights the gradient pass will see); None in standard (no pass)."""
+        if not loss.selects_tokens:
+            return None
+        with torch.no_grad():
+            new_lp = [self.completion_logprobs(r.ids[s : s + mb], r.attn[s : s + mb], r.Lp, r.tokens[s : s + mb],
+                                               r.temperature) for s in range(0, r.ids.shape[0], mb)]
+        new_lp_N_T = torch.cat(new_lp) if new_lp else r.old_lp.new_zeros(r.old_lp.shape)
+        draws = selection_generator(self.lora_seed, self.train_steps)
+        return loss.select_tokens(new_lp_N_T, r.old_lp, r.adv, r.action, draws)
+
+    def rows(self, prompts: list[list[int]], tokens_N_T: Tensor, mask_N_T: Tensor):
+        """input ids [N, Lp+T] (row i = prompts[i] left-padded to Lp, then its completion), attention
+        mask, and Lp."""
+        Lp = max((len(p) for p in prompts), default=0)
+        prompt = torch.full((len(prompts), Lp), self.pad_id, dtype=torch.long)
+        prompt_attn = torch.zeros((len(prompts), Lp), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            prompt[i, Lp - len(p) :] = torch.tensor(p)
+            prompt_attn[i, Lp - len(p) :] = 1
+        ids = torch.cat([prompt, tokens_N_T], 1).to(self.device)
+        attn = torch.cat([prompt_attn, mask_N_T.long()], 1).to(self.device)
+        return ids, attn, Lp
+
+    def completion_logprobs(self, ids: Tensor, attn: Tensor, Lp: int, tokens_PG_T: Tensor, temperature: float):
+        """[n, T] log-probabilities of the completion tokens under the temperature-scaled policy."""
+        T = tokens_PG_T.shape[1]
+        position = (attn.cumsum(-1) - 1).clamp(min=0)
+        # logits at positions Lp−1 … Lp+T−2 predict completion tokens 0 … T−1
+        logits = self.policy(input_ids=ids, attention_mask=attn, position_ids=position, logits_to_keep=T + 1).logits
+        tokens = tokens_PG_T.to(self.device)
+        # log p(t) = z_t − logsumexp(z), z = logits/T in fp32, a slice of positions at a time: a 150k-token
+        # vocabulary never has its whole [rows, T, V] fp32 copy in memory at once (≤ LOGIT_CHUNK elements)
+        step = max(1, LOGIT_CHUNK // max(1, logits.shape[0] * logits.shape[-1]))
+        out = []
+        for t in range(0, T, step):
+            z = logits[:, t : min(t + step, T)].float() / max(temperature, 1e-7)
+            out.append(z.gather(-1, tokens[:, t : t + step, None]).squeeze(-1) - torch.logsumexp(z, dim=-1))
+        return torch.cat(out, dim=1) if out else logits.new_zeros((logits.shape[0], 0), dtype=torch.float32)
+
+def prepare(model: nn.Module, lora: LoraSpec | None, lora_seed: int, gradient_checkpointing: bool) -> nn.Module:
+    """The module as it is trained: activations recomputed in backward when asked (less memory, ~30% more compute),
+    and the LoRA adapter attached (its A matrices drawn from `lora_seed`) unless all weights are trained."""
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    if lora is not None:
+        torch.manual_seed(lora_seed)  # LoRA A matrices are drawn at wrap time
+        model = peft.get_peft_model(model, lora.to_peft())
+    return model
+
+
 class LocalBackend:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
@@ -115,190 +256,73 @@ class LocalBackend:
         gradient_checkpointing: bool,
     ) -> None:
         self.device = resolve_device(device)
-        model = self._place(model)
-        if gradient_checkpointing:  # recompute activations in backward: less memory, ~30% more compute
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            model.config.use_cache = False
-        if lora is not None:
-            torch.manual_seed(lora_seed)  # LoRA A matrices are drawn at wrap time
-            model = peft.get_peft_model(model, lora.to_peft())
-        model = self._shard(model)
-        self._policy = model
-        self.pad_id = pad_id
-        self.grad_clip_norm = grad_clip_norm
-        self.micro_batch_size = micro_batch_size
-        self.lora_seed = lora_seed
-        self.train_steps = 0
-        """Calls of `train_step` so far (steps skipped for a non-finite loss included): clip_cov's draw index."""
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=0.0, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
-
-    def _place(self, model: nn.Module) -> nn.Module:
-        """The module on the training device."""
-        return model.to(self.device)
-
-    def _shard(self, model: nn.Module) -> nn.Module:
-        """The module as this process trains it: here the whole of it (backend=fsdp shards it, rlvr/backend/fsdp.py)."""
-        return model
+        model = prepare(model.to(self.device), lora, lora_seed, gradient_checkpointing)
+        self.trainee = Trainee(model, self.device, pad_id, lora_seed, betas, eps, weight_decay, grad_clip_norm,
+                               micro_batch_size)
 
     @property
     def policy(self) -> nn.Module:
-        return self._policy
+        """The trained module (the engine samples from it)."""
+        return self.trainee.policy
+
+    def prepare_sampling(self) -> None:
+        """Nothing to do: the whole module is here (backend=fsdp gathers its shards; rlvr/protocols.py: Backend)."""
 
     @property
     def trainable_parameters(self) -> int:
-        return sum(p.numel() for p in self.params)
+        return self.trainee.trainable_parameters
 
-    def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]:
-        t0 = time.perf_counter()
-        rows = self._step_rows(batch)
-        N = rows.ids.shape[0]
-        mb = self.micro_batch_size or max(N, 1)
-        if not self._policy.training:
-            self._policy.train()
-        selected = self._selection(loss, rows, mb)
-        self.optimizer.zero_grad(set_to_none=True)
-        sums = self._accumulate(loss, rows, [slice(s, s + mb) for s in range(0, N, mb)], selected, scale=1.0)
-        grad_norm, finite = self._update(lr, sums["loss"])
-        return self._report(sums, rows, selected, grad_norm, finite, lr, N, t0)
+    @property
+    def micro_batch_size(self) -> int:
+        return self.trainee.micro_batch_size
 
-    def _step_rows(self, batch: TrainBatch) -> StepRows:
-        """The step's rows that carry signal, laid out for the forward pass (every rank computes all of them)."""
-        ro = batch.rollouts
-        action_PG_T = (batch.adv_PG_T != 0) & ro.action_mask_PG_T
-        keep = action_PG_T.any(-1).nonzero().squeeze(-1)  # rows with any signal, in order
-        T = int(ro.mask_PG_T[keep].sum(-1).max()) if len(keep) else 0
-        tokens, mask = ro.tokens_PG_T[keep, :T], ro.mask_PG_T[keep, :T]
-        old_lp, adv, action = (x[keep, :T].to(self.device) for x in (ro.logprobs_PG_T, batch.adv_PG_T, action_PG_T))
-        ids, attn, Lp = self._rows([ro.prompt_ids_P[i // ro.group_size] for i in keep.tolist()], tokens, mask)
-        return StepRows(ids, attn, Lp, tokens, old_lp, adv, action, ro.temperature, max(int(action_PG_T.sum()), 1),
-                        int(action_PG_T.sum()))
-
-    def _accumulate(self, loss: PolicyLoss, rows: StepRows, batches: list[slice], selected: Tensor | None,
-                    scale: float) -> dict[str, float]:
-        """Forward and backward over `batches` (slices of `rows`), each adding Σ ℓ over its tokens / the whole
-        step's token count (× `scale`) to the gradients; returns the summed (unscaled) loss and statistics."""
-        sums = {"loss": 0.0, "clipped": 0.0, "abs_kl": 0.0, "ratio_max": 0.0}
-        for b in batches:
-            new_lp = self.completion_logprobs(rows.ids[b], rows.attn[b], rows.Lp, rows.tokens[b], rows.temperature)
-            m = rows.action[b]
-            tok_loss, clipped = loss.token_losses(new_lp, rows.old_lp[b], rows.adv[b],
-                                                  None if selected is None else selected[b])
-            mb_loss = (tok_loss * m).sum() / rows.total
-            (mb_loss * scale if scale != 1.0 else mb_loss).backward()
-            with torch.no_grad():
-                delta = (new_lp - rows.old_lp[b])[m]
-                sums["loss"] += float(mb_loss)
-                sums["clipped"] += float(clipped[m].sum())
-                sums["abs_kl"] += float(delta.abs().sum())
-                if delta.numel():
-                    sums["ratio_max"] = max(sums["ratio_max"], float(delta.max().exp()))
-        return sums
-
-    def _update(self, lr: float, loss_sum: float) -> tuple[float, bool]:
-        """Clip (when set), step the optimizer unless the loss or the gradient norm is not finite, zero the
-        gradients; returns the pre-clip gradient norm and whether the step was taken."""
-        max_norm = self.grad_clip_norm if self.grad_clip_norm > 0 else float("inf")
-        grad_norm = self._grad_norm(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
-        finite = math.isfinite(loss_sum) and math.isfinite(grad_norm)
-        if finite:
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.train_steps += 1
-        return grad_norm, finite
-
-    @staticmethod
-    def _grad_norm(norm: Tensor) -> float:
-        return float(norm)
-
-    @staticmethod
-    def _report(sums: dict[str, float], rows: StepRows, selected: Tensor | None, grad_norm: float, finite: bool,
-                lr: float, trained_rows: int, t0: float) -> dict[str, float]:
-        total = rows.total
-        covariance = {} if selected is None else {"policy/cov_fraction": float(selected.sum()) / total}
-        return {
-            **covariance,
-            "train/nonfinite_skip": 0.0 if finite else 1.0,
-            "loss": sums["loss"],
-            "clip_fraction": sums["clipped"] / total,
-            "policy/abs_kl": sums["abs_kl"] / total,
-            "policy/ratio_max": sums["ratio_max"],
-            "grad_norm": grad_norm,
-            "lr": lr,
-            "rl/optimizer_nonzero_advantage_action_tokens": float(rows.tokens_with_signal),
-            "local_train_rows": float(trained_rows),
-            "local_train_wall_s": time.perf_counter() - t0,
-        }
-
-    def _selection(self, loss: PolicyLoss, r: StepRows, mb: int) -> Tensor | None:
-        """kl_cov / clip_cov: `loss.select_tokens` on the whole step's [N, T] new log-probabilities, from a no-grad
-        pass micro-batch by micro-batch (the weights the gradient pass will see); None in standard (no pass)."""
-        if not loss.selects_tokens:
-            return None
-        with torch.no_grad():
-            new_lp = [self.completion_logprobs(r.ids[s : s + mb], r.attn[s : s + mb], r.Lp, r.tokens[s : s + mb],
-                                               r.temperature) for s in range(0, r.ids.shape[0], mb)]
-        new_lp_N_T = torch.cat(new_lp) if new_lp else r.old_lp.new_zeros(r.old_lp.shape)
-        draws = selection_generator(self.lora_seed, self.train_steps)
-        return loss.select_tokens(new_lp_N_T, r.old_lp, r.adv, r.action, draws)
-
-    def _rows(self, prompts: list[list[int]], tokens_N_T: Tensor, mask_N_T: Tensor):
-        """input ids [N, Lp+T] (row i = prompts[i] left-padded to Lp, then its completion), attention
-        mask, and Lp."""
-        Lp = max((len(p) for p in prompts), default=0)
-        prompt = torch.full((len(prompts), Lp), self.pad_id, dtype=torch.long)
-        prompt_attn = torch.zeros((len(prompts), Lp), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            prompt[i, Lp - len(p) :] = torch.tensor(p)
-            prompt_attn[i, Lp - len(p) :] = 1
-        ids = torch.cat([prompt, tokens_N_T], 1).to(self.device)
-        attn = torch.cat([prompt_attn, mask_N_T.long()], 1).to(self.device)
-        return ids, attn, Lp
+    @property
+    def optimizer(self):
+        return self.trainee.optimizer
 
     def completion_logprobs(self, ids: Tensor, attn: Tensor, Lp: int, tokens_PG_T: Tensor, temperature: float):
-        """[n, T] log-probabilities of the completion tokens under the temperature-scaled policy."""
-        T = tokens_PG_T.shape[1]
-        position = (attn.cumsum(-1) - 1).clamp(min=0)
-        # logits at positions Lp−1 … Lp+T−2 predict completion tokens 0 … T−1
-        logits = self._policy(input_ids=ids, attention_mask=attn, position_ids=position, logits_to_keep=T + 1).logits
-        tokens = tokens_PG_T.to(self.device)
-        # log p(t) = z_t − logsumexp(z), z = logits/T in fp32, a slice of positions at a time: a 150k-token
-        # vocabulary never has its whole [rows, T, V] fp32 copy in memory at once (≤ LOGIT_CHUNK elements)
-        step = max(1, LOGIT_CHUNK // max(1, logits.shape[0] * logits.shape[-1]))
-        out = []
-        for t in range(0, T, step):
-            z = logits[:, t : min(t + step, T)].float() / max(temperature, 1e-7)
-            out.append(z.gather(-1, tokens[:, t : t + step, None]).squeeze(-1) - torch.logsumexp(z, dim=-1))
-        return torch.cat(out, dim=1) if out else logits.new_zeros((logits.shape[0], 0), dtype=torch.float32)
+        return self.trainee.completion_logprobs(ids, attn, Lp, tokens_PG_T, temperature)
+
+    def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]:
+        t0, t = time.perf_counter(), self.trainee
+        rows = t.step_rows(batch)
+        N = rows.ids.shape[0]
+        mb = t.micro_batch_size or max(N, 1)
+        if not t.policy.training:
+            t.policy.train()
+        selected = t.selection(loss, rows, mb)
+        t.optimizer.zero_grad(set_to_none=True)
+        sums = t.accumulate(loss, rows, [slice(s, s + mb) for s in range(0, N, mb)], selected, scale=1.0)
+        grad_norm, finite = t.update(lr, sums["loss"])
+        return t.report(sums, rows, selected, grad_norm, finite, lr, N, t0)
 
     def save(self, path: Path) -> None:
         """The adapter (`save_adapter`: adapter_model.safetensors + adapter_config.json, no model card) or the full
         weights (model.safetensors + config.json, loadable by `from_pretrained`), plus `optimizer.pt` and
         `local_state.json` (the step counter clip_cov's draws read)."""
         path.mkdir(parents=True, exist_ok=True)
-        if isinstance(self._policy, peft.PeftModel):
-            save_adapter(self._policy, path)
+        if isinstance(self.trainee.policy, peft.PeftModel):
+            save_adapter(self.trainee.policy, path)
         else:
-            safetensors_torch.save_model(self._policy, str(path / "model.safetensors"))  # tied weights are stored once
-            self._policy.config.save_pretrained(path)
-        torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
-        (path / STATE_FILE).write_text(json.dumps({"train_steps": self.train_steps}) + "\n")
+            # tied weights are stored once
+            safetensors_torch.save_model(self.trainee.policy, str(path / "model.safetensors"))
+            self.trainee.policy.config.save_pretrained(path)
+        torch.save(self.trainee.optimizer.state_dict(), path / "optimizer.pt")
+        (path / STATE_FILE).write_text(json.dumps({"train_steps": self.trainee.train_steps}) + "\n")
 
     def load(self, path: Path) -> None:
         """Restore what `save` wrote: weights, optimizer moments and the step counter, exactly."""
-        if isinstance(self._policy, peft.PeftModel):
+        if isinstance(self.trainee.policy, peft.PeftModel):
             state = safetensors_torch.load_file(path / "adapter_model.safetensors", device=str(self.device))
-            result = peft.set_peft_model_state_dict(self._policy, state)
+            result = peft.set_peft_model_state_dict(self.trainee.policy, state)
             if result.unexpected_keys:
                 raise ValueError(f"{path}: adapter does not fit this model ({result.unexpected_keys[:3]} …)")
         else:
-            safetensors_torch.load_model(self._policy, str(path / "model.safetensors"), device=str(self.device))
-        self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device))
+            safetensors_torch.load_model(self.trainee.policy, str(path / "model.safetensors"), device=str(self.device))
+        self.trainee.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device))
         # a checkpoint from before the counter existed cannot be a clip_cov run, the one reader of it: 0
         state = json.loads((path / STATE_FILE).read_text()) if (path / STATE_FILE).exists() else {}
-        self.train_steps = int(state.get("train_steps", 0))
+        self.trainee.train_steps = int(state.get("train_steps", 0))
 
 
 def save_adapter(policy: peft.PeftModel, path: Path) -> None:

