@@ -41,7 +41,8 @@ from rlvr.model.prompt_encoding import encode_prompts
 from rlvr.rollout.branch_probes import Probed, probe
 from rlvr.rollout.chat_turns import end_of_turn_id, observation_ids
 from rlvr.seeds import Seeds, sub_seed
-from rlvr.types import Played, Rollouts, SamplingParams, Scores, StepBatch, TurnSignals
+from rlvr.turn_credit.played import turn_signals
+from rlvr.types import Played, Rollouts, SamplingParams, Scores, StepBatch
 
 if TYPE_CHECKING:
 
@@ -296,15 +297,3 @@ def encode_observation(tokenizer, observation: str, row: list[int]) -> list[int]
         return tokenizer.encode(observation, add_special_tokens=False)
     closing = end_of_turn_id(tokenizer)
     return ([] if row and row[-1] == closing else [closing]) + observation_ids(tokenizer, observation)
-
-
-def turn_signals(played: Played) -> TurnSignals:
-    """What turn credit reads of a batch of played episodes: their action tokens and
-    turns, each turn's reward, the environment's own advantages and the branch probes' values."""
-    from rlvr.turn_credit.env import env_advantages
-
-    ro = played.rollouts
-    return TurnSignals(actions_PG_T=ro.action_mask_PG_T, turn_PG_T=ro.turn_PG_T, turns_PG=played.turns_PG,
-                       group_size=ro.group_size, turn_rewards_PG_K=played.turn_rewards_PG_K,
-                       env_adv_PG_K=env_advantages(played.infos, played.turn_rewards_PG_K.shape[1]),
-                       branch_rewards_PG_K_B=played.branch_rewards_PG_K_B)
