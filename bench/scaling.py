@@ -188,7 +188,7 @@ def worker(args: argparse.Namespace) -> None:
     loss = PolicyLoss(0.0, 0.0, 0.0)
 
     grads: list[int] = []
-    backend.optimizer.register_step_pre_hook(lambda *_: grads.append(gradient_bytes(backend.trainee.params)))
+    backend.trainee.optimizer.register_step_pre_hook(lambda *_: grads.append(gradient_bytes(backend.trainee.params)))
     peak_build, rss_built = rss_bytes("VmHWM"), rss_bytes("VmRSS")
     rss_reset = reset_peak_rss()
     if cuda:
@@ -216,7 +216,7 @@ def worker(args: argparse.Namespace) -> None:
         "rows": len(world.share(int(stats[0]["local_train_rows"]))),
         "loss": [s["loss"] for s in stats], "grad_norm": [s["grad_norm"] for s in stats],
         "state_bytes": {"parameters": parameter_bytes(backend.policy), "gradients": max(grads, default=0),
-                        "optimizer": optimizer_bytes(backend.optimizer)},
+                        "optimizer": optimizer_bytes(backend.trainee.optimizer)},
         "rss_imports": rss_imports,
         "rss_built": rss_built,
         "rss_peak": max(peak_build, peak_steps),

@@ -136,14 +136,6 @@ class FSDPBackend:
     def trainable_parameters(self) -> int:
         return self.trainee.trainable_parameters
 
-    @property
-    def micro_batch_size(self) -> int:
-        return self.trainee.micro_batch_size
-
-    @property
-    def optimizer(self):
-        return self.trainee.optimizer
-
     def _shard(self, model: nn.Module) -> nn.Module:
         compute = next(model.parameters()).dtype  # model.dtype: what the forward passes compute in
         model.float()  # the shards (the weights the optimizer updates, its moments) in float32, one dtype per unit

@@ -272,14 +272,6 @@ class LocalBackend:
     def trainable_parameters(self) -> int:
         return self.trainee.trainable_parameters
 
-    @property
-    def micro_batch_size(self) -> int:
-        return self.trainee.micro_batch_size
-
-    @property
-    def optimizer(self):
-        return self.trainee.optimizer
-
     def completion_logprobs(self, ids: Tensor, attn: Tensor, Lp: int, tokens_PG_T: Tensor, temperature: float):
         return self.trainee.completion_logprobs(ids, attn, Lp, tokens_PG_T, temperature)
 

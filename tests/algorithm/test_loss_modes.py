@@ -202,13 +202,13 @@ def off_policy_batch(adv_seed: int) -> TrainBatch:
 
 def step_with_gradients(b: LocalBackend, batch: TrainBatch, pl: PolicyLoss) -> tuple[dict, dict]:
     """train_step's metrics and the gradients it handed the optimizer."""
-    grads, step = {}, b.optimizer.step
+    grads, step = {}, b.trainee.optimizer.step
 
     def record(*args, **kwargs):
         grads.update({n: p.grad.clone() for n, p in b.policy.named_parameters() if p.grad is not None})
         return step(*args, **kwargs)
 
-    b.optimizer.step = record
+    b.trainee.optimizer.step = record
     return b.train_step(batch, pl, lr=1e-3), grads
 
 
