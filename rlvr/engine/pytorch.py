@@ -15,10 +15,20 @@ The predecessor returned the truncated distribution's logprob and trained at T=1
 ratio was not 1 on-policy (docs/predecessor.md#the-training-step). Here sampler and backend agree on one
 distribution.
 
-Sampling draws from a `torch.Generator` seeded per call, so a run's rollouts depend on (seed, step) and
-the weights alone. Given one seed per prompt instead (a distributed run, rlvr/distributed.py), each group
-draws from its own generator, so a group's completions do not depend on which other groups share the batch
-(nor on how many processes share the step).
+Seeding. Each prompt's group draws from its own `torch.Generator`: seeded with the prompt's seed when one is
+given per prompt (the rollouts', rlvr/rollout/), or with `sub_seed(seed, "prompt/<p>")` for prompt p from one
+int seed (`rlvr.seeds.prompt_seeds`). A group's completions therefore depend on its seed and the weights
+alone: not on which other groups share the batch, how many processes share the step, nor how the rows are
+chunked. Greedy decoding (T = 0) draws nothing.
+
+Chunks. `rows` (every prompt × group_size) are decoded in consecutive chunks, each the most rows, at most
+`max_batch_rows`, whose estimated peak activation memory (`Activations.bytes`) fits `max_batch_mb`; a row that
+alone exceeds the budget is a chunk by itself. The budget: `max_batch_mb` MiB when set; null (auto) is
+`CPU_BUDGET_MB` on a CPU and half the memory the GPU can still give (free + held by torch's allocator but unused)
+on a GPU, read at each call. Chunking changes how much is in memory at once, not the draws: each row's random
+numbers are the same whatever the chunks (`multinomial`), and so are its logits up to float summation order (a
+chunk's size and padding may change the kernels' order; the sampled tokens were identical on the CPU here,
+tests/engine/ and bench/eval_memory.py, as they already were when other prompts shared a row's batch).
 
 Weights: under LoRA with `merge_lora: true`, the engine samples from a plain copy of the model in which
 every adapted Linear holds W0 + s·B·A, refreshed by `sync` after each optimizer step (one addmm per
@@ -32,20 +42,96 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlvr.lazy import lazy_import, no_grad
 from rlvr.protocols import Needs
+from rlvr.seeds import prompt_seeds
 from rlvr.types import Rollouts, SamplingParams
 
 if TYPE_CHECKING:
     from torch import Generator, Tensor, nn
 
-    Generators = Generator | list[tuple[Generator, slice]]
-    """One generator for every row of a chunk, or (generator, rows) per group the chunk holds."""
+    Generators = list[tuple[Generator, slice, int, slice]]
+    """Per group a chunk holds: (its generator, its rows within the chunk, group_size, the same rows within the
+    group). Empty when greedy."""
 
 torch = lazy_import("torch")
 transformers = lazy_import("transformers")
+
+CPU_BUDGET_MB = 1024
+"""`max_batch_mb: null` on a CPU. Larger chunks stopped paying well below it on the 2-core machine: 1,000 rows of
+600 tokens through the tiny model (bench/eval_memory.py) took 63 / 59 / 69 / 70 / 84 s in chunks of 128 MiB /
+256 MiB / 1 GiB / 4 GiB / all rows (15 GB), and a 110M-parameter Llama decoded no faster past 64 rows a chunk
+(~200 MiB); 1 GiB keeps that margin for larger models while bounding what decoding adds to the process. A real
+model with long contexts decodes few rows a chunk under it: raise `max_batch_mb` where the memory is there."""
+GPU_BUDGET_FRACTION = 0.5
+"""`max_batch_mb: null` on a GPU: this share of the memory still available when `sample` is called (decoding and
+the training step do not overlap; the other half is the estimate's margin)."""
+
+
+@dataclass(frozen=True)
+class Activations:
+    """What sizes a chunk's activation memory, from the model's config (its text part)."""
+
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    intermediate: int
+    vocab: int
+    attention: str
+    """The config's attention implementation: eager materialises the [heads, L, L] scores."""
+    itemsize: int
+    """Bytes per element of the compute dtype (the parameters')."""
+
+    @classmethod
+    def of(cls, module: nn.Module) -> Activations | None:
+        """None when the module has no transformers config to read (then only `max_batch_rows` bounds chunks)."""
+        config: Any = getattr(module, "config", None)
+        if config is None:
+            return None
+        config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        try:
+            heads = config.num_attention_heads
+            return cls(
+                layers=config.num_hidden_layers, heads=heads,
+                kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+                head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+                hidden=config.hidden_size,
+                intermediate=getattr(config, "intermediate_size", None) or 4 * config.hidden_size,
+                vocab=config.vocab_size, attention=str(getattr(config, "_attn_implementation", None) or "sdpa"),
+                itemsize=next(module.parameters()).dtype.itemsize,
+            )
+        except (AttributeError, TypeError, StopIteration):
+            return None
+
+    def bytes(self, rows: int, length: int, max_tokens: int) -> int:
+        """Estimated peak bytes of decoding `rows` rows left-padded to `length` tokens, up to `max_tokens` more:
+
+            kv cache    layers · 2 · kv_heads · (length + max_tokens) · head_dim · b      (kept to the last token)
+            attention   eager:  heads · length² · (b + max(b, 4))  +  length² · b        (prefill: the scores and
+                                their fp32 softmax alive at once, + the additive mask)
+                        sdpa:   length² · 1 (the boolean mask; the kernel keeps no scores);  flash: 0
+            layer       length · (4 · hidden + 3 · intermediate) · b                      (one layer's prefill
+                                activations: residual, norm, q/k/v/o; the MLP's gate, up and their product)
+            logits      8 · vocab · 4                                                     (one step's fp32 copies:
+                                log-softmax, probabilities, sort values and indices, cumsum)
+
+        each per row, b the compute dtype's bytes. The weights are not counted (they are there either way)."""
+        b, S, L = self.itemsize, length + max_tokens, length
+        kv = self.layers * 2 * self.kv_heads * S * self.head_dim * b
+        if self.attention == "eager":
+            attention = self.heads * L * L * (b + max(b, 4)) + L * L * b
+        elif self.attention == "sdpa":
+            attention = L * L
+        else:
+            attention = 0
+        layer = L * (4 * self.hidden + 3 * self.intermediate) * b
+        logits = 8 * self.vocab * 4
+        return rows * (kv + attention + layer + logits)
 
 
 class PyTorchEngine:
@@ -55,11 +141,18 @@ class PyTorchEngine:
         return Needs(provides=frozenset({"entropy", "group_seeds"}),
                      requires={"local_policy": "it samples from the trained module in this process"})
 
-    def __init__(self, module: nn.Module, eos_ids: list[int], pad_id: int, max_batch_rows: int, merge_lora: bool):
+    def __init__(self, module: nn.Module, eos_ids: list[int], pad_id: int, max_batch_rows: int, merge_lora: bool,
+                 max_batch_mb: int | None = None):
+        if max_batch_rows < 1 or (max_batch_mb is not None and max_batch_mb <= 0):
+            raise ValueError(f"engine.max_batch_rows={max_batch_rows} must be >= 1 and engine.max_batch_mb="
+                             f"{max_batch_mb} > 0 or null (auto)")
         self.eos_ids = eos_ids
         self.pad_id = pad_id
         self.max_batch_rows = max_batch_rows
-        """Rows decoded together; larger requests are processed in chunks of this many rows."""
+        """The most rows decoded together."""
+        self.max_batch_mb = max_batch_mb
+        """The activation budget of one chunk in MiB (`Activations.bytes`); None: auto (module docstring)."""
+        self.activations = Activations.of(module)
         self.merged = MergedLora.of(module) if merge_lora else None
         self.sync(module)
 
@@ -80,27 +173,25 @@ class PyTorchEngine:
     ) -> Rollouts:
         rows = [ids for ids in prompt_ids_P for _ in range(group_size)]
         device = next(self.module.parameters()).device
-        if isinstance(seed, int):
-            gen = torch.Generator(device=device).manual_seed(seed)
-            chunk_gen = lambda start, stop: gen  # noqa: E731 - one stream for every row
-        else:
-            if len(seed) != len(prompt_ids_P):
-                raise ValueError(f"{len(seed)} seeds for {len(prompt_ids_P)} prompts: give one per prompt")
-            gens = [torch.Generator(device=device).manual_seed(s) for s in seed]
+        seeds = prompt_seeds(seed, len(prompt_ids_P))
 
-            def chunk_gen(start: int, stop: int) -> list[tuple[torch.Generator, slice]]:
-                """(generator, its rows within the chunk) for each group that rows start..stop−1 touch."""
-                return [(gens[p], slice(max(p * group_size, start) - start, min((p + 1) * group_size, stop) - start))
-                        for p in range(start // group_size, (stop - 1) // group_size + 1)]
+        def chunk_gen(start: int, stop: int) -> Generators:
+            """For each group that rows start..stop−1 touch, a generator fresh from its seed (module docstring)."""
+            if params.temperature == 0:
+                return []
+            gens = []
+            for p in range(start // group_size, (stop - 1) // group_size + 1):
+                first, last = max(p * group_size, start), min((p + 1) * group_size, stop)
+                gens.append((torch.Generator(device=device).manual_seed(seeds[p]), slice(first - start, last - start),
+                             group_size, slice(first - p * group_size, last - p * group_size)))
+            return gens
+
         was_training = self.module.training
         if was_training:
             self.module.eval()
         try:
-            chunks = [
-                self._decode(rows[i : i + self.max_batch_rows], params,
-                             chunk_gen(i, min(i + self.max_batch_rows, len(rows))), with_entropy, device)
-                for i in range(0, len(rows), self.max_batch_rows)
-            ]
+            chunks = [self._decode(rows[start:stop], params, chunk_gen(start, stop), with_entropy, device)
+                      for start, stop in self.chunks(rows, params.max_tokens, self.budget_bytes(device))]
         finally:
             if was_training:
                 self.module.train()
@@ -119,6 +210,29 @@ class PyTorchEngine:
             temperature=params.temperature,
             entropy_PG_T=cat(4, 0.0) if with_entropy else None,
         )
+
+    def budget_bytes(self, device) -> int:
+        """One chunk's activation budget (module docstring)."""
+        if self.max_batch_mb is not None:
+            return int(self.max_batch_mb * 2**20)
+        if device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(device)
+            unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+            return int(GPU_BUDGET_FRACTION * (free + unused))
+        return CPU_BUDGET_MB * 2**20
+
+    def chunks(self, rows: list[list[int]], max_tokens: int, budget: int) -> list[tuple[int, int]]:
+        """(start, stop) of consecutive chunks: each the most rows, up to `max_batch_rows`, whose estimate at the
+        chunk's longest row fits `budget` bytes; at least one row."""
+        spans, start, longest = [], 0, 0
+        for i, row in enumerate(rows):
+            n, length = i - start + 1, max(longest, len(row))
+            over = self.activations is not None and self.activations.bytes(n, length, max_tokens) > budget
+            if n > 1 and (n > self.max_batch_rows or over):
+                spans.append((start, i))
+                start, length = i, len(row)
+            longest = length
+        return [*spans, (start, len(rows))] if rows else []
 
     def _decode(
         self, rows: list[list[int]], params: SamplingParams, gen: Generators, with_entropy: bool, device
@@ -169,10 +283,18 @@ class PyTorchEngine:
 
 
 def multinomial(probs_N_V: Tensor, gen: Generators) -> Tensor:
-    """One draw per row, [N, 1]: from one generator, or from each group's own over its rows."""
-    if isinstance(gen, list):
-        return torch.cat([torch.multinomial(probs_N_V[rows], 1, generator=g) for g, rows in gen])
-    return torch.multinomial(probs_N_V, 1, generator=gen)
+    """One draw per row, [N, 1], by the exponential race: argmax(p / E), E ~ Exp(1) (torch.multinomial's own rule
+    for one draw, which it equals draw for draw). Each group's generator draws E for all its group_size rows at
+    every step, also when the chunk holds only some of them, so that a row's draw at step t is the same whatever
+    the chunking."""
+    if not bool(torch.isfinite(probs_N_V).all()):
+        raise RuntimeError("probability tensor contains either inf or nan: the policy's logits are not finite")
+    picks = []
+    for g, rows, group_size, within in gen:
+        race = torch.empty((group_size, probs_N_V.shape[-1]), dtype=probs_N_V.dtype, device=probs_N_V.device)
+        race = race.exponential_(1, generator=g)[within]
+        picks.append((probs_N_V[rows] / race).argmax(-1, keepdim=True))
+    return torch.cat(picks)
 
 
 def draw(logits_N_V: Tensor, params: SamplingParams, gen: Generators, with_entropy: bool):
@@ -202,10 +324,10 @@ class MergedLora:
     parameter or buffer are shared with the live model.
     """
 
-    def __init__(self, plain: nn.Module, pairs: list[tuple[nn.Module, nn.Linear]]) -> None:
+    def __init__(self, plain: nn.Module, pairs: list[tuple[Any, Any]]) -> None:
         self.plain = plain.eval()
         self.pairs = pairs
-        """(LoRA layer in the live model, merged Linear in the copy)."""
+        """(LoRA layer in the live model, merged Linear in the copy): PEFT's attributes are typed loosely."""
 
     @classmethod
     def of(cls, policy: nn.Module) -> MergedLora | None:
@@ -225,10 +347,10 @@ class MergedLora:
         adapted = {id(m.base_layer.weight) for m in layers.values()}
         shared = {id(t): t for t in [*base.parameters(), *base.buffers()] if id(t) not in adapted}
         plain = copy.deepcopy(base, memo=shared)
-        pairs = []
+        pairs: list[tuple[Any, Any]] = []
         for name, live in layers.items():
             parent, _, child = name.rpartition(".")
-            merged = plain.get_submodule(name).base_layer
+            merged: Any = plain.get_submodule(name).base_layer
             setattr(plain.get_submodule(parent) if parent else plain, child, merged)
             merged.weight.requires_grad_(False)
             pairs.append((live, merged))

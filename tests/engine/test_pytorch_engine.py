@@ -1,12 +1,13 @@
+import dataclasses
+
 import pytest
 import torch
 from engine.contract import check_rollouts
 
 from rlvr.backend.local import LocalBackend
 from rlvr.engine.pytorch import PyTorchEngine
-from rlvr.model.lora import LoraSpec
 from rlvr.model.tiny import TinyLlama
-from rlvr.types import SamplingParams
+from rlvr.types import LoraSpec, SamplingParams
 
 TINY = TinyLlama("0123456789+=", 64, 128, 2, 2, 32, "float32", None)
 PROMPTS = [[4, 5, 13, 6, 7, 14], [3, 14], [12, 12, 12, 13, 4]]  # different lengths: left padding at work
@@ -118,6 +119,7 @@ def test_merged_sampler_equals_sampling_through_peft():
     merged = engine_for(backend.policy, tok, merge_lora=True)
     peft = engine_for(backend.policy, tok, merge_lora=False)
     assert type(merged.module).__name__ == "LlamaForCausalLM"  # PEFT-free
+    assert merged.activations == peft.activations is not None  # the config read through PEFT's wrapper too
     a = merged.sample(PROMPTS, 8, SamplingParams(1.0, 1.0, 6), seed=5, with_entropy=True)
     b = peft.sample(PROMPTS, 8, SamplingParams(1.0, 1.0, 6), seed=5, with_entropy=True)
     assert torch.equal(a.tokens_PG_T, b.tokens_PG_T)
@@ -135,3 +137,89 @@ def test_merged_copy_shares_every_weight_it_does_not_merge():
     nudge_adapter(backend, 1.0)
     engine_for(backend.policy, tok)  # a refresh must not touch the live W0
     assert torch.equal(w0, backend.policy.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight)
+
+
+LONG = [[4 + i % 10 for i in range(n)] for n in (20, 7, 25, 3, 12)]  # five prompts of mixed lengths
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.9])
+@pytest.mark.parametrize("seeded", ["int", "per_prompt"])
+def test_chunking_never_changes_what_is_sampled(model_tok, top_p, seeded):
+    """Whatever splits the rows into chunks (the row cap, the memory budget, or nothing), the same seeds sample
+    the same tokens: each prompt's group draws from its own generator."""
+    model, tok = model_tok
+    params = SamplingParams(1.0, top_p, 6)
+    seed = 11 if seeded == "int" else [101, 7, 55, 3, 9]
+    whole = engine_for(model, tok).sample(LONG, 3, params, seed=seed, with_entropy=True)
+    one_row = PyTorchEngine(model, [tok.eos_token_id], tok.pad_token_id, 64, True, max_batch_mb=1e-6)
+    assert one_row.chunks([[1]] * 15, 6, one_row.budget_bytes(torch.device("cpu"))) == [(i, i + 1) for i in range(15)]
+    for engine in (engine_for(model, tok, max_batch_rows=4), engine_for(model, tok, max_batch_rows=1), one_row):
+        chunked = engine.sample(LONG, 3, params, seed=seed, with_entropy=True)
+        assert torch.equal(chunked.tokens_PG_T, whole.tokens_PG_T) and torch.equal(chunked.mask_PG_T, whole.mask_PG_T)
+        assert torch.allclose(chunked.logprobs_PG_T, whole.logprobs_PG_T, atol=1e-5)
+        assert torch.allclose(chunked.entropy_PG_T, whole.entropy_PG_T, atol=1e-5)
+    assert whole.tokens_PG_T.unique().numel() > 3  # the draws are not all one token
+
+
+def test_an_int_seed_is_one_seed_per_prompt(model_tok):
+    """seed=s samples what seeds sub_seed(s, "prompt/<p>") do, so a prompt's completions do not depend on the
+    prompts beside it."""
+    from rlvr.seeds import sub_seed
+
+    model, tok = model_tok
+    params = SamplingParams(1.0, 1.0, 6)
+    by_int = engine_for(model, tok).sample(LONG, 2, params, seed=5)
+    by_list = engine_for(model, tok).sample(LONG, 2, params, seed=[sub_seed(5, f"prompt/{p}") for p in range(5)])
+    assert torch.equal(by_int.tokens_PG_T, by_list.tokens_PG_T)
+    first_two = engine_for(model, tok).sample(LONG[:2], 2, params, seed=5)
+    assert torch.equal(first_two.tokens_PG_T, by_int.tokens_PG_T[:4, : first_two.tokens_PG_T.shape[1]])
+
+
+def test_chunks_are_the_most_rows_whose_estimate_fits_the_budget(model_tok):
+    model, tok = model_tok
+    engine = engine_for(model, tok, max_batch_rows=6)
+    act = engine.activations
+    assert (act.layers, act.heads, act.kv_heads, act.head_dim, act.vocab, act.attention, act.itemsize) == (
+        2, 2, 2, 32, 15, "eager", 4)
+    per_row = act.bytes(1, 10, 4)
+    assert act.bytes(3, 10, 4) == 3 * per_row and act.bytes(1, 20, 4) > per_row  # linear in rows, grows with length
+    assert engine.chunks([[1] * 10] * 10, 4, 3 * per_row) == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    assert engine.chunks([[1] * 10] * 10, 4, 100 * per_row) == [(0, 6), (6, 10)]  # max_batch_rows still caps
+    # a chunk is sized at its longest row: the long row starts its own chunk, and alone exceeds the budget
+    assert engine.chunks([[1] * 10] * 2 + [[1] * 30] + [[1] * 10], 4, 2 * per_row) == [(0, 2), (2, 3), (3, 4)]
+    assert engine.chunks([], 4, per_row) == []
+    assert engine.budget_bytes(torch.device("cpu")) == 1024 * 2**20  # auto on a CPU
+    assert PyTorchEngine(model, [1], 0, 8, False, max_batch_mb=3).budget_bytes(torch.device("cpu")) == 3 * 2**20
+
+
+def test_the_estimate_counts_eager_scores_only_under_eager_attention(model_tok):
+    model, tok = model_tok
+    eager = engine_for(model, tok).activations
+    sdpa = dataclasses.replace(eager, attention="sdpa")
+    flash = dataclasses.replace(eager, attention="flash_attention_2")
+    L = 600
+    assert eager.bytes(1, L, 8) - sdpa.bytes(1, L, 8) == eager.heads * L * L * 8 + L * L * 4 - L * L
+    assert sdpa.bytes(1, L, 8) - flash.bytes(1, L, 8) == L * L
+
+
+@pytest.mark.parametrize("bad", [{"max_batch_rows": 0}, {"max_batch_mb": 0}, {"max_batch_mb": -1}])
+def test_a_chunk_bound_must_be_positive(model_tok, bad):
+    model, tok = model_tok
+    settings = {"max_batch_rows": 8, "merge_lora": False, "max_batch_mb": None} | bad
+    with pytest.raises(ValueError, match="engine.max_batch_rows"):
+        PyTorchEngine(model, [tok.eos_token_id], tok.pad_token_id, **settings)
+
+
+def test_the_exponential_race_draws_what_torch_multinomial_draws():
+    """The engine's one-draw rule is torch.multinomial's, draw for draw: seeded groups sample what they did when
+    the engine called torch.multinomial."""
+    from rlvr.engine.pytorch import multinomial
+
+    probs = torch.rand(6, 15).softmax(-1)
+    probs[3, 4:] = 0.0  # a top-p truncated row
+    ours = (torch.Generator().manual_seed(9), slice(0, 6), 6, slice(0, 6))
+    theirs = torch.Generator().manual_seed(9)
+    for _ in range(20):
+        assert torch.equal(multinomial(probs, [ours]), torch.multinomial(probs, 1, generator=theirs))
+    with pytest.raises(RuntimeError, match="not finite"):
+        multinomial(torch.full((2, 3), float("nan")), [ours])

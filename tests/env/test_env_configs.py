@@ -6,8 +6,8 @@ from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
 from composing import CONF_DIR, compose_config, options
+from rlvr.config_check import check, config_problems, declared_needs
 from rlvr.errors import ConfigError
-from rlvr.run import check, config_problems, declared_needs
 
 ENVS = [o for o in options("env") if o != "none"]
 
@@ -30,6 +30,12 @@ def test_every_environment_composes_declares_its_needs_and_builds(option):
     needs = declared_needs(cfg, "env")
     assert all(r.at_start for r in needs.machine if type(r).__name__ == "Package")
     assert ("fork" in needs.provides) == (option not in ("openenv", "verifiers"))
+    context, positions = cfg.env.max_context_tokens, cfg.model.max_positions
+    if context > positions:  # an English-text environment's context does not fit model=tiny: refused at start
+        assert config_problems(cfg, at_start=False)[1] == [
+            f"env.max_context_tokens={context} does not fit: model <rlvr.model.tiny.TinyLlama> has {positions} "
+            f"positions (model.max_positions); at most {positions}"]
+        cfg.model.max_positions = context  # a model that fits
     assert config_problems(cfg, at_start=False)[1] == []  # nothing else in the config minds it
     if option == "openenv":  # its server is checked at start, and none answers here
         with pytest.raises(ConfigError, match="env.url=ws://127.0.0.1:8000 is not answering"):
@@ -51,3 +57,24 @@ def test_every_knob_is_commented(option):
     assert text.startswith("# ")  # a header: what the option is
     keys = [line for line in text.splitlines() if line and not line.startswith((" ", "#", "_target_"))]
     assert keys and all("#" in line for line in keys), [line for line in keys if "#" not in line]
+
+
+EVAL_EPISODES = {"guess": 200, "openenv": 50, "textarena": 50, "verifiers": 50}
+"""data.eval_size each environment sets (its `_global_` option's `data:`); env=retry plays the data's own held-out
+problems, as many as the data option evaluates."""
+
+
+@pytest.mark.parametrize("option", ENVS)
+def test_an_environment_sets_how_many_episodes_evaluation_plays(option):
+    """A held-out episode is up to max_turns model calls: a game evaluates 50 (guess, with its 2-token turns on
+    model=tiny, 200), not data=arithmetic's 1,000 examples; the command line still decides."""
+    mandatory = ["env.environment=tests.env.verifiers_game"] if option == "verifiers" else []
+    arithmetic = compose_config(["env=none"]).data.eval_size
+    for data in ("arithmetic", "gsm8k"):
+        cfg = compose_config([f"env={option}", f"data={data}", *mandatory])
+        plain = compose_config([f"data={data}"]).data.eval_size
+        assert cfg.data.eval_size == EVAL_EPISODES.get(option, plain)
+        assert cfg.data.eval_size <= arithmetic
+    assert compose_config([f"env={option}", "data.eval_size=7", *mandatory]).data.eval_size == 7
+    text = (CONF_DIR / "env" / f"{option}.yaml").read_text()
+    assert text.startswith("# @package _global_") == (option in EVAL_EPISODES)
