@@ -9,6 +9,11 @@ def always_raises(completion: str, reference: str) -> float:
     raise RuntimeError("this verifier is broken")
 
 
+def scores_nothing(completion: str, reference: str) -> float:
+    """Every completion scores 0.0: every group ties, whatever the policy samples."""
+    return 0.0
+
+
 def hangs_when_flagged(completion: str, reference: str) -> float:
     """Exact match; but while the file named by $RLVR_TEST_HANG exists, it touches `<that file>.hanging` and hangs."""
     flag = os.environ.get("RLVR_TEST_HANG")

@@ -104,7 +104,8 @@ def test_the_same_command_continues_a_killed_run(tmp_path):
 
 
 def test_a_run_whose_steps_all_tie_fails_naming_why(tmp_path):
-    cfg = compose_config(QUICK + ["trainer.max_skipped_steps=3", "trainer.max_steps=10"])
+    cfg = compose_config(QUICK + ["trainer.max_skipped_steps=3", "trainer.max_steps=10", "reward=function",
+                                  "reward.function=interrupt_rewards.scores_nothing"])
     with pytest.raises(RunFailed) as err:
         run(cfg, tmp_path)
     assert "nothing to train on 3 consecutive steps (trainer.max_skipped_steps=3): every completion scored 0.0" in (
