@@ -36,6 +36,7 @@ from hydra.utils import instantiate
 
 from rlvr.backend.local import LocalBackend
 from rlvr.model.tiny import TinyLlama
+from rlvr.seeds import prompt_seeds
 from rlvr.types import LoraSpec, SamplingParams
 from tests.composing import compose_config
 
@@ -61,7 +62,7 @@ def engine(name: str, module: torch.nn.Module, pad_id: int, **knobs):
 
 def time_call(eng, prompts: list[list[int]], params: SamplingParams, seed: int) -> float:
     t0 = time.perf_counter()
-    ro = eng.sample(prompts, GROUP, params, seed=seed)
+    ro = eng.sample(prompts, GROUP, params, seeds=prompt_seeds(seed, len(prompts)))
     seconds = time.perf_counter() - t0
     assert int(ro.mask_PG_T.sum()) == PROMPTS * GROUP * params.max_tokens  # every row ran to max_tokens
     return seconds

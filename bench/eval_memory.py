@@ -30,6 +30,8 @@ import subprocess
 import sys
 import time
 
+from rlvr.seeds import prompt_seeds
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ONE_CHUNK = 10**9
@@ -56,12 +58,12 @@ def child(settings: dict) -> dict:
     alphabet = [tok.convert_tokens_to_ids(c) for c in "0123456789+="]
     prompts = [[rng.choice(alphabet) for _ in range(settings["prompt_tokens"])] for _ in range(settings["rows"])]
     greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=settings["max_tokens"])
-    engine.sample(prompts[:1], 1, greedy, seed=0)  # first-call allocations outside the measured call
+    engine.sample(prompts[:1], 1, greedy, seeds=prompt_seeds(0, 1))  # first-call allocations outside the measured call
     spans = engine.chunks(prompts, greedy.max_tokens, engine.budget_bytes(torch.device("cpu")))
     largest = max(stop - start for start, stop in spans)
     before = rss_mb()
     t0 = time.perf_counter()
-    rollouts = engine.sample(prompts, 1, greedy, seed=0)
+    rollouts = engine.sample(prompts, 1, greedy, seeds=prompt_seeds(0, len(prompts)))
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"chunks": len(spans), "largest": largest, "peak_mb": peak, "added_mb": peak - before,

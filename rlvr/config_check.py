@@ -64,16 +64,12 @@ def config_problems(cfg: DictConfig, at_start: bool = True) -> tuple[dict[str, N
 
 def world_errors(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
     """A run started as several processes (torchrun, a SLURM job of several tasks) needs a backend that trains
-    over them; such a backend plays no multi-turn episodes yet."""
-    world, errors = World.from_env(), []
-    sharded = "distributed" in needs["backend"].provides
-    if world.size > 1 and not sharded:
-        errors.append(f"this run is {world.size} processes (torchrun or SLURM tasks), but backend "
-                      f"<{cfg.backend._target_}> trains in one: choose backend=fsdp, or start one process")
-    if sharded and cfg.get("env") is not None:
-        errors.append(f"backend=fsdp with env <{cfg.env._target_}>: multi-turn episodes are not distributed yet "
-                      "(use backend=local)")
-    return errors
+    over them."""
+    world = World.from_env()
+    if world.size > 1 and "distributed" not in needs["backend"].provides:
+        return [f"this run is {world.size} processes (torchrun or SLURM tasks), but backend "
+                f"<{cfg.backend._target_}> trains in one: choose backend=fsdp, or start one process"]
+    return []
 
 
 def type_errors(cfg: DictConfig) -> list[str]:

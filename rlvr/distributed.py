@@ -11,8 +11,9 @@ How a distributed step is shared (rlvr/trainer.py, rlvr/backend/fsdp.py):
 
 - every rank draws the same step's prompts (the data order is a function of seed and step) and samples its
   own contiguous share of whole groups, one sampling generator per group seeded by the group's position in
-  the data stream, so the rollouts do not depend on how many ranks share them; it scores them itself;
-- the rollouts and rewards are gathered to every rank (`gather_rollouts`, `all_gather`), so credit
+  the data stream, so the rollouts do not depend on how many ranks share them; it scores them itself (multi-turn:
+  each rank plays its share of the games, every episode from its own seeds, rlvr/rollout/episodes.py);
+- the rollouts and rewards are gathered to every rank (`gather_step`, `gather_played`), so credit
   assignment, the transforms' controllers, back pressure and the metrics row are computed on the whole step,
   identically on every rank: their state needs no communication;
 - the backend trains each rank's share of the rows (balanced over the rows that carry signal), and FSDP2 sums
@@ -41,7 +42,8 @@ from rlvr.lazy import lazy_import
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from rlvr.types import Rollouts, Scores
+    from rlvr.env.guarded import EnvFailures
+    from rlvr.types import Played, Rollouts, Scores
 
 torch = lazy_import("torch")
 dist = lazy_import("torch.distributed")
@@ -195,19 +197,49 @@ def gather_step(world: World, rollouts: Rollouts, completions: list[str], scores
     return gather_rollouts(rollouts, pad_id), [c for cs, _ in parts for c in cs], merged
 
 
-def gather_rollouts(rollouts: Rollouts, pad_id: int) -> Rollouts:
-    """The whole step's rollouts on every rank: each rank's share, in rank order (= the groups' order), padded
-    to the longest completion with `pad_id`. Single-turn rollouts (multi-turn runs are not distributed yet)."""
+def gather_played(world: World, played: Played, failures: EnvFailures, pad_id: int
+                  ) -> tuple[Played, EnvFailures]:
+    """The whole step's played episodes and environment failures on every rank, from each rank's share of the
+    groups (in a world of one process: as given). Environment time is the slowest rank's."""
     from dataclasses import replace
 
-    parts = all_gather({k: getattr(rollouts, k) for k in (
-        "prompt_ids_P", "tokens_PG_T", "logprobs_PG_T", "mask_PG_T", "finished_PG", "entropy_PG_T")})
-    T = max(p["tokens_PG_T"].shape[1] for p in parts)
+    from rlvr.env.guarded import EnvFailures
 
-    def cat(key: str, fill: float | int) -> Tensor | None:
-        if parts[0][key] is None:
-            return None
-        return torch.cat([torch.nn.functional.pad(p[key], (0, T - p[key].shape[1]), value=fill) for p in parts])
+    if world.size == 1:
+        return played, failures
+    parts: list[tuple[Played, EnvFailures]] = all_gather((replace(played, rollouts=None), failures))
+    counts = [f for _, f in parts]
+    merged = EnvFailures(sum(f.episodes for f in counts), sum(f.errors for f in counts),
+                         sum(f.timeouts for f in counts))
+    shares = [p for p, _ in parts]
+    branches = [p.branch_rewards_PG_K_B for p in shares]
+    return replace(
+        played,
+        rollouts=gather_rollouts(played.rollouts, pad_id),
+        rewards_P_G=torch.cat([p.rewards_P_G for p in shares]),
+        turn_rewards_PG_K=_cat_padded([p.turn_rewards_PG_K for p in shares], float("nan")),
+        turns_PG=torch.cat([p.turns_PG for p in shares]),
+        truncated_PG=torch.cat([p.truncated_PG for p in shares]),
+        failed_PG=torch.cat([p.failed_PG for p in shares]),
+        transcripts=[t for p in shares for t in p.transcripts],
+        infos=[i for p in shares for i in p.infos],
+        env_seconds=max(p.env_seconds for p in shares),
+        branch_rewards_PG_K_B=None if branches[0] is None else _cat_padded(branches, float("nan")),
+        probe_seconds=max(p.probe_seconds for p in shares),
+    ), merged
+
+
+def gather_rollouts(rollouts: Rollouts, pad_id: int) -> Rollouts:
+    """The whole step's rollouts on every rank: each rank's share, in rank order (= the groups' order), padded
+    to the longest row with `pad_id` (multi-turn rows: action marks False, turn index −1 on the padding)."""
+    from dataclasses import replace
+
+    keys = ("prompt_ids_P", "tokens_PG_T", "logprobs_PG_T", "mask_PG_T", "finished_PG", "entropy_PG_T",
+            "actions_PG_T", "turn_PG_T")
+    parts = all_gather({k: getattr(rollouts, k) for k in keys})
+
+    def cat(key: str, fill: float | int | bool) -> Tensor | None:
+        return None if parts[0][key] is None else _cat_padded([p[key] for p in parts], fill)
 
     return replace(
         rollouts,
@@ -217,4 +249,13 @@ def gather_rollouts(rollouts: Rollouts, pad_id: int) -> Rollouts:
         mask_PG_T=cat("mask_PG_T", False),
         finished_PG=torch.cat([p["finished_PG"] for p in parts]),
         entropy_PG_T=cat("entropy_PG_T", 0.0),
+        actions_PG_T=cat("actions_PG_T", False),
+        turn_PG_T=cat("turn_PG_T", -1),
     )
+
+
+def _cat_padded(parts: list[Tensor], fill: float | int | bool) -> Tensor:
+    """`parts` concatenated along dim 0, each padded along dim 1 to the widest with `fill`."""
+    width = max(p.shape[1] for p in parts)
+    return torch.cat([torch.cat([p, p.new_full((p.shape[0], width - p.shape[1], *p.shape[2:]), fill)], dim=1)
+                      for p in parts])

@@ -305,12 +305,12 @@ class Engine(Protocol):
         prompt_ids_P: list[list[int]],
         group_size: int,
         params: SamplingParams,
-        seed: int | Sequence[int],
+        seeds: Sequence[int],
         with_entropy: bool = False,
     ) -> Rollouts:
-        """`group_size` completions of each prompt, row p·G + g. `seed`: one per prompt group (what the rollouts
-        pass: a group's completions then depend on its seed alone), or one int from which each prompt's is derived
-        (rlvr/seeds.py: prompt_seeds)."""
+        """`group_size` completions of each prompt, row p·G + g. `seeds`: one per prompt group, so a group's
+        completions depend on its seed (and the weights) alone, not on the other prompts of the call
+        (rlvr/seeds.py: prompt_seeds derives them from one int)."""
         ...
 
     def connect(self) -> None:

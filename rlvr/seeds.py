@@ -37,11 +37,16 @@ class Seeds:
         return asdict(self)
 
 
-def prompt_seeds(seed: int | Sequence[int], count: int) -> list[int]:
-    """One sampling seed per prompt: the list given (one per prompt group, what the rollouts pass), or, from one
-    int, `sub_seed(seed, "prompt/<p>")` for each."""
-    if isinstance(seed, int):
-        return [sub_seed(seed, f"prompt/{p}") for p in range(count)]
-    if len(seed) != count:
-        raise ValueError(f"{len(seed)} seeds for {count} prompts: give one per prompt")
-    return list(seed)
+def prompt_seeds(seed: int, count: int) -> list[int]:
+    """`count` prompts' sampling seeds from one int (`rlvr sample --seed`, the benchmarks): `sub_seed(seed,
+    "prompt/<p>")` for prompt p."""
+    return [sub_seed(seed, f"prompt/{p}") for p in range(count)]
+
+
+def group_seeds(seeds: Sequence[int], count: int) -> list[int]:
+    """An engine's check of what `Engine.sample` is given: one seed per prompt group."""
+    if isinstance(seeds, int) or len(seeds) != count:
+        given = "one int" if isinstance(seeds, int) else f"{len(seeds)} seeds"
+        raise ValueError(f"{given} for {count} prompts: Engine.sample takes one seed per prompt group "
+                         "(rlvr.seeds.prompt_seeds derives them from one int)")
+    return list(seeds)

@@ -3,6 +3,7 @@ end to end by the tiny model through `play` and the trainer."""
 
 import asyncio
 import math
+from dataclasses import replace
 
 import torch
 
@@ -36,15 +37,17 @@ def played(secret: int, actions: list[str], env=GAME, probe_it: bool = True) -> 
         return snapshots, rewards
 
     snapshots, rewards = asyncio.run(go())
-    return Probed(snapshots, [[] for _ in snapshots], actions[: len(rewards)], rewards, probe_it)
+    return Probed(snapshots, [[] for _ in snapshots], actions[: len(rewards)], rewards, probe_it, seed=0)
 
 
 def run_probe(episodes, branching, seed=0, engine=None, tokenizer=None):
+    """The probes' values, episode r drawing from the sampling seed `seed + r`."""
     async def run(calls):
         return await asyncio.gather(*calls)
 
     turns = max(len(e.rewards) for e in episodes)
-    return asyncio.run(probe(engine, tokenizer, episodes, branching, turns, SAMPLING, seed, run))
+    seeded = [replace(e, seed=seed + r) for r, e in enumerate(episodes)]
+    return asyncio.run(probe(engine, tokenizer, seeded, branching, turns, SAMPLING, run))
 
 
 def test_action_space_values_of_the_primary_and_of_every_alternative():
@@ -111,10 +114,10 @@ class Scripted:
     def __init__(self, tokenizer, answer: str):
         self.tok, self.answer, self.calls = tokenizer, answer, []
 
-    def sample(self, prompt_ids_P, group_size, params, seed, with_entropy=False):
+    def sample(self, prompt_ids_P, group_size, params, seeds, with_entropy=False):
         from rlvr.types import Rollouts
 
-        self.calls.append((prompt_ids_P, group_size, seed))
+        self.calls.append((prompt_ids_P, group_size, seeds))
         ids = self.tok.encode(self.answer, add_special_tokens=False)
         rows = len(prompt_ids_P) * group_size
         tokens = torch.tensor([ids] * rows)
@@ -128,7 +131,7 @@ def test_llm_alternatives_are_policy_samples_at_each_turns_own_context():
 
     _, tok = TinyLlama("0123456789+=", 64, 128, 2, 2, 64, "float32", None).load(0)
     episode = played(7, ["5", "8", "7"])
-    episode = Probed(episode.snapshots, [[1], [1, 2], [1, 2, 3]], episode.actions, episode.rewards, True)
+    episode = replace(episode, contexts=[[1], [1, 2], [1, 2, 3]])
     engine = Scripted(tok, "7")
     values = run_probe([episode], Branching("llm", 3, 0), seed=11, engine=engine, tokenizer=tok)
     # one engine call over the three turns' contexts, B − 1 = 2 samples each; "7" solves wherever it is tried
@@ -150,7 +153,7 @@ def test_play_probes_every_turn_of_the_tiny_models_games_reproducibly():
                                               prompt="=", higher="+", lower="="))
     examples = [Example("", "")] * 2
     for mode in ("action_space", "llm"):
-        runs = [play(engine, tok, env, examples, 4, SAMPLING, seeds=[1, 2], sample_seed=5,
+        runs = [play(engine, tok, env, examples, 4, SAMPLING, seeds=[1, 2], sample_seeds=[5, 105],
                      branching=Branching(mode, 3, 1)) for _ in range(2)]
         a, b = (r.branch_rewards_PG_K_B for r in runs)
         assert a.shape == (8, int(runs[0].turns_PG.max()), 3) and torch.equal(a.nan_to_num(-9), b.nan_to_num(-9))
@@ -164,6 +167,6 @@ def test_play_probes_every_turn_of_the_tiny_models_games_reproducibly():
                 assert float(a[r, k, 0]) == float(turn_rewards[r, k: k + 2].nansum())
             assert bool(a[r, n:].isnan().all())
         # the primary episodes are those played without probes
-        plain = play(engine, tok, env, examples, 4, SAMPLING, seeds=[1, 2], sample_seed=5)
+        plain = play(engine, tok, env, examples, 4, SAMPLING, seeds=[1, 2], sample_seeds=[5, 105])
         assert torch.equal(plain.rollouts.tokens_PG_T, runs[0].rollouts.tokens_PG_T)
         assert plain.branch_rewards_PG_K_B is None and runs[0].probe_seconds > 0

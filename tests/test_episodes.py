@@ -67,9 +67,9 @@ class Recording(PyTorchEngine):
 
     contexts: list
 
-    def sample(self, prompt_ids_P, group_size, params, seed, with_entropy=False):
+    def sample(self, prompt_ids_P, group_size, params, seeds, with_entropy=False):
         self.contexts = [*getattr(self, "contexts", []), [list(p) for p in prompt_ids_P]]
-        return super().sample(prompt_ids_P, group_size, params, seed, with_entropy)
+        return super().sample(prompt_ids_P, group_size, params, seeds, with_entropy)
 
 
 EXAMPLES = [Example("12+34=", "46"), Example("7+8=", "15")]
@@ -85,7 +85,7 @@ def setup():
 
 def test_each_turn_continues_the_exact_tokens_of_the_last_and_observations_are_not_actions():
     backend, engine, tok = setup()
-    played = play(engine, tok, TryAgainEnv(), EXAMPLES, 3, SAMPLING, seeds=[5, 6], sample_seed=1)
+    played = play(engine, tok, TryAgainEnv(), EXAMPLES, 3, SAMPLING, seeds=[5, 6], sample_seeds=[1, 101])
     ro = played.rollouts
     plus_eq = tok.encode("+=", add_special_tokens=False)
     assert ro.actions_PG_T is not None and ro.turn_PG_T is not None
@@ -116,7 +116,7 @@ def test_each_turn_continues_the_exact_tokens_of_the_last_and_observations_are_n
 
 def test_backend_logprobs_of_action_tokens_equal_the_engines_on_packed_rows():
     backend, engine, tok = setup()
-    ro = play(engine, tok, TryAgainEnv(), EXAMPLES, 3, SAMPLING, seeds=[5, 6], sample_seed=2).rollouts
+    ro = play(engine, tok, TryAgainEnv(), EXAMPLES, 3, SAMPLING, seeds=[5, 6], sample_seeds=[2, 102]).rollouts
     prompts = [p for p in ro.prompt_ids_P for _ in range(ro.group_size)]
     ids, attn, Lp = backend.trainee.rows(prompts, ro.tokens_PG_T, ro.mask_PG_T)
     with torch.no_grad():
@@ -128,7 +128,7 @@ def test_backend_logprobs_of_action_tokens_equal_the_engines_on_packed_rows():
 
 def test_observation_tokens_get_no_advantage_and_no_gradient_share():
     backend, engine, tok = setup()
-    played = play(engine, tok, TryAgainEnv(), EXAMPLES, 3, SAMPLING, seeds=[5, 6], sample_seed=3)
+    played = play(engine, tok, TryAgainEnv(), EXAMPLES, 3, SAMPLING, seeds=[5, 6], sample_seeds=[3, 103])
     ro = played.rollouts
     rewards = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]])  # a signal in both groups, whatever was played
     signals = TokenSignals(logprobs_PG_T=ro.logprobs_PG_T, mask_PG_T=ro.action_mask_PG_T, group_size=3, step=0,
@@ -144,7 +144,7 @@ def test_episodes_stop_at_max_turns_or_the_context_cap_and_are_marked_truncated(
     backend, engine, tok = setup()
     never = [Example("12+34=", "x")]  # no action can be "x": every episode runs out
     played = play(engine, tok, TryAgainEnv(max_context_tokens=cap), never, 2, SamplingParams(1.0, 1.0, 3),
-                  seeds=[0], sample_seed=0)
+                  seeds=[0], sample_seeds=[0])
     # "12+34=" is 6 tokens; a turn needs room for 3 new ones; an action of ≤ 3 plus "+=" (2) per turn:
     # with a cap of 14 the second turn starts at ≤ 6+3+2 = 11 ≤ 14−3, the third at ≤ 16 > 11 does not
     assert played.truncated_PG.all()
@@ -156,7 +156,7 @@ def test_episodes_are_stepped_concurrently_within_the_environments_bound():
     (three rounds) ≈ 0.6 s."""
     backend, engine, tok = setup()
     seconds = {bound: play(engine, tok, TryAgainEnv(max_turns=1, max_concurrent=bound, delay_s=0.2), EXAMPLES, 3,
-                           SamplingParams(1.0, 1.0, 3), seeds=[5, 6], sample_seed=1).env_seconds
+                           SamplingParams(1.0, 1.0, 3), seeds=[5, 6], sample_seeds=[1, 101]).env_seconds
                for bound in (None, 2)}
     assert 0.2 <= seconds[None] < 0.45 and seconds[2] >= 0.6, seconds
 
@@ -181,7 +181,7 @@ def test_with_a_chat_template_each_observation_is_the_templates_suffix():
     engine = PyTorchEngine(model, [im_end], tok.pad_token_id, 256, merge_lora=False)
     env = TryAgainEnv(max_context_tokens=400, observation="Too low.")
     played = play(engine, tok, env, [Example("Guess a number.", "x")], 2, SamplingParams(1.0, 1.0, 4), seeds=[0],
-                  sample_seed=0)
+                  sample_seeds=[0])
     ro = played.rollouts
     assert ro.prompt_ids_P[0] == encode_prompts(tok, ["Guess a number."])[0]
     suffix = observation_ids(tok, "Too low.")

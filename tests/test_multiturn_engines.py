@@ -50,9 +50,9 @@ class Recording:
     engine: object
     contexts: list = field(default_factory=list)
 
-    def sample(self, prompt_ids_P, group_size, params, seed, with_entropy=False):
+    def sample(self, prompt_ids_P, group_size, params, seeds, with_entropy=False):
         self.contexts.append([list(p) for p in prompt_ids_P])
-        return self.engine.sample(prompt_ids_P, group_size, params, seed, with_entropy)
+        return self.engine.sample(prompt_ids_P, group_size, params, seeds, with_entropy)
 
 
 def check_packed_rows(played, contexts, tok) -> None:
@@ -132,7 +132,7 @@ def test_vllm_episodes_keep_the_packed_row_invariants(vllm_setup):
     backend, tok, engine = vllm_setup
     recording = Recording(engine)
     played = play(recording, tok, TryAgainEnv(max_context_tokens=64), EXAMPLES, 3, SamplingParams(1.0, 1.0, 3),
-                  seeds=[5, 6], sample_seed=1)
+                  seeds=[5, 6], sample_seeds=[1, 101])
     assert len(recording.contexts) >= 2 and played.rollouts.actions_PG_T.sum() > 6  # several turns were played
     check_packed_rows(played, recording.contexts, tok)
 
@@ -143,13 +143,13 @@ def test_vllm_action_logprobs_equal_the_backends_on_packed_rows_before_and_after
     backend, tok, engine = vllm_setup
     engine.sync(backend.policy)  # the other parametrisation trained the policy
     env = TryAgainEnv(max_context_tokens=64)
-    played = play(engine, tok, env, EXAMPLES, 3, sampling, seeds=[5, 6], sample_seed=2)
+    played = play(engine, tok, env, EXAMPLES, 3, sampling, seeds=[5, 6], sample_seeds=[2, 102])
     assert int(played.turns_PG.max()) >= 2
     gaps = [action_logprob_gap(backend, played)]
     stats = backend.train_step(TrainBatch(played.rollouts, mixed_credit(played)), LOSS, 0.05)
     assert stats["train/nonfinite_skip"] == 0.0
     engine.sync(backend.policy)
-    after = play(engine, tok, env, EXAMPLES, 3, sampling, seeds=[5, 6], sample_seed=2)
+    after = play(engine, tok, env, EXAMPLES, 3, sampling, seeds=[5, 6], sample_seeds=[2, 102])
     gaps.append(action_logprob_gap(backend, after))
     print(f"engine=vllm, {sampling}: action-token logprob gaps before/after a step {gaps}")
     assert max(gaps) < TOL
@@ -189,7 +189,7 @@ def test_openai_action_logprobs_equal_the_backends_on_packed_rows(server):
     try:
         recording = Recording(engine)
         played = play(recording, tok, SHORT, EXAMPLES, 3, SamplingParams(1.0, 1.0, 3), seeds=[5, 6],
-                      sample_seed=3)
+                      sample_seeds=[3, 103])
         assert int(played.turns_PG.max()) >= 2
         check_packed_rows(played, recording.contexts, tok)
         gap = action_logprob_gap(backend, played)
@@ -239,7 +239,7 @@ def test_tinker_datums_of_episodes_give_observation_tokens_no_advantage(fake_ser
                             retries=0, backoff_s=0.0, max_concurrent=4, client=fake_tinker.FakeServiceClient)
     tok, _ = tiny_preset().load_tokenizer()
     engine = TinkerEngine(backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
-    played = play(engine, tok, SHORT, EXAMPLES, 3, SamplingParams(1.0, 1.0, 3), seeds=[5, 6], sample_seed=4)
+    played = play(engine, tok, SHORT, EXAMPLES, 3, SamplingParams(1.0, 1.0, 3), seeds=[5, 6], sample_seeds=[4, 104])
     ro = played.rollouts
     assert (~ro.actions_PG_T & ro.mask_PG_T).any(), "some episode must have had an observation"
     adv_PG_T = mixed_credit(played)
@@ -292,7 +292,7 @@ class Scripted:
     eos_id: int
     pad_id: int
 
-    def sample(self, prompt_ids_P, group_size, params, seed, with_entropy=False):
+    def sample(self, prompt_ids_P, group_size, params, seeds, with_entropy=False):
         rows = [(self.ids + [self.eos_id], [-1.0] * (len(self.ids) + 1))] * (len(prompt_ids_P) * group_size)
         return rollouts_from_rows(prompt_ids_P, group_size, rows, self.pad_id, [self.eos_id], params.temperature)
 
@@ -353,7 +353,7 @@ def test_the_episodes_of_a_turn_are_stepped_concurrently(blocking):
 
     sequential = asyncio.run(one_at_a_time())
     played = play(engine, tok, env, [Example("=", "")] * 2, 4, SamplingParams(1.0, 1.0, 2), seeds=[0, 1],
-                  sample_seed=0)
+                  sample_seeds=[0, 100])
     assert played.turns_PG.tolist() == [1] * 8 and played.rewards_P_G.sum() == 8
     print(f"8 steps of {STEP_S} s ({'sync' if blocking else 'async'}): one at a time {sequential:.2f} s, "
           f"in play() {played.env_seconds:.2f} s")

@@ -140,7 +140,7 @@ def test_a_server_steps_the_episodes_of_a_turn_concurrently(openenv_server):
     sequential = asyncio.run(one_at_a_time())
     t0 = time.perf_counter()
     played = play(engine, tok, env, [Example("", "")] * 2, 4, SamplingParams(1.0, 1.0, 16), seeds=[0, 1],
-                  sample_seed=0)
+                  sample_seeds=[0, 100])
     wall = time.perf_counter() - t0
     assert env.failures.take().fractions() == {"env/error_frac": 0.0, "env/timeout_frac": 0.0}
     assert played.turns_PG.tolist() == [1] * 8 and played.truncated_PG.all()  # "higher", out of turns

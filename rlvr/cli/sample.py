@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rlvr.cli.from_checkpoint import checkpoint_label, open_checkpoint
 from rlvr.cli.runs import CliError
+from rlvr.seeds import prompt_seeds
 
 
 def read_prompts(prompts: list[str], prompts_file: Path | None) -> list[tuple[str, str | None]]:
@@ -94,7 +95,7 @@ def _sample(opened, pairs, n, temperature, top_p, max_tokens, seed):
     if unreadable:
         raise CliError("\n  ".join([f"the model cannot read {len(unreadable)} of the {len(pairs)} prompt(s); "
                                      f"{vocabulary(opened.tokenizer)}:", *unreadable]))
-    rollouts = opened.engine.sample(prompt_ids, n, params, seed=seed)
+    rollouts = opened.engine.sample(prompt_ids, n, params, seeds=prompt_seeds(seed, len(prompt_ids)))
     completions = decode_completions(opened.tokenizer, rollouts)
     judged = [i for i, (_, reference) in enumerate(pairs) if reference is not None]
     rewards: dict[int, list[float]] = {}

@@ -5,12 +5,12 @@ Sampling. Each prompt is one `POST {base_url}/completions` with the prompt as to
 run's temperature / top_p / max_tokens, neutral top_k / min_p / penalties (a server otherwise applies the
 model's generation_config.json defaults, e.g. Qwen3's top_k=20), `stop_token_ids` = the EOS ids,
 `return_token_ids` (the completion's ids, EOS included when it ended the completion) and `logprobs: 0` (the
-sampled token's log-probability only). Prompt p's request carries its group's seed (from one int seed:
-`sub_seed(seed, "prompt/p")`), so a run's draws depend on (seed, step) and the weights, and two equal prompts in
-one batch still get different draws. Requests go through `rlvr.openai_api.OpenAIClient`: concurrently, at most
-`max_concurrency` in flight, each bounded by `timeout_s`; a connection error, a timeout, HTTP 429 or 5xx is retried
-`retries` times after `backoff_s`, 2·`backoff_s`, …; anything else, or a request still failing after its retries,
-raises (the step cannot go on without rollouts).
+sampled token's log-probability only). Prompt p's request carries its group's seed
+(`Engine.sample` takes one per prompt), so a run's draws depend on (seed, step) and the weights, and two equal
+prompts in one batch still get different draws. Requests go through `rlvr.openai_api.OpenAIClient`:
+concurrently, at most `max_concurrency` in flight, each bounded by `timeout_s`; a connection error, a timeout,
+HTTP 429 or 5xx is retried `retries` times after `backoff_s`, 2·`backoff_s`, …; anything else, or a request still
+failing after its retries, raises (the step cannot go on without rollouts).
 Rollouts are laid out as `engine=pytorch` lays them out: row p·G + g, right-padded with pad_id, the mask a
 prefix, a row `finished` iff its last token is an EOS id, logprobs 0 on padding. The client runs its own event
 loop for each batch (rlvr/openai_api.py), which a running loop would refuse; multi-turn episodes
@@ -90,7 +90,7 @@ from rlvr.lazy import lazy_import, no_grad
 from rlvr.openai_api import OpenAIClient, ServerError, excerpt, probe_models
 from rlvr.protocols import Finding, Needs
 from rlvr.requirements import EnvVar
-from rlvr.seeds import prompt_seeds
+from rlvr.seeds import group_seeds
 from rlvr.types import Rollouts, SamplingParams
 
 if TYPE_CHECKING:
@@ -238,12 +238,12 @@ class OpenAIEngine:
         prompt_ids_P: list[list[int]],
         group_size: int,
         params: SamplingParams,
-        seed: int | Sequence[int],
+        seeds: Sequence[int],
         with_entropy: bool = False,
     ) -> Rollouts:
         if with_entropy:
             raise ValueError("engine=openai cannot give full-distribution entropy")
-        seeds = prompt_seeds(seed, len(prompt_ids_P))
+        seeds = group_seeds(seeds, len(prompt_ids_P))
         self._check_logprobs_available(params)
         bodies = [
             self._body(ids, group_size, params, seeds[p])

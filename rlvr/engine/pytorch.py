@@ -15,9 +15,8 @@ The predecessor returned the truncated distribution's logprob and trained at T=1
 ratio was not 1 on-policy (docs/predecessor.md#the-training-step). Here sampler and backend agree on one
 distribution.
 
-Seeding. Each prompt's group draws from its own `torch.Generator`: seeded with the prompt's seed when one is
-given per prompt (the rollouts', rlvr/rollout/), or with `sub_seed(seed, "prompt/<p>")` for prompt p from one
-int seed (`rlvr.seeds.prompt_seeds`). A group's completions therefore depend on its seed and the weights
+Seeding. Each prompt's group draws from its own `torch.Generator`, seeded with the group's seed (`Engine.sample`
+takes one per prompt). A group's completions therefore depend on its seed and the weights
 alone: not on which other groups share the batch, how many processes share the step, nor how the rows are
 chunked. Greedy decoding (T = 0) draws nothing.
 
@@ -47,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlvr.lazy import lazy_import, no_grad
 from rlvr.protocols import Needs
-from rlvr.seeds import prompt_seeds
+from rlvr.seeds import group_seeds
 from rlvr.types import Rollouts, SamplingParams
 
 if TYPE_CHECKING:
@@ -168,12 +167,12 @@ class PyTorchEngine:
         prompt_ids_P: list[list[int]],
         group_size: int,
         params: SamplingParams,
-        seed: int | Sequence[int],
+        seeds: Sequence[int],
         with_entropy: bool = False,
     ) -> Rollouts:
         rows = [ids for ids in prompt_ids_P for _ in range(group_size)]
         device = next(self.module.parameters()).device
-        seeds = prompt_seeds(seed, len(prompt_ids_P))
+        seeds = group_seeds(seeds, len(prompt_ids_P))
 
         def chunk_gen(start: int, stop: int) -> Generators:
             """For each group that rows start..stop−1 touch, a generator fresh from its seed (module docstring)."""

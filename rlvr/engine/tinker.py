@@ -33,7 +33,7 @@ from rlvr.backend.tinker import TinkerPolicy
 from rlvr.engine.rows import rollouts_from_rows
 from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
-from rlvr.seeds import prompt_seeds
+from rlvr.seeds import group_seeds
 from rlvr.types import Rollouts, SamplingParams
 
 tinker = lazy_import("tinker")
@@ -65,14 +65,14 @@ class TinkerEngine:
         prompt_ids_P: list[list[int]],
         group_size: int,
         params: SamplingParams,
-        seed: int | Sequence[int],
+        seeds: Sequence[int],
         with_entropy: bool = False,
     ) -> Rollouts:
         if with_entropy:
             raise ValueError("engine=tinker cannot give full-distribution entropy (the service returns sampled-token "
                              "logprobs only)")
         sampler = self.policy.sampler
-        seeds = prompt_seeds(seed, len(prompt_ids_P))
+        seeds = group_seeds(seeds, len(prompt_ids_P))
 
         def request(p: int, prompt: list[int]):
             sampling = tinker.types.SamplingParams(

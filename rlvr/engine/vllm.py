@@ -9,8 +9,8 @@ Stopping: exactly at the trainer's `eos_ids` (`stop_token_ids`, with `ignore_eos
 stops at the EOS of the model's config.json, which the trainer may not count as one).
 
 `sample`: one `generate` call, one request per prompt with `n = G`; request p is seeded with
-`seed + p·G` (vLLM seeds its children `seed + g`, so every row has its own stream and a call's draws
-depend on (seed, weights) alone). Row p·G + g of the Rollouts is child g of prompt p. Tokens are
+its group's seed s_p (vLLM seeds its children `s_p + g`, so every row has its own stream and a group's draws
+depend on (s_p, weights) alone). Row p·G + g of the Rollouts is child g of prompt p. Tokens are
 right-padded with pad_id; a completion that emitted an EOS id ends with it and is `finished`.
 
 Log-probabilities. Our contract (rlvr/types.py Rollouts) is log p(token) under softmax(logits / T) before
@@ -65,7 +65,7 @@ from rlvr.engine.rows import rollouts_from_rows
 from rlvr.lazy import lazy_import, no_grad
 from rlvr.protocols import Finding, Needs
 from rlvr.requirements import ChildProbe, CudaDevice, Package, distribution_version, pip_extra
-from rlvr.seeds import prompt_seeds
+from rlvr.seeds import group_seeds
 from rlvr.types import Rollouts, SamplingParams
 
 torch = lazy_import("torch")
@@ -213,13 +213,12 @@ class VLLMEngine:
         prompt_ids_P: list[list[int]],
         group_size: int,
         params: SamplingParams,
-        seed: int | Sequence[int],
+        seeds: Sequence[int],
         with_entropy: bool = False,
     ) -> Rollouts:
         if with_entropy:
             raise ValueError("engine=vllm cannot give full-distribution entropy")
-        seeds = ([seed + p * group_size for p in range(len(prompt_ids_P))] if isinstance(seed, int)
-                 else prompt_seeds(seed, len(prompt_ids_P)))
+        seeds = group_seeds(seeds, len(prompt_ids_P))
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 

@@ -14,13 +14,14 @@ s_k, the state before action a_k. Afterwards, for every turn k of every episode 
 Alternatives (B = `size`):
 
     action_space  up to B − 1 distinct legal actions of s_k (`Episode.legal_actions()`) other than a_k (both
-                  stripped of surrounding whitespace), drawn by random.Random(sub_seed(seed, "branch/r/k"));
+                  stripped of surrounding whitespace), drawn by random.Random(sub_seed(s, "branch/k"));
                   none when a_k is not legal (an invalid action carries v_0 alone), as in the predecessor,
                   which drew them unseeded
     llm           B − 1 samples of the policy at turn k's context (the exact ids the primary was sampled
-                  from): one Engine.sample over every probed turn, seeded by sub_seed(seed, "branch")
+                  from): one Engine.sample over every probed turn, turn k's seeded by sub_seed(s, "branch/k")
 
-So a batch is a function of the step's seed, and a resumed run probes what the uninterrupted one did. The
+where s is the episode's own sampling seed (rlvr/rollout/episodes.py). So an episode's probes are a function of
+its seed alone: a resumed run probes what the uninterrupted one did, and so does a run over several processes. The
 probes are stepped concurrently within the environment's bound, as the episodes are.
 """
 
@@ -58,10 +59,12 @@ class Probed:
     """Each turn's reward."""
     probe: bool
     """Ended on its own: neither truncated nor failed."""
+    seed: int
+    """The episode's sampling seed (rlvr/rollout/episodes.py): its probes' draws are derived from it."""
 
 
 async def probe(engine: Engine, tokenizer, episodes: Sequence[Probed], branching: Branching, turns: int,
-                sampling: SamplingParams, seed: int, run: Callable[[list[Awaitable]], Awaitable[list]]) -> Tensor:
+                sampling: SamplingParams, run: Callable[[list[Awaitable]], Awaitable[list]]) -> Tensor:
     """float32 [rows, `turns`, B]: [..., 0] the primary's value, [..., 1:] the alternatives', NaN where nothing
     was probed. `run` awaits a list of calls concurrently within the environment's bound."""
     B, L = branching.size, branching.lookahead
@@ -69,8 +72,8 @@ async def probe(engine: Engine, tokenizer, episodes: Sequence[Probed], branching
     points = [(r, k) for r, e in enumerate(episodes) if e.probe for k in range(len(e.rewards))]
     for r, k in points:
         values[r, k, 0] = sum(episodes[r].rewards[k: k + L + 1])
-    alternatives = (_sampled(engine, tokenizer, episodes, points, B - 1, sampling, seed) if branching.mode == "llm"
-                    else [_legal(episodes[r], k, B - 1, sub_seed(seed, f"branch/{r}/{k}")) for r, k in points])
+    alternatives = (_sampled(engine, tokenizer, episodes, points, B - 1, sampling) if branching.mode == "llm"
+                    else [_legal(episodes[r], k, B - 1, sub_seed(episodes[r].seed, f"branch/{k}")) for r, k in points])
     calls, slots, forks = [], [], []
     for (r, k), alts in zip(points, alternatives, strict=True):
         episode = episodes[r]
@@ -99,12 +102,12 @@ def _legal(episode: Probed, k: int, count: int, seed: int) -> list[str]:
 
 
 def _sampled(engine: Engine, tokenizer, episodes: Sequence[Probed], points: list[tuple[int, int]], count: int,
-             sampling: SamplingParams, seed: int) -> list[list[str]]:
+             sampling: SamplingParams) -> list[list[str]]:
     """`count` policy samples at each probed turn's context, decoded as actions are."""
     if not points:
         return []
     sampled = engine.sample([episodes[r].contexts[k] for r, k in points], count, sampling,
-                            seed=sub_seed(seed, "branch"))
+                            seeds=[sub_seed(episodes[r].seed, f"branch/{k}") for r, k in points])
     texts = [tokenizer.decode(sampled.tokens_PG_T[i, : int(sampled.mask_PG_T[i].sum())].tolist(),
                               skip_special_tokens=True) for i in range(len(points) * count)]
     return [texts[i * count: (i + 1) * count] for i in range(len(points))]

@@ -11,13 +11,18 @@ engine sampled. A row is the completion region after the prompt: action 0, obser
 `Rollouts.actions_PG_T` marks the action tokens and `turn_PG_T` their turn (rlvr/types.py), so observation
 tokens are attended to but never trained on.
 
-A group's G episodes start from the same state (one seed per prompt: `Environment.episode(example, seed)`),
+A group's G episodes start from the same state (one game seed per prompt: `Environment.episode(example, seed)`),
 as a GRPO group samples G completions of one prompt; they differ by what the policy samples. Each turn
-samples every live episode of the batch in one `Engine.sample` call (seeded by the caller's seed and the
-turn index), then steps their environments concurrently (at most `env.max_concurrent` calls in flight, for a
-server with a session limit). An episode ends when the environment says done, or
-is truncated (kept, marked) when it has taken `max_turns` actions or its next turn could not fit in
-`max_context_tokens` (context plus `max_tokens` new ones). Its reward is the sum of its turns' rewards.
+samples every live episode of the batch in one `Engine.sample` call, each episode with its own seed:
+
+    episode seed (p, g)   = sub_seed(group p's sampling seed, "episode/<g>")
+    its turn k's seed     = sub_seed(episode seed, "turn/<k>")
+
+so an episode's actions depend on its own seeds and the weights alone, not on which other episodes are still
+playing, nor on how many processes share the step. The turn's environments are then stepped concurrently (at
+most `env.max_concurrent` calls in flight, for a server with a session limit). An episode ends when the
+environment says done, or is truncated (kept, marked) when it has taken `max_turns` actions or its next turn
+could not fit in `max_context_tokens` (context plus `max_tokens` new ones). Its reward is the sum of its turns' rewards.
 
 With `branching` (turn_credit=tl_grpo), each episode is forked before every action (the state s_k) and, once
 the batch is played, rlvr/rollout/branch_probes.py tries alternatives on those forks: `Played.branch_rewards_PG_K_B`.
@@ -36,6 +41,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from rlvr.distributed import gather_played
 from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import encode_prompts
 from rlvr.rollout.branch_probes import Probed, probe
@@ -47,7 +53,7 @@ from rlvr.types import Played, Rollouts, SamplingParams, Scores, StepBatch
 if TYPE_CHECKING:
 
     from rlvr.distributed import World
-    from rlvr.env.guarded import GuardedEnvironment
+    from rlvr.env.guarded import EnvFailures, GuardedEnvironment
     from rlvr.protocols import Engine, Environment, Episode
     from rlvr.types import Branching, Example
 
@@ -60,6 +66,8 @@ class _Play:
 
     episode: Episode
     prompt: list[int]
+    seed: int
+    """The episode's sampling seed: turn k samples with sub_seed(seed, "turn/<k>") (module docstring)."""
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     entropy: list[float] = field(default_factory=list)
@@ -88,13 +96,15 @@ class _Play:
 
 class Episodes:
     """Multi-turn rollouts: env → turns → turn signals. A row is one episode; its group's G episodes start from the
-    same game (one seed per group, a function of the data seed and the group's position in the data stream)."""
+    same game (one seed per group, a function of the data seed and the group's position in the data stream).
+
+    Over several processes each plays its contiguous share of the groups (`World.share`) and the played batch is
+    gathered (`rlvr.distributed.gather_played`): every process then holds the whole step, the same as one process
+    would have played, since every episode samples from its own seeds."""
 
     def __init__(self, engine: Engine, tokenizer, env: GuardedEnvironment, seeds: Seeds, world: World,
                  with_entropy: bool = False, branching: Branching | None = None) -> None:
-        if world.size > 1:
-            raise ValueError("multi-turn episodes are not shared over several processes yet")
-        self.engine, self.tokenizer, self.env, self.seeds = engine, tokenizer, env, seeds
+        self.engine, self.tokenizer, self.env, self.seeds, self.world = engine, tokenizer, env, seeds, world
         self.with_entropy, self.branching = with_entropy, branching
 
     def collect(self, examples: list[Example], step: int, position: int, group_size: int,
@@ -103,11 +113,11 @@ class Episodes:
         from rlvr.telemetry import episode_metrics
 
         t0 = time.perf_counter()
-        played = play(self.engine, self.tokenizer, self.env, examples, group_size, sampling,
-                      episode_seeds(self.seeds, position, len(examples)), sub_seed(self.seeds.sampler, f"step/{step}"),
-                      with_entropy=self.with_entropy, branching=self.branching)
+        step_seed = sub_seed(self.seeds.sampler, f"step/{step}")
+        games = episode_seeds(self.seeds, position, len(examples))
+        groups = [sub_seed(step_seed, f"group/{position + i}") for i in range(len(examples))]
+        played, failures = self._play(examples, group_size, sampling, games, groups, self.with_entropy, self.branching)
         played_s = time.perf_counter() - t0
-        failures = self.env.failures.take()
         metrics = episode_metrics(played, failures)
         return StepBatch(
             rollouts=played.rollouts, rewards_P_G=played.rewards_P_G,
@@ -124,10 +134,9 @@ class Episodes:
         self.env.failures.take()  # a training step's failures are that step's; count this evaluation's alone
         t0 = time.perf_counter()
         greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_tokens)
-        played = play(self.engine, self.tokenizer, self.env, examples, 1, greedy, eval_episode_seeds(len(examples)),
-                      sample_seed=0)
+        played, failures = self._play(examples, 1, greedy, eval_episode_seeds(len(examples)), [0] * len(examples),
+                                      False, None)
         played_s = time.perf_counter() - t0
-        failures = self.env.failures.take()
         scores = self._scores(played, failures)
         metrics = {"eval/turns_mean": float(played.turns_PG.float().mean()),
                    "eval/truncated_frac": float(played.truncated_PG.float().mean())}
@@ -138,22 +147,30 @@ class Episodes:
             sample_seconds=played_s - played.env_seconds, score_seconds=played.env_seconds, played=played,
         )
 
+    def _play(self, examples: list[Example], G: int, sampling: SamplingParams, game_seeds: list[int],
+              sample_seeds: list[int], with_entropy: bool, branching: Branching | None) -> tuple[Played, EnvFailures]:
+        """This process's share of the groups played, then the whole batch and its failures gathered."""
+        mine = self.world.share(len(examples))
+        played = play(self.engine, self.tokenizer, self.env, [examples[i] for i in mine], G, sampling,
+                      [game_seeds[i] for i in mine], [sample_seeds[i] for i in mine], with_entropy, branching)
+        return gather_played(self.world, played, self.env.failures.take(), self.tokenizer.pad_token_id)
+
     @staticmethod
     def _scores(played: Played, failures) -> Scores:
         return Scores(values=played.rewards_P_G.view(-1).tolist(), errors=failures.errors, timeouts=failures.timeouts)
 
 
 def play(engine: Engine, tokenizer, env: Environment, examples: list[Example], group_size: int,
-         sampling: SamplingParams, seeds: list[int], sample_seed: int, with_entropy: bool = False,
+         sampling: SamplingParams, seeds: list[int], sample_seeds: list[int], with_entropy: bool = False,
          branching: Branching | None = None) -> Played:
-    """Play `group_size` episodes of each example (`seeds[p]`: the state its group starts from); `sample_seed`
-    seeds the engine (turn k samples with `sub_seed(sample_seed, f"turn/{k}")`). With `branching` (tl_grpo)
-    each episode is forked before every action and the branch probes run once all are played."""
-    return asyncio.run(_play(engine, tokenizer, env, examples, group_size, sampling, seeds, sample_seed, with_entropy,
-                             branching))
+    """Play `group_size` episodes of each example (`seeds[p]`: the game its group starts from; `sample_seeds[p]`:
+    its group's sampling seed, from which each episode's are derived, module docstring). With `branching`
+    (tl_grpo) each episode is forked before every action and the branch probes run once all are played."""
+    return asyncio.run(_play(engine, tokenizer, env, examples, group_size, sampling, seeds, sample_seeds,
+                             with_entropy, branching))
 
 
-async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_seed, with_entropy,
+async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_seeds, with_entropy,
                 branching) -> Played:
     env_seconds = 0.0
     limit = asyncio.Semaphore(getattr(env, "max_concurrent", None) or len(examples) * G)
@@ -182,7 +199,8 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
                 raise ValueError(f"the episodes of group {p} started from different observations: an environment's "
                                  "episodes must be a function of (example, seed)")
             prompt = encode_prompts(tokenizer, [first])[0]
-            plays += [_Play(episodes[r], prompt, done=r not in started, failed=r not in started,
+            plays += [_Play(episodes[r], prompt, sub_seed(sample_seeds[p], f"episode/{r - p * G}"),
+                            done=r not in started, failed=r not in started,
                             transcript=[{"role": "env", "text": first}]) for r in group]
         for turn in range(env.max_turns):
             live = [p for p in plays if not p.done and not p.truncated]
@@ -193,7 +211,7 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
             if not live:
                 break
             contexts = [p.prompt + p.tokens for p in live]
-            sampled = engine.sample(contexts, 1, sampling, seed=sub_seed(sample_seed, f"turn/{turn}"),
+            sampled = engine.sample(contexts, 1, sampling, seeds=[sub_seed(p.seed, f"turn/{turn}") for p in live],
                                     with_entropy=with_entropy)
             actions = []
             for i, p in enumerate(live):
@@ -224,10 +242,10 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
         branches, probe_seconds = None, 0.0
         if branching is not None:
             t0 = time.perf_counter()
-            probed = [Probed(p.snapshots, p.contexts, p.actions_text, p.rewards, not (p.truncated or p.failed))
+            probed = [Probed(p.snapshots, p.contexts, p.actions_text, p.rewards, not (p.truncated or p.failed), p.seed)
                       for p in plays]
-            branches = await probe(engine, tokenizer, probed, branching, max(1, max(len(p.rewards) for p in plays)),
-                                   sampling, sample_seed, lambda calls: asyncio.gather(*(bounded(c) for c in calls)))
+            branches = await probe(engine, tokenizer, probed, branching, max([1, *(len(p.rewards) for p in plays)]),
+                                   sampling, lambda calls: asyncio.gather(*(bounded(c) for c in calls)))
             probe_seconds = time.perf_counter() - t0
     finally:
         await asyncio.gather(*(e.close() for p in plays for e in p.snapshots), *(e.close() for e in episodes),
@@ -238,8 +256,8 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
 
 def _pack(plays: list[_Play], examples, G: int, temperature: float, pad_id: int, with_entropy: bool,
           env_seconds: float) -> Played:
-    rows, T = len(plays), max(1, max(len(p.tokens) for p in plays))
-    K = max(1, max(len(p.rewards) for p in plays))
+    rows, T = len(plays), max([1, *(len(p.tokens) for p in plays)])
+    K = max([1, *(len(p.rewards) for p in plays)])
 
     def padded(lists: list[list], fill, dtype, width: int = T):
         """[rows, width] with each list at the left of its row, `fill` after it."""

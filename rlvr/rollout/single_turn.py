@@ -59,7 +59,7 @@ class SingleTurn:
         clock = Stopwatch()
         mine = self.world.share(len(examples))  # this process's groups (all of them in a world of one)
         rollouts = self.engine.sample(encode_prompts(self.tokenizer, [examples[i].prompt for i in mine]), G, sampling,
-                                      seed=[seeds[i] for i in mine], with_entropy=with_entropy)
+                                      seeds=[seeds[i] for i in mine], with_entropy=with_entropy)
         sample_s = clock.lap()
         completions = decode_completions(self.tokenizer, rollouts)
         with self.interruptible():

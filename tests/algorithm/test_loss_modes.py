@@ -21,6 +21,7 @@ from rlvr.engine.pytorch import PyTorchEngine
 from rlvr.model.tiny import TinyLlama
 from rlvr.outputs import NONDETERMINISTIC_KEYS
 from rlvr.run import run
+from rlvr.seeds import prompt_seeds
 from rlvr.types import LoraSpec, Rollouts, SamplingParams, TrainBatch
 
 
@@ -187,7 +188,7 @@ def backend(micro_batch_size=0):
 def sampled() -> Rollouts:
     model, tok = TINY.load(0)
     engine = PyTorchEngine(model, [tok.eos_token_id], tok.pad_token_id, 256, merge_lora=False)
-    return engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seed=0)
+    return engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seeds=prompt_seeds(0, len(PROMPTS)))
 
 
 def off_policy_batch(adv_seed: int) -> TrainBatch:

@@ -5,6 +5,7 @@ from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.local import LocalBackend
 from rlvr.engine.pytorch import PyTorchEngine
 from rlvr.model.tiny import TinyLlama
+from rlvr.seeds import prompt_seeds
 from rlvr.types import LoraSpec, SamplingParams, TrainBatch
 
 TINY = TinyLlama("0123456789+=", 64, 128, 2, 2, 32, "float32", None)
@@ -22,7 +23,7 @@ def make(lora=LORA, micro_batch_size=0, grad_clip_norm=0.0, gradient_checkpointi
 
 
 def rollouts(engine, temperature=0.8, seed=0):
-    return engine.sample(PROMPTS, 4, SamplingParams(temperature, 1.0, 6), seed=seed)
+    return engine.sample(PROMPTS, 4, SamplingParams(temperature, 1.0, 6), seeds=prompt_seeds(seed, len(PROMPTS)))
 
 
 def params(backend, trainable: bool):

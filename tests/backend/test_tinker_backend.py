@@ -17,6 +17,7 @@ from rlvr.backend.tinker import RL_LOSSES, TinkerBackend, TinkerCallError, datum
 from rlvr.engine.tinker import TinkerEngine
 from rlvr.errors import ConfigError
 from rlvr.run import backend_runtime_args, run
+from rlvr.seeds import prompt_seeds
 from rlvr.types import LoraSpec, Rollouts, SamplingParams, TrainBatch
 
 LORA = LoraSpec(rank=8, alpha=16, dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj"])
@@ -121,11 +122,11 @@ def test_the_engine_samples_from_the_sampler_of_the_latest_step():
     b = backend()
     engine = TinkerEngine(b.policy, eos_ids=[1], pad_id=0)
     params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=6)
-    first = engine.sample([[5, 6], [7]], 3, params, seed=11)
+    first = engine.sample([[5, 6], [7]], 3, params, seeds=prompt_seeds(11, 2))
     b.train_step(known_batch(), IS, lr=1e-5)
-    stale = engine.sample([[5, 6], [7]], 3, params, seed=11)  # no sync yet: the old sampler
+    stale = engine.sample([[5, 6], [7]], 3, params, seeds=prompt_seeds(11, 2))  # no sync yet: the old sampler
     engine.sync(b.policy)
-    fresh = engine.sample([[5, 6], [7]], 3, params, seed=11)
+    fresh = engine.sample([[5, 6], [7]], 3, params, seeds=prompt_seeds(11, 2))
     versions = [kw["version"] for kw in fake_tinker.calls("sample")]
     assert versions == [0, 0, 0, 0, 1, 1]
     assert torch.equal(first.tokens_PG_T, stale.tokens_PG_T) and not torch.equal(first.tokens_PG_T, fresh.tokens_PG_T)
@@ -139,7 +140,8 @@ def test_the_engine_samples_from_the_sampler_of_the_latest_step():
 
 def test_rollouts_follow_the_engine_contract():
     engine = TinkerEngine(backend().policy, eos_ids=[1], pad_id=0)
-    ro = engine.sample([[5], [6], [7]], 4, SamplingParams(temperature=1.0, top_p=1.0, max_tokens=5), seed=3)
+    ro = engine.sample([[5], [6], [7]], 4, SamplingParams(temperature=1.0, top_p=1.0, max_tokens=5),
+                       seeds=prompt_seeds(3, 3))
     responses = [fake_tinker.FakeSamplingClient(0).sample(
         types.ModelInput.from_ints(p), 4, kw["sampling_params"]).value
         for p, kw in zip([[5], [6], [7]], fake_tinker.calls("sample"))]
@@ -169,7 +171,8 @@ def test_a_training_call_that_may_have_been_applied_is_not_sent_twice():
         b.train_step(known_batch(), IS, lr=1e-5)
     assert len(fake_tinker.calls("forward_backward")) == 1 and fake_tinker.calls("optim_step") == []
     fake_tinker.LATE["sample"] = 1  # sampling has no side effect: sent again
-    TinkerEngine(b.policy, eos_ids=[1], pad_id=0).sample([[5]], 2, SamplingParams(1.0, 1.0, 3), seed=0)
+    TinkerEngine(b.policy, eos_ids=[1], pad_id=0).sample([[5]], 2, SamplingParams(1.0, 1.0, 3),
+                                                         seeds=prompt_seeds(0, 1))
     assert len(fake_tinker.calls("sample")) == 2
 
 
@@ -193,7 +196,8 @@ def test_a_hanging_call_is_bounded():
 def test_only_failed_sample_requests_are_sent_again():
     engine = TinkerEngine(backend().policy, eos_ids=[1], pad_id=0)
     fake_tinker.FAIL["sample"] = 1  # the first of three prompts' requests fails once
-    engine.sample([[5], [6], [7]], 2, SamplingParams(temperature=1.0, top_p=1.0, max_tokens=3), seed=0)
+    engine.sample([[5], [6], [7]], 2, SamplingParams(temperature=1.0, top_p=1.0, max_tokens=3),
+                  seeds=prompt_seeds(0, 3))
     assert [kw["prompt"] for kw in fake_tinker.calls("sample")] == [[5], [6], [7], [5]]
 
 

