@@ -170,6 +170,7 @@ def worker(args: argparse.Namespace) -> None:
     from rlvr.algorithm.loss import PolicyLoss
     from rlvr.backend.fsdp import FSDPBackend
     from rlvr.backend.local import resolve_device
+    from rlvr.distributed import World
     from rlvr.model.tiny import TinyLlama
     from rlvr.types import LoraSpec
 
@@ -183,7 +184,7 @@ def worker(args: argparse.Namespace) -> None:
     backend = FSDPBackend(model, lora, lora_seed=args.seed, pad_id=tokenizer.pad_token_id, device=args.device,
                           betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0, grad_clip_norm=0.0,
                           micro_batch_size=args.micro_batch_size, gradient_checkpointing=False,
-                          reshard_after_forward=True, timeout_s=args.timeout)
+                          reshard_after_forward=True, timeout_s=args.timeout, world=World.from_env())
     batch = synthetic_batch(args.rows, args.tokens, args.prompt, len(tokenizer), tokenizer.pad_token_id, args.seed)
     loss = PolicyLoss(0.0, 0.0, 0.0)
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlvr import distributed
+from rlvr.distributed import ONE_PROCESS, World
 from rlvr.lazy import lazy_import
 
 torch = lazy_import("torch")
@@ -83,15 +83,17 @@ def set_rng_state(state: dict) -> None:
 
 
 class Checkpoints:
-    def __init__(self, root: Path, keep_last: int) -> None:
+    def __init__(self, root: Path, keep_last: int, world: World = ONE_PROCESS) -> None:
         self.root = Path(root)
         self.keep_last = keep_last
         """0 keeps every checkpoint."""
+        self.world = world
+        """The run's processes: each writes its shards of a checkpoint, rank 0 the rest (`save`)."""
 
     def save(self, steps_done: int, write_weights: Callable[[Path], None], state: dict, final: bool) -> Path:
         """In a distributed run every rank calls this: each writes its shards (`write_weights`), rank 0 the rest,
         the rename and `latest`, between barriers, so no rank goes on before the checkpoint is complete."""
-        main = distributed.is_main()
+        main = self.world.is_main
         name = f"step_{steps_done}"
         tmp, final_dir = self.root / f".{name}.tmp", self.root / name
         previous = self.latest()
@@ -100,9 +102,9 @@ class Checkpoints:
                 self.root.mkdir(parents=True, exist_ok=True)
                 shutil.rmtree(tmp, ignore_errors=True)
                 tmp.mkdir()
-            distributed.sync()
+            self.world.barrier()
             write_weights(tmp)
-            distributed.sync()
+            self.world.barrier()
             if main:
                 torch.save(rng_state(), tmp / "rng.pt")
                 _fault("checkpoint")
@@ -119,7 +121,7 @@ class Checkpoints:
             raise CheckpointError(f"could not write checkpoint {final_dir}: {err.strerror or err}; {kept}") from err
         if main:
             self._prune(keep={name})
-        distributed.sync()
+        self.world.barrier()
         return final_dir
 
     def latest(self) -> Path | None:

@@ -5,7 +5,7 @@ A run becomes distributed when it is started as several processes: by `torchrun 
 (`hydra/launcher=slurm hydra.launcher.tasks_per_node=N`, `nodes=M`: srun starts one task per process and sets
 SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; the rendezvous is the job's first node, at a port derived from the
 job id). `World.from_env()` reads either; one process (`python train.py`) is `World.single()`, and then
-its sharing and gathering are the identity (`World.share`, `gather`, `on_main`, `gather_step`).
+its sharing and gathering are the identity (`World.share`, `gather`, `on_main`, `barrier`, `gather_step`).
 
 How a distributed step is shared (rlvr/trainer.py, rlvr/backend/fsdp.py):
 
@@ -90,6 +90,11 @@ class World:
         """Every rank's `value`, in rank order (a world of one: `[value]`, no process group needed)."""
         return [value] if self.size == 1 else all_gather(value)
 
+    def barrier(self) -> None:
+        """Wait for every rank (a world of one: nothing to wait for)."""
+        if self.size > 1:
+            dist.barrier()
+
     def on_main(self, fn, *args):
         """`fn(*args)` computed on rank 0 (deciding the run folder, say), its result on every rank; an exception it
         raises is raised on every rank, so none waits for a broadcast that never comes. A world of one: a call."""
@@ -100,6 +105,10 @@ class World:
         base, extra = divmod(count, self.size)
         start = self.rank * base + min(self.rank, extra)
         return range(start, start + base + (self.rank < extra))
+
+
+ONE_PROCESS = World.single()
+"""`python train.py`: the world of one process."""
 
 
 def first_host(nodelist: str) -> str:
@@ -137,11 +146,6 @@ def close() -> None:
         dist.destroy_process_group()
 
 
-def active() -> bool:
-    """A process group is up (this is a run under backend=fsdp)."""
-    return dist.is_available() and dist.is_initialized()
-
-
 def all_gather(value: Any) -> list[Any]:
     """Every rank's `value` (any picklable object), in rank order."""
     values: list[Any] = [None] * dist.get_world_size()
@@ -170,17 +174,6 @@ def on_main(fn, *args):
     if not ok:
         raise value
     return value
-
-
-def is_main() -> bool:
-    """Rank 0 of a distributed run, or the one process of a plain one."""
-    return not active() or dist.get_rank() == 0
-
-
-def sync() -> None:
-    """Wait for every rank (nothing to wait for in a plain run)."""
-    if active():
-        dist.barrier()
 
 
 def gather_step(world: World, rollouts: Rollouts, completions: list[str], scores: Scores, pad_id: int

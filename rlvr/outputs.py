@@ -21,6 +21,10 @@ import os
 import socket
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlvr.distributed import World
 
 NONDETERMINISTIC_KEYS = frozenset(
     {
@@ -40,24 +44,26 @@ def _clean(value):
 
 
 class RunDir:
-    def __init__(self, path: Path, writes: bool = True) -> None:
+    """The run folder as rank 0 (the one process of a plain run) writes it; `RunDir.of` gives the other ranks of a
+    distributed run an `UnwrittenRunDir`."""
+
+    writes = True
+
+    def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.writes = writes
-        """False on the ranks of a distributed run other than 0: every method but reading is then a no-op (rank 0
-        writes the folder; the others only write their shards of each checkpoint)."""
-        if writes:
-            (self.path / "samples").mkdir(parents=True, exist_ok=True)
-            (self.path / "checkpoints").mkdir(exist_ok=True)
+        (self.path / "samples").mkdir(parents=True, exist_ok=True)
+        (self.path / "checkpoints").mkdir(exist_ok=True)
+
+    @staticmethod
+    def of(path: Path, world: World) -> RunDir:
+        """The folder as this process holds it: rank 0 writes it, the others only read it."""
+        return RunDir(path) if world.is_main else UnwrittenRunDir(path)
 
     def append(self, name: str, row: dict) -> None:
-        if not self.writes:
-            return
         with open(self.path / name, "a") as f:
             f.write(json.dumps({k: _clean(v) for k, v in row.items()}) + "\n")
 
     def write_samples(self, step: int, records: list[dict]) -> None:
-        if not self.writes:
-            return
         with open(self.path / "samples" / f"step_{step:06d}.jsonl", "w") as f:
             for r in records:
                 f.write(json.dumps(r) + "\n")
@@ -78,8 +84,6 @@ class RunDir:
         })
 
     def write_json(self, name: str, data: dict) -> None:
-        if not self.writes:
-            return
         tmp = self.path / f".{name}.tmp"
         tmp.write_text(json.dumps(data, indent=2) + "\n")
         os.replace(tmp, self.path / name)
@@ -88,8 +92,6 @@ class RunDir:
         """Cut the folder back to a checkpoint taken after `steps_done` steps: training rows of later
         steps, evaluation rows after it, a half-written last line and later samples go; so a resumed run
         never logs a step twice. `truncate(0, keep_initial_eval=False)` empties it for a fresh start."""
-        if not self.writes:
-            return
         metrics = self.path / "metrics.jsonl"
         kept = []
         if metrics.exists():
@@ -108,3 +110,25 @@ class RunDir:
         for sample in (self.path / "samples").glob("step_*.jsonl"):
             if int(sample.stem.split("_")[1]) >= steps_done:
                 sample.unlink()
+
+
+class UnwrittenRunDir(RunDir):
+    """The run folder as a rank other than 0 holds it: it reads the folder and writes nothing (rank 0 writes it;
+    the other ranks only their shards of each checkpoint, rlvr/checkpoint.py)."""
+
+    writes = False
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def append(self, name: str, row: dict) -> None:
+        pass
+
+    def write_samples(self, step: int, records: list[dict]) -> None:
+        pass
+
+    def write_json(self, name: str, data: dict) -> None:
+        pass
+
+    def truncate(self, steps_done: int, keep_initial_eval: bool = True) -> None:
+        pass

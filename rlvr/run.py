@@ -10,6 +10,7 @@ a second.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -26,7 +27,7 @@ from rlvr import distributed
 from rlvr.campaign import record
 from rlvr.checkpoint import Checkpoints
 from rlvr.config_check import check
-from rlvr.distributed import World
+from rlvr.distributed import ONE_PROCESS, World
 from rlvr.env.guarded import GuardedEnvironment
 from rlvr.errors import ConfigError
 from rlvr.labels import condition_label
@@ -54,8 +55,7 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
     if not world.is_main:  # the other ranks of a distributed run log warnings only
         logging.getLogger("rlvr").setLevel(logging.WARNING)
     try:
-        components, trainer = build_all(cfg, campaign_root)
-        world = components.world
+        components, trainer = build_all(cfg, campaign_root, world)
         if components.distributed:
             join(world, cfg)
         # rank 0 decides the folder (the ranks' Hydra clocks may name different ones), every rank joins it
@@ -66,7 +66,7 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
         if world.is_main:
             remove_if_fresh(folder)  # a run that never started leaves no half-written folder behind
         raise
-    out = RunDir(folder, writes=world.is_main)
+    out = RunDir.of(folder, world)
     if resume_from is not None and finished(resume_from, trainer.max_steps) and (folder / "summary.json").exists():
         log.info("run folder %s already finished %d steps: nothing to do", folder, trainer.max_steps)
         return json.loads((folder / "summary.json").read_text())
@@ -202,8 +202,10 @@ def remove_if_fresh(folder: Path) -> None:
                 break
 
 
-def build_all(cfg: DictConfig, campaign_root: Path | None = None) -> tuple[Components, Trainer]:
-    """Check the config, then build every component; nothing heavy (no model) is loaded yet. In a multirun
+def build_all(cfg: DictConfig, campaign_root: Path | None = None, world: World = ONE_PROCESS
+              ) -> tuple[Components, Trainer]:
+    """Check the config, then build every component for this process of `world` (the check has refused several
+    processes without a backend that trains over them); nothing heavy (no model) is loaded yet. In a multirun
     (`campaign_root` given) a backend that takes `throttle_dir` shares `<campaign root>/tinker_throttle`
     with the campaign's other jobs (rlvr/backend/throttle.py); a single run gets none."""
     needs = check(cfg)
@@ -220,7 +222,8 @@ def build_all(cfg: DictConfig, campaign_root: Path | None = None) -> tuple[Compo
         backpressure=build(cfg, "backpressure"),
         env=GuardedEnvironment(build(cfg, "env")) if cfg.get("env") is not None else None,
         turn_credit=build(cfg, "turn_credit") if cfg.get("env") is not None else None,
-        make_backend=build(cfg, "backend", _partial_=True, **backend_runtime_args(cfg, campaign_root)),
+        make_backend=functools.partial(build(cfg, "backend", _partial_=True),
+                                       **backend_runtime_args(cfg, campaign_root, world)),
         make_engine=build(cfg, "engine", _partial_=True),
         condition=condition_label(config),
         uncertainty_kind=cfg.transform.get("uncertainty"),
@@ -228,15 +231,18 @@ def build_all(cfg: DictConfig, campaign_root: Path | None = None) -> tuple[Compo
         config=config,
         config_sha256=hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
         needs=needs,
-        world=World.from_env() if "distributed" in needs["backend"].provides else World.single(),
+        world=world,
     )
     check_components(cfg, components)
     return components, build(cfg, "trainer")
 
 
-def backend_runtime_args(cfg: DictConfig, campaign_root: Path | None) -> dict:
-    takes_throttle = "throttle_dir" in inspect.signature(get_class(cfg.backend._target_)).parameters
-    return {"throttle_dir": str(campaign_root / "tinker_throttle")} if campaign_root and takes_throttle else {}
+def backend_runtime_args(cfg: DictConfig, campaign_root: Path | None, world: World) -> dict:
+    """What the chosen backend takes besides its YAML: the run's `world` (backend=fsdp), a campaign's
+    `throttle_dir` (backend=tinker); given to the constructor as they are (Hydra would turn a World into a dict)."""
+    takes = inspect.signature(get_class(cfg.backend._target_)).parameters
+    return ({"world": world} if "world" in takes else {}) | (
+        {"throttle_dir": str(campaign_root / "tinker_throttle")} if campaign_root and "throttle_dir" in takes else {})
 
 
 def build(cfg: DictConfig, group: str, **kwargs):

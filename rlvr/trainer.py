@@ -338,7 +338,7 @@ class Trainer:
         engine.connect()
         log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
         return Live(c, tokenizer, backend, engine, make_rollout(c, engine, tokenizer, stop), out, warmup,
-                    Checkpoints(out.path / "checkpoints", self.keep_last), stop=stop)
+                    Checkpoints(out.path / "checkpoints", self.keep_last, c.world), stop=stop)
 
     @staticmethod
     def _check_chat_turns(c: Components, tokenizer, stops: list[int]) -> None:

@@ -109,8 +109,9 @@ class FSDPBackend:
         gradient_checkpointing: bool,
         reshard_after_forward: bool,
         timeout_s: float,
+        world: distributed.World,
     ) -> None:
-        self.world = distributed.World.from_env()
+        self.world = world
         device = resolve_device(device).type
         if device == "cuda":
             device = f"cuda:{self.world.local_rank}"

@@ -14,6 +14,7 @@ from tinker import types
 from composing import FAST, compose_config
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.tinker import RL_LOSSES, TinkerBackend, TinkerCallError, datums_of
+from rlvr.distributed import ONE_PROCESS, World
 from rlvr.engine.tinker import TinkerEngine
 from rlvr.errors import ConfigError
 from rlvr.run import backend_runtime_args, run
@@ -269,9 +270,11 @@ def test_backend_tinker_selects_engine_tinker_and_a_hub_preset_names_the_base_mo
 
 def test_campaign_jobs_share_a_throttle_folder_and_single_runs_have_none(tmp_path):
     cfg = compose_config(TINY)
-    assert backend_runtime_args(cfg, tmp_path) == {"throttle_dir": str(tmp_path / "tinker_throttle")}
-    assert backend_runtime_args(cfg, None) == {}
-    assert backend_runtime_args(compose_config([]), tmp_path) == {}  # backend=local takes none
+    assert backend_runtime_args(cfg, tmp_path, ONE_PROCESS) == {"throttle_dir": str(tmp_path / "tinker_throttle")}
+    assert backend_runtime_args(cfg, None, ONE_PROCESS) == {}
+    assert backend_runtime_args(compose_config([]), tmp_path, ONE_PROCESS) == {}  # backend=local takes none
+    two = World(rank=1, size=2, local_rank=1)
+    assert backend_runtime_args(compose_config(["backend=fsdp"]), tmp_path, two) == {"world": two}  # fsdp: the world
 
 
 def test_a_run_trains_on_the_service_and_resumes_from_its_recorded_state(tmp_path):

@@ -57,6 +57,7 @@ def main() -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     from rlvr.backend.fsdp import FSDPBackend
+    from rlvr.distributed import World
 
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
@@ -68,7 +69,8 @@ def main() -> None:
     torch.set_num_threads(1)
     model, tok = TINY.load(0)
     backend = FSDPBackend(model, None if args.full else LORA, 0, tok.pad_token_id,
-                          micro_batch_size=args.micro_batch_size, reshard_after_forward=True, timeout_s=120, **KNOBS)
+                          micro_batch_size=args.micro_batch_size, reshard_after_forward=True, timeout_s=120,
+                          world=World.from_env(), **KNOBS)
     stats = steps(backend, args.clip, args.mode)
     full = get_model_state_dict(backend.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True,
                                                                          ignore_frozen_params=True))
