@@ -34,6 +34,7 @@ import datetime
 import os
 import re
 import subprocess
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -64,10 +65,10 @@ class World:
         return cls(0, 1, 0)
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> World:
+    def from_env(cls, environ: MutableMapping[str, str] | None = None) -> World:
         """torchrun's variables, else a SLURM step's of several tasks, else one process. Sets MASTER_ADDR and
         MASTER_PORT from the SLURM job when torchrun did not (env:// initialisation reads them)."""
-        env = os.environ if env is None else env
+        env = os.environ if environ is None else environ
         if "WORLD_SIZE" in env and "RANK" in env:
             return cls(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)))
         if int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in env:
@@ -194,32 +195,31 @@ def gather_played(world: World, played: Played, failures: EnvFailures, pad_id: i
                   ) -> tuple[Played, EnvFailures]:
     """The whole step's played episodes and environment failures on every rank, from each rank's share of the
     groups (in a world of one process: as given). Environment time is the slowest rank's."""
-    from dataclasses import replace
+    from dataclasses import fields, replace
 
     from rlvr.env.guarded import EnvFailures
 
     if world.size == 1:
         return played, failures
-    parts: list[tuple[Played, EnvFailures]] = all_gather((replace(played, rollouts=None), failures))
-    counts = [f for _, f in parts]
-    merged = EnvFailures(sum(f.episodes for f in counts), sum(f.errors for f in counts),
-                         sum(f.timeouts for f in counts))
-    shares = [p for p, _ in parts]
-    branches = [p.branch_rewards_PG_K_B for p in shares]
+    mine = {f.name: getattr(played, f.name) for f in fields(played) if f.name != "rollouts"}
+    parts: list[tuple[dict[str, Any], EnvFailures]] = all_gather((mine, failures))
+    shares = [share for share, _ in parts]
+    counts = [count for _, count in parts]
+    branches = [share["branch_rewards_PG_K_B"] for share in shares]
     return replace(
         played,
         rollouts=gather_rollouts(played.rollouts, pad_id),
-        rewards_P_G=torch.cat([p.rewards_P_G for p in shares]),
-        turn_rewards_PG_K=_cat_padded([p.turn_rewards_PG_K for p in shares], float("nan")),
-        turns_PG=torch.cat([p.turns_PG for p in shares]),
-        truncated_PG=torch.cat([p.truncated_PG for p in shares]),
-        failed_PG=torch.cat([p.failed_PG for p in shares]),
-        transcripts=[t for p in shares for t in p.transcripts],
-        infos=[i for p in shares for i in p.infos],
-        env_seconds=max(p.env_seconds for p in shares),
+        rewards_P_G=torch.cat([share["rewards_P_G"] for share in shares]),
+        turn_rewards_PG_K=_cat_padded([share["turn_rewards_PG_K"] for share in shares], float("nan")),
+        turns_PG=torch.cat([share["turns_PG"] for share in shares]),
+        truncated_PG=torch.cat([share["truncated_PG"] for share in shares]),
+        failed_PG=torch.cat([share["failed_PG"] for share in shares]),
+        transcripts=[t for share in shares for t in share["transcripts"]],
+        infos=[i for share in shares for i in share["infos"]],
+        env_seconds=max(share["env_seconds"] for share in shares),
         branch_rewards_PG_K_B=None if branches[0] is None else _cat_padded(branches, float("nan")),
-        probe_seconds=max(p.probe_seconds for p in shares),
-    ), merged
+        probe_seconds=max(share["probe_seconds"] for share in shares),
+    ), EnvFailures(sum(c.episodes for c in counts), sum(c.errors for c in counts), sum(c.timeouts for c in counts))
 
 
 def gather_rollouts(rollouts: Rollouts, pad_id: int) -> Rollouts:
@@ -231,8 +231,11 @@ def gather_rollouts(rollouts: Rollouts, pad_id: int) -> Rollouts:
             "actions_PG_T", "turn_PG_T")
     parts = all_gather({k: getattr(rollouts, k) for k in keys})
 
-    def cat(key: str, fill: float | int | bool) -> Tensor | None:
-        return None if parts[0][key] is None else _cat_padded([p[key] for p in parts], fill)
+    def cat(key: str, fill: float | int | bool) -> Tensor:
+        return _cat_padded([p[key] for p in parts], fill)
+
+    def optional(key: str, fill: float | int | bool) -> Tensor | None:
+        return None if parts[0][key] is None else cat(key, fill)
 
     return replace(
         rollouts,
@@ -241,9 +244,9 @@ def gather_rollouts(rollouts: Rollouts, pad_id: int) -> Rollouts:
         logprobs_PG_T=cat("logprobs_PG_T", 0.0),
         mask_PG_T=cat("mask_PG_T", False),
         finished_PG=torch.cat([p["finished_PG"] for p in parts]),
-        entropy_PG_T=cat("entropy_PG_T", 0.0),
-        actions_PG_T=cat("actions_PG_T", False),
-        turn_PG_T=cat("turn_PG_T", -1),
+        entropy_PG_T=optional("entropy_PG_T", 0.0),
+        actions_PG_T=optional("actions_PG_T", False),
+        turn_PG_T=optional("turn_PG_T", -1),
     )
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
+    from transformers import PreTrainedModel
 
     from rlvr.types import (
         Branching,
@@ -122,7 +123,7 @@ class ModelPreset(Protocol):
     lora: LoraSpec | None
     """None: full fine-tuning."""
 
-    def load(self, seed: int) -> tuple[nn.Module, Any]:
+    def load(self, seed: int) -> tuple[PreTrainedModel, Any]:
         """(module, tokenizer); `seed` initialises weights that are built rather than loaded."""
         ...
 

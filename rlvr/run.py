@@ -210,6 +210,7 @@ def build_all(cfg: DictConfig, campaign_root: Path | None = None, world: World =
     with the campaign's other jobs (rlvr/backend/throttle.py); a single run gets none."""
     needs = check(cfg)
     config = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(config, dict)  # a DictConfig's container
     seeds = Seeds.from_root(int(cfg.seed))
     components = Components(
         preset=build(cfg, "model"),

@@ -235,6 +235,7 @@ class Trainer:
                 try:
                     row = self.step(live, step)
                 except StepInterrupted:  # a stop while scoring: the step is dropped, the steps done are kept
+                    assert stop is not None, "only a stop signal interrupts a step"
                     live.totals.update(before[0])
                     set_rng_state(before[1])
                     saved = self._checkpoint(live, step)
@@ -374,7 +375,7 @@ class Trainer:
         demos = self._demonstrations(c)
         key = self.warmup.cache_key(c.preset, c.seeds.init, demos)
         log.info("SFT warm-up: %d steps on %d demonstrations (cache key %s)", self.warmup.steps, len(demos), key)
-        plan = stop.plan if stop is not None else None
+        plan = stop.plan if stop is not None else ""
         if stop is not None:
             stop.plan = ("stopping the SFT warm-up: nothing is saved before the RL steps start, and the warm-up "
                          "starts over when the run continues")
@@ -527,7 +528,8 @@ def make_rollout(c: Components, engine: Engine, tokenizer, stop: StopSignals | N
     if c.env is None:
         return SingleTurn(engine, tokenizer, c.reward, c.seeds, c.world, c.wants_entropy,
                           stop.interruptible if stop is not None else nullcontext)
-    return Episodes(engine, tokenizer, c.env, c.seeds, c.world, c.wants_entropy, c.turn_credit.branching)
+    branching = c.turn_credit.branching if c.turn_credit is not None else None
+    return Episodes(engine, tokenizer, c.env, c.seeds, c.world, c.wants_entropy, branching)
 
 
 def skip_cause(rewards_P_G: Tensor) -> str:

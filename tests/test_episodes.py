@@ -12,6 +12,7 @@ from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.local import LocalBackend
 from rlvr.credit import assign_credit
 from rlvr.engine.pytorch import PyTorchEngine
+from rlvr.env.guarded import GuardedEnvironment
 from rlvr.model.tiny import TinyLlama
 from rlvr.rollout.episodes import play
 from rlvr.transform.gtpo import GTPO
@@ -62,6 +63,11 @@ class TryAgainEnv:
         return TryAgain(example.prompt, example.reference, delay_s=self.delay_s, observation=self.observation)
 
 
+def guarded(**settings) -> GuardedEnvironment:
+    """A TryAgainEnv as the episode loop plays every environment: behind its guard."""
+    return GuardedEnvironment(TryAgainEnv(**settings))
+
+
 class Recording(PyTorchEngine):
     """The real engine, remembering the contexts it was asked to continue."""
 
@@ -85,7 +91,7 @@ def setup():
 
 def test_each_turn_continues_the_exact_tokens_of_the_last_and_observations_are_not_actions():
     backend, engine, tok = setup()
-    played = play(engine, tok, TryAgainEnv(), EXAMPLES, 3, SAMPLING, seeds=[5, 6], sample_seeds=[1, 101])
+    played = play(engine, tok, guarded(), EXAMPLES, 3, SAMPLING, seeds=[5, 6], sample_seeds=[1, 101])
     ro = played.rollouts
     plus_eq = tok.encode("+=", add_special_tokens=False)
     assert ro.actions_PG_T is not None and ro.turn_PG_T is not None
@@ -116,7 +122,7 @@ def test_each_turn_continues_the_exact_tokens_of_the_last_and_observations_are_n
 
 def test_backend_logprobs_of_action_tokens_equal_the_engines_on_packed_rows():
     backend, engine, tok = setup()
-    ro = play(engine, tok, TryAgainEnv(), EXAMPLES, 3, SAMPLING, seeds=[5, 6], sample_seeds=[2, 102]).rollouts
+    ro = play(engine, tok, guarded(), EXAMPLES, 3, SAMPLING, seeds=[5, 6], sample_seeds=[2, 102]).rollouts
     prompts = [p for p in ro.prompt_ids_P for _ in range(ro.group_size)]
     ids, attn, Lp = backend.trainee.rows(prompts, ro.tokens_PG_T, ro.mask_PG_T)
     with torch.no_grad():
@@ -128,7 +134,7 @@ def test_backend_logprobs_of_action_tokens_equal_the_engines_on_packed_rows():
 
 def test_observation_tokens_get_no_advantage_and_no_gradient_share():
     backend, engine, tok = setup()
-    played = play(engine, tok, TryAgainEnv(), EXAMPLES, 3, SAMPLING, seeds=[5, 6], sample_seeds=[3, 103])
+    played = play(engine, tok, guarded(), EXAMPLES, 3, SAMPLING, seeds=[5, 6], sample_seeds=[3, 103])
     ro = played.rollouts
     rewards = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]])  # a signal in both groups, whatever was played
     signals = TokenSignals(logprobs_PG_T=ro.logprobs_PG_T, mask_PG_T=ro.action_mask_PG_T, group_size=3, step=0,
@@ -143,7 +149,7 @@ def test_observation_tokens_get_no_advantage_and_no_gradient_share():
 def test_episodes_stop_at_max_turns_or_the_context_cap_and_are_marked_truncated(cap, expected_turns):
     backend, engine, tok = setup()
     never = [Example("12+34=", "x")]  # no action can be "x": every episode runs out
-    played = play(engine, tok, TryAgainEnv(max_context_tokens=cap), never, 2, SamplingParams(1.0, 1.0, 3),
+    played = play(engine, tok, guarded(max_context_tokens=cap), never, 2, SamplingParams(1.0, 1.0, 3),
                   seeds=[0], sample_seeds=[0])
     # "12+34=" is 6 tokens; a turn needs room for 3 new ones; an action of ≤ 3 plus "+=" (2) per turn:
     # with a cap of 14 the second turn starts at ≤ 6+3+2 = 11 ≤ 14−3, the third at ≤ 16 > 11 does not
@@ -155,7 +161,7 @@ def test_episodes_are_stepped_concurrently_within_the_environments_bound():
     """6 episodes whose every step takes 0.2 s, one turn: all at once ≈ 0.2 s of environment time; two at a time
     (three rounds) ≈ 0.6 s."""
     backend, engine, tok = setup()
-    seconds = {bound: play(engine, tok, TryAgainEnv(max_turns=1, max_concurrent=bound, delay_s=0.2), EXAMPLES, 3,
+    seconds = {bound: play(engine, tok, guarded(max_turns=1, max_concurrent=bound, delay_s=0.2), EXAMPLES, 3,
                            SamplingParams(1.0, 1.0, 3), seeds=[5, 6], sample_seeds=[1, 101]).env_seconds
                for bound in (None, 2)}
     assert 0.2 <= seconds[None] < 0.45 and seconds[2] >= 0.6, seconds
@@ -179,7 +185,7 @@ def test_with_a_chat_template_each_observation_is_the_templates_suffix():
                                          max_position_embeddings=512, pad_token_id=tok.pad_token_id,
                                          eos_token_id=im_end, bos_token_id=None, tie_word_embeddings=True))
     engine = PyTorchEngine(model, [im_end], tok.pad_token_id, 256, merge_lora=False)
-    env = TryAgainEnv(max_context_tokens=400, observation="Too low.")
+    env = guarded(max_context_tokens=400, observation="Too low.")
     played = play(engine, tok, env, [Example("Guess a number.", "x")], 2, SamplingParams(1.0, 1.0, 4), seeds=[0],
                   sample_seeds=[0])
     ro = played.rollouts

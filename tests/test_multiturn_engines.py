@@ -17,7 +17,7 @@ import fake_tinker
 import pytest
 import torch
 from hydra.utils import instantiate
-from test_episodes import TryAgainEnv
+from test_episodes import guarded
 from vllm_server import SERVED_NAME, VllmServer
 
 from composing import FAST, compose_config
@@ -38,7 +38,7 @@ from rlvr.types import Example, LoraSpec, SamplingParams, Step, TokenSignals, Tr
 
 TOL = 1e-4
 """The engine parity tolerance of tests/engine/test_vllm_engine.py and test_openai_engine.py (fp32 both sides)."""
-SHORT = TryAgainEnv(max_context_tokens=32)
+SHORT = guarded(max_context_tokens=32)
 EXAMPLES = [Example("12+34=", "46"), Example("7+8=", "15")]
 LOSS = PolicyLoss(0.0, 0.0, 0.0)
 
@@ -131,7 +131,7 @@ def vllm_setup():
 def test_vllm_episodes_keep_the_packed_row_invariants(vllm_setup):
     backend, tok, engine = vllm_setup
     recording = Recording(engine)
-    played = play(recording, tok, TryAgainEnv(max_context_tokens=64), EXAMPLES, 3, SamplingParams(1.0, 1.0, 3),
+    played = play(recording, tok, guarded(max_context_tokens=64), EXAMPLES, 3, SamplingParams(1.0, 1.0, 3),
                   seeds=[5, 6], sample_seeds=[1, 101])
     assert len(recording.contexts) >= 2 and played.rollouts.actions_PG_T.sum() > 6  # several turns were played
     check_packed_rows(played, recording.contexts, tok)
@@ -142,7 +142,7 @@ def test_vllm_episodes_keep_the_packed_row_invariants(vllm_setup):
 def test_vllm_action_logprobs_equal_the_backends_on_packed_rows_before_and_after_a_step(vllm_setup, sampling):
     backend, tok, engine = vllm_setup
     engine.sync(backend.policy)  # the other parametrisation trained the policy
-    env = TryAgainEnv(max_context_tokens=64)
+    env = guarded(max_context_tokens=64)
     played = play(engine, tok, env, EXAMPLES, 3, sampling, seeds=[5, 6], sample_seeds=[2, 102])
     assert int(played.turns_PG.max()) >= 2
     gaps = [action_logprob_gap(backend, played)]

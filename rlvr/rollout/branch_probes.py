@@ -64,7 +64,7 @@ class Probed:
 
 
 async def probe(engine: Engine, tokenizer, episodes: Sequence[Probed], branching: Branching, turns: int,
-                sampling: SamplingParams, run: Callable[[list[Awaitable]], Awaitable[list]]) -> Tensor:
+                sampling: SamplingParams, run: Callable[[Sequence[Awaitable]], Awaitable[list]]) -> Tensor:
     """float32 [rows, `turns`, B]: [..., 0] the primary's value, [..., 1:] the alternatives', NaN where nothing
     was probed. `run` awaits a list of calls concurrently within the environment's bound."""
     B, L = branching.size, branching.lookahead

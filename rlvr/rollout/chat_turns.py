@@ -59,7 +59,7 @@ def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], generation_
 
 
 def _text(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> str:
-    return tokenizer.decode(ids, clean_up_tokenization_spaces=False)
+    return str(tokenizer.decode(ids, clean_up_tokenization_spaces=False))
 
 
 def _special_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
     from rlvr.distributed import World
     from rlvr.env.guarded import EnvFailures, GuardedEnvironment
-    from rlvr.protocols import Engine, Environment, Episode
+    from rlvr.protocols import Engine, Episode
     from rlvr.types import Branching, Example
 
 torch = lazy_import("torch")
@@ -160,7 +160,7 @@ class Episodes:
         return Scores(values=played.rewards_P_G.view(-1).tolist(), errors=failures.errors, timeouts=failures.timeouts)
 
 
-def play(engine: Engine, tokenizer, env: Environment, examples: list[Example], group_size: int,
+def play(engine: Engine, tokenizer, env: GuardedEnvironment, examples: list[Example], group_size: int,
          sampling: SamplingParams, seeds: list[int], sample_seeds: list[int], with_entropy: bool = False,
          branching: Branching | None = None) -> Played:
     """Play `group_size` episodes of each example (`seeds[p]`: the game its group starts from; `sample_seeds[p]`:
@@ -173,7 +173,7 @@ def play(engine: Engine, tokenizer, env: Environment, examples: list[Example], g
 async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_seeds, with_entropy,
                 branching) -> Played:
     env_seconds = 0.0
-    limit = asyncio.Semaphore(getattr(env, "max_concurrent", None) or len(examples) * G)
+    limit = asyncio.Semaphore(env.max_concurrent or len(examples) * G)
 
     async def bounded(awaitable):
         async with limit:
@@ -191,15 +191,15 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
     plays: list[_Play] = []
     try:
         firsts = await timed(e.reset() for e in episodes)
-        for p in range(len(examples)):
-            group = range(p * G, (p + 1) * G)
-            started = [r for r in group if getattr(episodes[r], "ended", None) is None]  # a failed guarded reset: not
+        for group_index in range(len(examples)):
+            group = range(group_index * G, (group_index + 1) * G)
+            started = [r for r in group if episodes[r].ended is None]  # a failed guarded reset: not
             first = firsts[started[0]] if started else ""
             if any(firsts[r] != first for r in started):
-                raise ValueError(f"the episodes of group {p} started from different observations: an environment's "
-                                 "episodes must be a function of (example, seed)")
+                raise ValueError(f"the episodes of group {group_index} started from different observations: an "
+                                 "environment's episodes must be a function of (example, seed)")
             prompt = encode_prompts(tokenizer, [first])[0]
-            plays += [_Play(episodes[r], prompt, sub_seed(sample_seeds[p], f"episode/{r - p * G}"),
+            plays += [_Play(episodes[r], prompt, sub_seed(sample_seeds[group_index], f"episode/{r - group_index * G}"),
                             done=r not in started, failed=r not in started,
                             transcript=[{"role": "env", "text": first}]) for r in group]
         for turn in range(env.max_turns):
