@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import Any, overload
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -57,6 +57,14 @@ def expand_grid(sweeper_params: dict[str, str], cli_overrides: list[str]) -> lis
     for options in choices.values():
         jobs = [job + [option] for job in jobs for option in options]
     return jobs
+
+
+@overload
+def value_of(overrides: list[str], key: str, default: str) -> str: ...
+
+
+@overload
+def value_of(overrides: list[str], key: str, default: None = None) -> str | None: ...
 
 
 def value_of(overrides: list[str], key: str, default: str | None = None) -> str | None:
@@ -262,9 +270,12 @@ def _log_summary(folder: Path, result: dict) -> None:
     try:
         from hydra.utils import instantiate
 
-        node = OmegaConf.load(config_file).get("logger")
+        config = OmegaConf.load(config_file)
+        if not isinstance(config, DictConfig):
+            raise TypeError(f"{config_file} holds a list, not a config")
+        node = config.get("logger")
         logger = instantiate(node) if node is not None and node.get("_target_") else None
-        if hasattr(logger, "update_summary"):
+        if logger is not None and hasattr(logger, "update_summary"):
             values = {f"squeeze/{k}": result[k] for k in ("recommended_rank", "source_rank", "num_layers")}
             values["squeeze/min_variance_retention"] = result["threshold"]
             values.update({f"squeeze/mean_variance/r{k}": v for k, v in result["mean_variance"].items()})

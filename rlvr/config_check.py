@@ -246,7 +246,8 @@ def check_types(node: DictConfig, key: str) -> list[str]:
     params = inspect.signature(target).parameters
     hints = parameter_types(target)
     errors = []
-    for name in node:
+    # a _target_ node's keys name parameters: strings (omegaconf types a key as any DictKeyType)
+    for name in typing.cast(collections.abc.Iterable[str], node):
         if name.startswith("_"):
             continue
         if name not in params:
@@ -267,7 +268,7 @@ def check_types(node: DictConfig, key: str) -> list[str]:
 
 def moved(node: DictConfig, key: str, name: str) -> str:
     """`; <key>.<name> is now <its new name> (say …)` for a key that moved (rlvr/hydra_errors.py RENAMED), else ''."""
-    hint = renamed(f"{key}.{name}", OmegaConf.to_container(node)[name])
+    hint = renamed(f"{key}.{name}", typing.cast(dict, OmegaConf.to_container(node))[name])  # a DictConfig: a dict
     return f"; {hint}" if hint else ""
 
 

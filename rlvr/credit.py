@@ -60,7 +60,13 @@ def assign_credit(rewards_P_G: Tensor, signals: TokenSignals, algorithm: Algorit
     adv_P_G = algorithm.advantages(rewards_P_G).masked_fill(tied_P[:, None], 0.0)
     measure = getattr(algorithm, "advantage_metrics", None)  # optional (rlvr/protocols.py: Algorithm)
     episode_metrics = {} if measure is None else measure(rewards_P_G[~tied_P])
-    base, turn_metrics = (adv_P_G.flatten(), {}) if turn_credit is None else turn_credit(adv_P_G, rewards_P_G, turns)
+    turn_metrics: dict[str, float] = {}
+    if turn_credit is None:
+        base = adv_P_G.flatten()
+    elif turns is None:
+        raise ValueError("assign_credit: turn_credit was given without the episodes' turns (TurnSignals)")
+    else:
+        base, turn_metrics = turn_credit(adv_P_G, rewards_P_G, turns)
     adv_PG_T, transform_metrics = transform(base, signals)
     adv_PG_T, norm_metrics = algorithm.normalize(adv_PG_T, signals.mask_PG_T)
     adv_PG_T, cap_metrics = algorithm.loss.cap(adv_PG_T)

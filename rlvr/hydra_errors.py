@@ -103,8 +103,8 @@ def explain(err: BaseException, argv: list[str], conf: Path, multirun: bool) -> 
         key = match.group(1)
         given = override_for(key, argv)
         value = given.partition("=")[2]
-        if (hint := renamed(key, value)) is not None:
-            return f"{given}: {hint}"
+        if (now := renamed(key, value)) is not None:
+            return f"{given}: {now}"
         if "." not in key:
             return unknown_top_level_key(key, value, conf).replace(key, given, 1)
         parent, _, leaf = key.rpartition(".")

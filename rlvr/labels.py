@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import PurePath
+from typing import cast
 
 NAMES = {
     # algorithm
@@ -147,8 +148,8 @@ def register_resolvers() -> None:
     read from the config being composed."""
     from omegaconf import DictConfig, OmegaConf
 
-    def plain(root) -> Mapping:
-        return OmegaConf.to_container(root, resolve=False) if isinstance(root, DictConfig) else root
+    def plain(root) -> Mapping:  # a DictConfig converts to a dict (omegaconf's return type is every container)
+        return cast(dict, OmegaConf.to_container(root, resolve=False)) if isinstance(root, DictConfig) else root
 
     for key, fn in (("rlvr.task", task_name), ("rlvr.label", condition_label)):
         if not OmegaConf.has_resolver(key):

@@ -32,7 +32,7 @@ class LazyModule(ModuleType):
         # slower); what the real module gains later (torch.distributed, …) is found through a module-level
         # __getattr__ (PEP 562).
         self.__dict__["__getattr__"] = lambda name: getattr(real, name)
-        self.__class__ = LoadedModule
+        self.__class__ = LoadedModule  # type: ignore[assignment]  # a swap to a sibling class, which mypy cannot model
         return getattr(real, attr)
 
     def __repr__(self) -> str:

@@ -30,7 +30,7 @@ import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import httpx
 
@@ -194,6 +194,7 @@ class OpenAIClient:
             status = None if outcome.response is None else outcome.response.status_code
             return ModelListing(url, status, {}, outcome.failure, outcome.attempts)
         response = outcome.response
+        assert response is not None  # an ok outcome is a 2xx response
         try:
             cards = response.json().get("data", [])
             models = {card.get("id"): card for card in cards}
@@ -237,11 +238,13 @@ class OpenAIClient:
                     return outcome
                 if not outcome.ok:
                     raise self._error("POST", url, outcome)
+                response = outcome.response
+                assert response is not None  # an ok outcome is a 2xx response
                 try:
-                    return outcome.response.json()
+                    return response.json()
                 except ValueError as err:
-                    raise ServerError(f"{self.owner}: POST {url} answered HTTP {outcome.response.status_code} "
-                                      f"with a body that is not JSON: {excerpt(outcome.response)}") from err
+                    raise ServerError(f"{self.owner}: POST {url} answered HTTP {response.status_code} "
+                                      f"with a body that is not JSON: {excerpt(response)}") from err
 
             return await asyncio.gather(*(one(c) for c in contents))
 
@@ -270,6 +273,14 @@ class OpenAIClient:
                 bad = None if response.is_success else _redact(f"HTTP {response.status_code}: {excerpt(response)}", key)
                 return Outcome(response, bad, False, attempt)
         return Outcome(None, failure, timed_out, self.retries + 1)
+
+
+@overload
+def _encode(body: Body) -> bytes: ...
+
+
+@overload
+def _encode(body: None) -> None: ...
 
 
 def _encode(body: Body | None) -> bytes | None:

@@ -96,6 +96,8 @@ class StopSignals:
 
     def stopped(self, where: str) -> Preempted:
         """The exception to raise at a step boundary after a request, `where` saying what was kept."""
+        if self.requested is None:
+            raise RuntimeError("StopSignals.stopped() called before any stop signal was received")
         return Preempted(f"stopped by {signal_name(self.requested)} {where}", self.requested)
 
     def __enter__(self) -> StopSignals:

@@ -140,9 +140,11 @@ def sample_groups(examples: list[Example], completions: list[str], rewards_P_G: 
             "token_advantages": [credit.adv_PG_T[r][a].tolist() for r, a in zip(rows, actions)],
         }
         if played is not None:  # an episode's prompt is its environment's first observation
+            turn_PG_T = played.rollouts.turn_PG_T
+            assert turn_PG_T is not None  # episodes' rollouts always mark their turns (rlvr/rollout/episodes.py)
             group["prompt"] = played.transcripts[p * G][0]["text"]
-            group["transcripts"] = [_with_advantages(played.transcripts[r], credit.adv_PG_T[r],
-                                                     played.rollouts.turn_PG_T[r]) for r in rows]
+            group["transcripts"] = [_with_advantages(played.transcripts[r], credit.adv_PG_T[r], turn_PG_T[r])
+                                    for r in rows]
         if pieces_PG is not None and signals.planning_PG_T is not None:
             group["tokens"] = [pieces_PG[r] for r in rows]
             group["planning"] = [signals.planning_PG_T[r][a].int().tolist() for r, a in zip(rows, actions)]

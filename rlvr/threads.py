@@ -18,6 +18,7 @@ torch's own default (one per core).
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 MAX_AUTO = 8
 
@@ -29,7 +30,7 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def resolve(setting: int | str | None) -> int | None:
+def resolve(setting: int | Literal["auto"] | None) -> int | None:
     """The thread count for `threads=<setting>`; None leaves torch's default."""
     if setting != "auto":
         return setting

@@ -41,6 +41,7 @@ from rlvr.types import Demonstration
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
+    from torch import device as Device
     from transformers import PreTrainedTokenizerBase
 
 torch = lazy_import("torch")
@@ -60,7 +61,8 @@ class Warmup:
         warm-up's steps, batch size and learning rate, the init seed, the demonstrations, the torch version and
         its thread count (CPU kernels split their sums by thread: 1 and 2 threads give other weights).
         Evaluation settings (data.eval_size, …) and the cache folder are not in it."""
-        preset = asdict(model_preset) if is_dataclass(model_preset) else repr(model_preset)
+        preset = (asdict(model_preset) if is_dataclass(model_preset) and not isinstance(model_preset, type)
+                  else repr(model_preset))
         preset = {k: v for k, v in preset.items() if k != "lora"} if isinstance(preset, dict) else preset
         h = hashlib.sha256()
         h.update(json.dumps([preset, self.steps, self.batch_size, self.lr, seed, torch.__version__,
@@ -147,7 +149,8 @@ class _Encoded:
     step re-tokenizing its batch spent about 40% of the warm-up in the tokenizer."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, demos: list[Demonstration]) -> None:
-        self.tokenizer, self.demos, self._rows = tokenizer, demos, {}
+        self.tokenizer, self.demos = tokenizer, demos
+        self._rows: dict[int, tuple[Tensor, Tensor]] = {}
 
     def row(self, i: int) -> tuple[Tensor, Tensor]:
         if i not in self._rows:
@@ -162,7 +165,7 @@ class _Encoded:
             self._rows[i] = (torch.tensor(ids), torch.tensor(labels))
         return self._rows[i]
 
-    def batch(self, indices: list[int], device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    def batch(self, indices: list[int], device: Device) -> tuple[Tensor, Tensor, Tensor]:
         """Right-padded ids, labels (−100 on prompt and padding) and attention mask of demonstrations `indices`."""
         rows = [self.row(i) for i in indices]
         pad_sequence = torch.nn.utils.rnn.pad_sequence

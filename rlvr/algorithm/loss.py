@@ -174,6 +174,7 @@ class PolicyLoss:
             penalty = self.kl_cov_coef * (new_lp - old_lp).abs()
             return -ratio * adv + torch.where(selected, penalty, 0.0), torch.zeros_like(adv, dtype=torch.bool)
         if self.mode == "clip_cov":
+            assert selected is not None  # selects_tokens: refused above when missing
             lo, hi = self.clip_cov_bounds()
             loss = torch.maximum(-ratio * adv, -ratio.clamp(1 - lo, 1 + hi) * adv)
             return torch.where(selected, torch.zeros_like(loss), loss), selected

@@ -44,7 +44,7 @@ import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rlvr import distributed
 from rlvr.algorithm.loss import PolicyLoss
@@ -63,6 +63,7 @@ from rlvr.types import LoraSpec, TrainBatch
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
+    from transformers import PreTrainedModel
 
 torch = lazy_import("torch")
 dist = lazy_import("torch.distributed")
@@ -239,7 +240,7 @@ class FSDPBackend:
             self.trainee.policy.peft_config["default"].save_pretrained(str(path))
         else:
             safetensors_torch.save_file(untied(full), str(path / "model.safetensors"))
-            self.trainee.policy.config.save_pretrained(path)
+            cast("PreTrainedModel", self.trainee.policy).config.save_pretrained(path)
         (path / STATE_FILE).write_text(json.dumps({"train_steps": self.trainee.train_steps}) + "\n")
 
     def load(self, path: Path) -> None:

@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.lazy import lazy_import
@@ -49,7 +49,10 @@ from rlvr.seeds import sub_seed
 from rlvr.types import LoraSpec, TrainBatch
 
 if TYPE_CHECKING:
-    from torch import Tensor, nn
+    from peft import PeftModel
+    from torch import Generator, Tensor, nn
+    from torch import device as Device
+    from transformers import PreTrainedModel
 
 torch = lazy_import("torch")
 peft = lazy_import("peft")
@@ -81,12 +84,12 @@ class StepRows:
     tokens_with_signal: int
 
 
-def selection_generator(seed: int, step: int) -> torch.Generator:
+def selection_generator(seed: int, step: int) -> Generator:
     """The CPU generator clip_cov draws step `step`'s tokens from: sub_seed(seed, "clip_cov/step/<step>")."""
     return torch.Generator().manual_seed(sub_seed(seed, f"clip_cov/step/{step}"))
 
 
-def resolve_device(device: str) -> torch.device:
+def resolve_device(device: str) -> Device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
@@ -97,7 +100,7 @@ class Trainee:
     backend=local calls them on the whole step, backend=fsdp on its share (rlvr/backend/fsdp.py). Composed, not
     inherited: a backend holds one and says how it places and shares the module."""
 
-    def __init__(self, model: nn.Module, device: torch.device, pad_id: int, lora_seed: int, betas: tuple[float, float],
+    def __init__(self, model: nn.Module, device: Device, pad_id: int, lora_seed: int, betas: tuple[float, float],
                  eps: float, weight_decay: float, grad_clip_norm: float, micro_batch_size: int) -> None:
         self.policy = model
         self.device = device
@@ -226,8 +229,9 @@ def prepare(model: nn.Module, lora: LoraSpec | None, lora_seed: int, gradient_ch
     """The module as it is trained: activations recomputed in backward when asked (less memory, ~30% more compute),
     and the LoRA adapter attached (its A matrices drawn from `lora_seed`) unless all weights are trained."""
     if gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.config.use_cache = False
+        hf = cast("PreTrainedModel", model)  # a Hugging Face model, not yet wrapped by PEFT
+        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        hf.config.use_cache = False
     if lora is not None:
         torch.manual_seed(lora_seed)  # LoRA A matrices are drawn at wrap time
         model = peft.get_peft_model(model, lora.to_peft())
@@ -298,7 +302,7 @@ class LocalBackend:
         else:
             # tied weights are stored once
             safetensors_torch.save_model(self.trainee.policy, str(path / "model.safetensors"))
-            self.trainee.policy.config.save_pretrained(path)
+            cast("PreTrainedModel", self.trainee.policy).config.save_pretrained(path)
         torch.save(self.trainee.optimizer.state_dict(), path / "optimizer.pt")
         (path / STATE_FILE).write_text(json.dumps({"train_steps": self.trainee.train_steps}) + "\n")
 
@@ -317,13 +321,13 @@ class LocalBackend:
         self.trainee.train_steps = int(state.get("train_steps", 0))
 
 
-def save_adapter(policy: peft.PeftModel, path: Path) -> None:
+def save_adapter(policy: PeftModel, path: Path) -> None:
     """`save_pretrained` (adapter_model.safetensors + adapter_config.json) without the model card PEFT writes
     beside them (README.md, every section "[More Information Needed]"), which it has no argument to skip: its
     card is removed, and a README.md the folder already had is put back as it was (PEFT rewrites it)."""
     card = path / "README.md"
     before = card.read_bytes() if card.is_file() else None
-    policy.save_pretrained(path)
+    policy.save_pretrained(str(path))
     if before is None:
         card.unlink(missing_ok=True)
     else:

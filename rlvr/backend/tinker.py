@@ -69,7 +69,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.throttle import Throttle
@@ -78,6 +78,10 @@ from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
 from rlvr.requirements import EnvVar, Package, Setting, pip_extra
 from rlvr.types import LoraSpec, TrainBatch
+
+if TYPE_CHECKING:
+    from tinker.types import Datum, TensorData
+    from torch import dtype as DType
 
 tinker = lazy_import("tinker")  # the SDK's import costs ~5 s (it imports torch)
 torch = lazy_import("torch")
@@ -248,7 +252,7 @@ class TinkerBackend:
         problems = [f.detail for r in self.needs(settings).machine if (f := r.check()).status == "missing"]
         if lora is None:
             problems.append("model.lora=null: backend=tinker trains LoRA adapters only; choose a preset with lora")
-        if problems:
+        if problems or lora is None:  # lora None added its problem just above
             raise ConfigError("; ".join(problems))
         if call_timeout_s <= 0 or retries < 0 or backoff_s < 0:
             raise ConfigError(f"backend.call_timeout_s={call_timeout_s} must be > 0, backend.retries={retries} and "
@@ -346,7 +350,7 @@ class TinkerBackend:
         log.info("tinker state %s loaded (%d optimizer steps)", record["state_path"], self.steps)
 
 
-def datums_of(batch: TrainBatch) -> tuple[list[tinker.types.Datum], int]:
+def datums_of(batch: TrainBatch) -> tuple[list[Datum], int]:
     """One Datum per completion row with a non-zero advantage (alignment in the module docstring), and N,
     the number of completion tokens with a non-zero advantage."""
     ro = batch.rollouts
@@ -372,5 +376,5 @@ def datums_of(batch: TrainBatch) -> tuple[list[tinker.types.Datum], int]:
     return datums, total
 
 
-def tensor(values: list, dtype: torch.dtype) -> tinker.types.TensorData:
+def tensor(values: list, dtype: DType) -> TensorData:
     return tinker.types.TensorData.from_torch(torch.tensor(values, dtype=dtype))

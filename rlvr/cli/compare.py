@@ -146,7 +146,7 @@ def _values(est: dict, sign: str = "") -> str:
     return ", ".join(f"seed {s}: {v:{sign}.4f}" for s, v in zip(est["seeds"], est["values"], strict=True))
 
 
-def _columns(table: list[tuple[str, ...]]) -> list[str]:
+def _columns(table: Sequence[tuple[str, ...]]) -> list[str]:
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
 

@@ -19,10 +19,14 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlvr.checkpoint import Checkpoints
 from rlvr.cli.from_checkpoint import find_checkpoint, load_run_base, quiet_progress_bars, write_json
 from rlvr.cli.runs import CliError
+
+if TYPE_CHECKING:
+    from torch.nn.modules.module import _IncompatibleKeys
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -91,7 +95,8 @@ def merged(module, checkpoint: Path):
 
     config = peft.LoraConfig.from_pretrained(str(checkpoint))
     model = peft.get_peft_model(module, config)
-    result = peft.set_peft_model_state_dict(model, load_file(checkpoint / ADAPTER_WEIGHTS))
+    # what torch's load_state_dict returns (PEFT annotates it as `namedtuple`, which is no type)
+    result: _IncompatibleKeys = peft.set_peft_model_state_dict(model, load_file(checkpoint / ADAPTER_WEIGHTS))
     missing = [k for k in result.missing_keys if "lora_" in k]
     if result.unexpected_keys or missing:
         raise CliError(f"{checkpoint}: the adapter does not fit the run's base model (unexpected "

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from rlvr.checkpoint import STATE_FILE, STEP_DIR, Checkpoints
 from rlvr.cli.runs import CliError
@@ -73,7 +73,8 @@ def run_config(stored: dict, overrides: list[str], conf: Path) -> DictConfig:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as err:
         raise CliError(" ".join(str(err).split("See https")[0].split())) from None
-    swaps, values = {}, []
+    swaps: dict[str, str] = {}
+    values = []
     for o in parsed:
         key, text = o.key_or_group, o.input_line
         if o.type != OverrideType.CHANGE or o.package or o.is_sweep_override():
@@ -85,7 +86,7 @@ def run_config(stored: dict, overrides: list[str], conf: Path) -> DictConfig:
             if key not in SWAPPABLE:
                 raise CliError(f"{text}: only {', '.join(g + '=<option>' for g in SWAPPABLE)} may swap a group here "
                                f"({key} is the run's; change single keys with {key}.<key>=<value>)")
-            swaps[key] = o.value()
+            swaps[key] = str(o.value())  # an option's name, as it goes into `group=option`
         else:
             values.append((key, o.value(), text))
     cfg = OmegaConf.create(stored)
@@ -117,7 +118,8 @@ def swapped_groups(swaps: dict[str, str], conf: Path) -> dict[str, dict]:
     except Exception as err:  # noqa: BLE001 - Hydra's composition errors, reported as the user's
         text = " ".join(str(err).split()).split(" Config search path")[0]
         raise CliError(f"{' '.join(f'{g}={o}' for g, o in swaps.items())}: {text}") from None
-    return {group: OmegaConf.to_container(composed[group], resolve=True) for group in swaps}
+    # a group's node is a DictConfig, whose container is a dict
+    return {group: cast(dict, OmegaConf.to_container(composed[group], resolve=True)) for group in swaps}
 
 
 @dataclass
@@ -177,7 +179,7 @@ def open_checkpoint(path: Path, overrides: list[str], conf: Path) -> Opened:
     except (OSError, ValueError, RuntimeError) as err:
         raise CliError(f"{checkpoint}: the checkpoint's weights do not load onto {run / 'base'}: {err}") from None
     engine.connect()
-    config = OmegaConf.to_container(cfg, resolve=True)
+    config = cast(dict, OmegaConf.to_container(cfg, resolve=True))  # a DictConfig's container is a dict
     return Opened(run, checkpoint, state, config, components, trainer, tokenizer, backend, engine)
 
 

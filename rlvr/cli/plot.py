@@ -39,9 +39,13 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from rlvr.cli.compare import MIN_SEEDS, t_interval
 from rlvr.cli.runs import CliError, Run, check_comparable, load_runs, require_metric
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 LINE_STYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D")
@@ -205,7 +209,7 @@ def styles(conditions: Iterable[str]) -> dict[str, dict]:
     each keeps its look in every figure."""
     import matplotlib
 
-    colours = matplotlib.colormaps["tab10"].colors
+    colours = matplotlib.color_sequences["tab10"]
     names = sorted(set(conditions))
     if len(names) > math.lcm(len(colours), len(LINE_STYLES)):
         print(f"warning: {len(names)} conditions; past {math.lcm(len(colours), len(LINE_STYLES))} colour and "
@@ -231,6 +235,8 @@ def band_segments(steps: Sequence[int], low: Sequence[float | None], high: Seque
         elif not has and start is not None:
             stretches.append(range(start, i))
             start = None
+    # read at the steps of a stretch only, where both edges of the interval are numbers
+    low_at, high_at = cast("Sequence[float]", low), cast("Sequence[float]", high)
     out = []
     for stretch in stretches:
         xs: list[float] = []
@@ -239,19 +245,19 @@ def band_segments(steps: Sequence[int], low: Sequence[float | None], high: Seque
             if i > stretch.start:  # where an edge crosses a bound between the previous step and this one
                 x0, x1 = steps[i - 1], steps[i]
                 cuts: dict[float, dict[str, float]] = {}
-                for key, e in (("low", low), ("high", high)):
+                for key, e in (("low", low_at), ("high", high_at)):
                     for bound in (lo, hi):
                         if math.isfinite(bound) and (e[i - 1] - bound) * (e[i] - bound) < 0:
                             x = x0 + (bound - e[i - 1]) / (e[i] - e[i - 1]) * (x1 - x0)
                             cuts.setdefault(x, {})[key] = bound  # exactly on the bound, not rounded near it
                 for x in sorted(cuts):
                     xs.append(x)
-                    for key, e in (("low", low), ("high", high)):
+                    for key, e in (("low", low_at), ("high", high_at)):
                         between = e[i - 1] + (x - x0) / (x1 - x0) * (e[i] - e[i - 1])
                         edges[key].append(cuts[x].get(key, between))
             xs.append(float(steps[i]))
-            edges["low"].append(low[i])
-            edges["high"].append(high[i])
+            edges["low"].append(low_at[i])
+            edges["high"].append(high_at[i])
         # where the seeds agree (zero width, e.g. SEPA's λ before its ramp) the interval is the mean line itself:
         # no edges over it, but kept next to a point with width, so that the edges still fan out from the mean
         flat = [h - low_ <= 1e-12 * max(1.0, abs(h)) for low_, h in zip(edges["low"], edges["high"], strict=True)]
@@ -361,7 +367,7 @@ def _legend(fig, handles, labels, title: str) -> None:
     fig.set_figheight(AXES_HEIGHT_IN + 0.17 * (rows + 1))
 
 
-RC = {
+RC: dict[RcKeyType, Any] = {
     "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 8.5,
     "legend.title_fontsize": 8.5, "xtick.labelsize": 9, "ytick.labelsize": 9,
     "axes.spines.top": False, "axes.spines.right": False,

@@ -171,7 +171,9 @@ def read_warmup(path: Path) -> tuple[int, int] | None:
 def read_metrics(path: Path) -> tuple[list[dict], list[dict], int]:
     """(training rows, evaluation rows, unparsable lines). A row with `eval/accuracy` is an evaluation row,
     as in `RunDir.truncate`."""
-    train, evals, bad = [], [], 0
+    train: list[dict] = []
+    evals: list[dict] = []
+    bad = 0
     try:
         lines = path.read_text().splitlines()
     except OSError:
@@ -239,7 +241,7 @@ def load_runs(root: Path) -> list[Run]:
 
 
 def known_metrics(runs: list[Run]) -> list[str]:
-    names = set()
+    names: set[str] = set()
     for run in runs:
         for row in run.train_rows + run.eval_rows:
             names.update(k for k, v in row.items() if k != "step" and as_number(v) is not None)
@@ -314,7 +316,8 @@ def check_comparable(runs: list[Run], ignore_keys=()) -> None:
     free = ("seed", *SAFE_TO_CHANGE, "resume_allow_changes", *ignore_keys)
     flat = {id(r): flatten(r.config) for r in checked}
     conditions = sorted({r.condition for r in checked})
-    problems, keys = [], []
+    problems: list[str] = []
+    keys: list[str] = []
     for condition in conditions:
         within = _differences([r for r in checked if r.condition == condition], flat, lambda k: _under(k, free))
         keys += within

@@ -6,7 +6,7 @@ hub is read through `datasets` (the `[hub]` extra), imported only when a source 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ def read_local(path: str, columns: tuple[str, ...], config_key: str) -> list[dic
 
 
 def read_hub(
-    dataset: str, configs: list[str | None], split: str, columns: tuple[str, ...], config_key: str
+    dataset: str, configs: Sequence[str | None], split: str, columns: tuple[str, ...], config_key: str
 ) -> list[dict[str, Any]]:
     """Rows of `dataset` for each config (subset), in order; `config_key` is the null key that sent us here."""
     advice = f"or set {config_key} to a local .jsonl/.parquet file with columns {list(columns)}"
@@ -71,7 +71,7 @@ def read_hub(
             f"{config_key} is null, so {dataset} is read from the hub, but the `datasets` package is missing: "
             f"install rlvr[hub] {advice}"
         ) from e
-    rows = []
+    rows: list[dict[str, Any]] = []
     for config in configs:
         try:
             table = datasets.load_dataset(dataset, config, split=split)

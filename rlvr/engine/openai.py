@@ -81,7 +81,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from rlvr.engine.policy_files import is_lora, save_adapter, save_base, save_full
 from rlvr.engine.rows import rollouts_from_rows
@@ -95,6 +95,7 @@ from rlvr.types import Rollouts, SamplingParams
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
+    from transformers import PreTrainedModel
 
 torch = lazy_import("torch")
 
@@ -321,7 +322,7 @@ class OpenAIEngine:
         if self.lora:
             self._push_adapter(policy)
         else:
-            folder = save_full(policy, self.folder / f"weights-{self.pushes}")
+            folder = save_full(policy, self._workdir() / f"weights-{self.pushes}")
             problem = self._reload_weights(folder)
             shutil.rmtree(folder, ignore_errors=True)
             if problem:
@@ -332,13 +333,19 @@ class OpenAIEngine:
 
     def _push_base(self, module: nn.Module) -> bool:
         """W0 (the warm-up's) to the server; False when the server has no reload_weights (the probe decides)."""
-        folder = save_base(module, self.folder / "base")
+        folder = save_base(module, self._workdir() / "base")
         problem = self._reload_weights(folder)
         shutil.rmtree(folder, ignore_errors=True)
         if problem:
             log.warning("engine=openai: could not push W0 to %s (%s); checking that it already serves W0",
                         self.root, problem)
         return not problem
+
+    def _workdir(self) -> Path:
+        """The engine's folder under `workdir`, which `connect` makes."""
+        if self.folder is None:
+            raise RuntimeError("OpenAIEngine used before connect()")
+        return self.folder
 
     def _reload_weights(self, folder: Path) -> str | None:
         """None when the server now holds the weights in `folder`; otherwise what went wrong."""
@@ -352,7 +359,7 @@ class OpenAIEngine:
         return None
 
     def _push_adapter(self, policy: nn.Module) -> None:
-        folder = save_adapter(policy, self.folder / f"adapter-{self.pushes}")
+        folder = save_adapter(policy, self._workdir() / f"adapter-{self.pushes}")
         name = f"rlvr-{self.run_tag}-{self.pushes}"
         body = {"lora_name": name, "lora_path": str(folder)}
         response = self.client.request("POST", "load_lora_adapter", body)
@@ -361,11 +368,12 @@ class OpenAIEngine:
             raise PolicySyncError(
                 f"engine=openai: {self.base_url}/load_lora_adapter answered HTTP {response.status_code}: "
                 f"{excerpt(response)}. The LoRA policy can only be updated on a server started with {LORA_FLAGS}, "
-                f"reading adapters from {self.folder.parent} (engine.workdir)"
+                f"reading adapters from {self._workdir().parent} (engine.workdir)"
             )
         previous, previous_folder = self.served, self.served_folder
         self.served, self.served_folder = name, folder
         if previous != self.model:
+            assert previous_folder is not None  # an adapter is served only from a folder it was pushed from
             self.client.request("POST", "unload_lora_adapter", {"lora_name": previous})
             shutil.rmtree(previous_folder, ignore_errors=True)
 
@@ -384,7 +392,8 @@ class OpenAIEngine:
 
     def probe_prompts(self, module: nn.Module) -> list[list[int]]:
         """Two fixed prompts of 4 token ids from the first min(V, 256) ids, no EOS among them."""
-        vocab = min(int(module.config.vocab_size), 256)
+        # a Hugging Face model (under LoRA, PEFT's PeftModel passes `config` through to the one it wraps)
+        vocab = min(int(cast("PreTrainedModel", module).config.vocab_size), 256)
         allowed = torch.tensor([t for t in range(vocab) if t not in self.eos_ids])
         gen = torch.Generator().manual_seed(PROBE_SEED)
         return [allowed[torch.randint(len(allowed), (4,), generator=gen)].tolist() for _ in range(2)]

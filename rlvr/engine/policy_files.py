@@ -13,11 +13,12 @@ Each call writes a new folder; engines never load a folder that is being written
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
+    from peft import PeftModel
     from torch import nn
-
+    from transformers import PreTrainedModel
 
 
 def is_lora(policy: nn.Module) -> bool:
@@ -26,7 +27,9 @@ def is_lora(policy: nn.Module) -> bool:
 
 def save_base(policy: nn.Module, folder: Path) -> Path:
     """W0 as a plain HF model folder: LoRA wrappers' `base_layer` weights under their plain names."""
-    base = policy.get_base_model() if is_lora(policy) else policy
+    # the policy is a Hugging Face model, under LoRA wrapped in PEFT's PeftModel
+    inner = cast("PeftModel", policy).get_base_model() if is_lora(policy) else policy
+    base = cast("PreTrainedModel", inner)
     state = {
         name.replace(".base_layer.", "."): tensor
         for name, tensor in base.state_dict().items()
@@ -41,7 +44,7 @@ def save_adapter(policy: nn.Module, folder: Path) -> Path:
     if not is_lora(policy):
         raise TypeError("save_adapter needs a LoRA (PEFT) policy")
     folder.mkdir(parents=True, exist_ok=True)
-    policy.save_pretrained(folder, safe_serialization=True)
+    cast("PeftModel", policy).save_pretrained(str(folder), safe_serialization=True)
     return folder
 
 
@@ -49,5 +52,5 @@ def save_full(policy: nn.Module, folder: Path) -> Path:
     if is_lora(policy):
         raise TypeError("save_full is for full fine-tuning; a LoRA policy is pushed with save_adapter")
     folder.mkdir(parents=True, exist_ok=True)
-    policy.save_pretrained(folder, safe_serialization=True)
+    cast("PreTrainedModel", policy).save_pretrained(folder, safe_serialization=True)
     return folder

@@ -58,7 +58,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rlvr.engine.policy_files import is_lora, save_adapter, save_base, save_full
 from rlvr.engine.rows import rollouts_from_rows
@@ -71,8 +71,10 @@ from rlvr.types import Rollouts, SamplingParams
 torch = lazy_import("torch")
 
 if TYPE_CHECKING:
+    from peft import LoraConfig, PeftModel
     from torch import Tensor, nn
     from vllm import LLM
+    from vllm.lora.request import LoRARequest
 
 VLLM_IMPORT_TIMEOUT_S = 120.0
 CPU_KV_CACHE_BYTES = 1 << 30
@@ -151,7 +153,7 @@ class VLLMEngine:
         self.workdir = Path(tempfile.mkdtemp(prefix="rlvr-vllm-", dir=root))
         self._cleanup = weakref.finalize(self, shutil.rmtree, self.workdir, True)
         self._ids = itertools.count(1)
-        self._lora_request = None
+        self._lora_request: LoRARequest | None = None
         self._pushed: Path | None = None
         self.policy = module
         base = save_base(module, self.workdir / "base")
@@ -286,7 +288,8 @@ class VLLMEngine:
 
 
 def adapter_rank(policy: nn.Module) -> int:
-    return max(int(c.r) for c in policy.peft_config.values())
+    """The largest rank of a LoRA policy's adapters (PEFT's `LoraConfig`s)."""
+    return max(int(cast("LoraConfig", c).r) for c in cast("PeftModel", policy).peft_config.values())
 
 
 def sampled_logprobs(child) -> list[float]:

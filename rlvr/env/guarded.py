@@ -205,16 +205,23 @@ class GuardedEpisode:
         except Exception as err:  # noqa: BLE001 - contained: this episode only
             return None, self.fail("error", f"{what} raised {describe(err)}")
 
+    def _live(self) -> Episode:
+        """The environment's episode, which an episode the guard did not end holds until `close`."""
+        if self.inner is None:
+            raise RuntimeError("a call on a closed episode: the rollout loop's bug")
+        return self.inner
+
     async def reset(self) -> str:
         if self.ended is not None:
             return ""
-        observation, ended = await self._bounded("reset", self.inner.reset)
+        observation, ended = await self._bounded("reset", self._live().reset)
         if ended is not None:
             return ""
         problem = observation_problem(observation, self.guard.max_observation_chars, may_be_none=False)
         if problem is not None:
             self.fail("error", f"reset returned {problem}")
             return ""
+        assert observation is not None  # observation_problem refused None (may_be_none=False)
         return observation
 
     async def step(self, action: str) -> Step:
@@ -222,12 +229,13 @@ class GuardedEpisode:
             return self.ended
         if self.done:
             raise RuntimeError("step() on an episode that has ended (done=True): the rollout loop's bug")
-        step, ended = await self._bounded("step", lambda: self.inner.step(action))
+        step, ended = await self._bounded("step", lambda: self._live().step(action))
         if ended is not None:
             return ended
         problem = step_problem(step, self.guard.max_observation_chars)
         if problem is not None:
             return self.fail("error", f"step returned {problem}")
+        assert step is not None  # step_problem refused anything but a Step
         self.done = step.done
         return step
 
@@ -241,7 +249,7 @@ class GuardedEpisode:
             return copy
         self.guard.failures.episodes += 1
         try:
-            copy = GuardedEpisode(self.guard, self.inner.fork())
+            copy = GuardedEpisode(self.guard, self._live().fork())
         except (NotImplementedError, ConfigError):
             self.guard.failures.episodes -= 1
             raise
@@ -258,7 +266,7 @@ class GuardedEpisode:
         if self.ended is not None:
             return []
         try:
-            return list(self.inner.legal_actions())
+            return list(self._live().legal_actions())
         except (NotImplementedError, ConfigError):
             raise
         except Exception as err:  # noqa: BLE001 - contained: this probe only

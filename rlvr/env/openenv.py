@@ -32,12 +32,15 @@ import inspect
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlvr.env.guarded import SyncCalls
 from rlvr.protocols import Finding, Needs
 from rlvr.requirements import Package, pip_extra
 from rlvr.types import Example, Step
+
+if TYPE_CHECKING:
+    from openenv.core.generic_client import GenericEnvClient
 
 OPENENV_PACKAGE = Package("openenv", pip_extra("envs"), ("openenv-core",))
 SERVER_CHECK_TIMEOUT_S = 3.0
@@ -105,10 +108,12 @@ class OpenEnvEnvironment:
             raise ValueError(f"env.max_turns={max_turns}, env.max_context_tokens={max_context_tokens}, "
                              f"env.step_timeout_s={step_timeout_s} and env.connect_timeout_s={connect_timeout_s} must "
                              "be > 0")
-        self.environment_class = self.action_class = self.client_class = None
+        self.environment_class: type | None = None
+        self.action_class: type | None = None
+        self.client_class: type[GenericEnvClient] | None = None
         if environment is not None:
             self.environment_class, self.action_class = self._classes(environment, action)
-        elif not url.startswith(("ws://", "wss://", "http://", "https://")):
+        elif url is None or not url.startswith(("ws://", "wss://", "http://", "https://")):  # None: ruled out above
             raise ValueError(f"env.url={url!r} must start with ws://, wss://, http:// or https://")
         else:  # imported here, not in the first episode's reset, whose time bound the import would eat
             from openenv.core.generic_client import GenericEnvClient
@@ -169,11 +174,13 @@ class InProcessEpisode:
 
     async def reset(self) -> str:
         if self.instance is None:
+            assert self.env.environment_class is not None  # in-process episodes are made when env.environment is set
             self.instance = await self.calls(self.env.environment_class)
         observation = await self._call("reset", seed=self.seed)
         return getattr(observation, self.env.observation_field)
 
     async def step(self, action: str) -> Step:
+        assert self.env.action_class is not None  # set with environment_class
         observation = await self._call("step", self.env.action_class(**{self.env.action_field: action}))
         return Step(None if observation.done else getattr(observation, self.env.observation_field),
                     float(observation.reward or 0.0), observation.done, {})
@@ -195,6 +202,7 @@ class ServedEpisode:
     client: Any = None
 
     async def reset(self) -> str:
+        assert self.env.client_class is not None  # served episodes are made when env.url is set
         self.client = self.env.client_class(base_url=self.env.url, connect_timeout_s=self.env.connect_timeout_s,
                                             message_timeout_s=self.env.step_timeout_s)
         result = await self.client.reset(seed=self.seed)

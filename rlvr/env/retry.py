@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.env.guarded import SyncCalls
-from rlvr.protocols import Needs, Reward
+from rlvr.protocols import Component, Needs, Reward
 from rlvr.types import Example, Scores, Step
 
 
@@ -43,7 +43,8 @@ class RetryEnvironment:
         from hydra.utils import get_class
 
         reward = dict(settings["reward"])
-        own = get_class(reward.pop("_target_")).needs(reward)
+        verifier: type[Component] = get_class(reward.pop("_target_"))  # every component has `needs`
+        own = verifier.needs(reward)
         return Needs(provides=frozenset({"fork"}), machine=own.machine)
 
     def __init__(self, reward: Reward, max_turns: int, max_context_tokens: int, step_timeout_s: float,

@@ -62,7 +62,7 @@ class GlobalRandom:
         self.lock = threading.Lock()
         self.holder: object | None = None
 
-    def run(self, holder: object, state: object, fn) -> tuple[Any, object]:
+    def run(self, holder: object, state: tuple[Any, ...] | None, fn) -> tuple[Any, tuple[Any, ...]]:
         """fn() with `state` as the global random state (None: as it is; reset seeds it itself) → (result, the
         state after)."""
         lock = self.lock
@@ -111,7 +111,10 @@ def refusal(game: str) -> str | None:
 def module_source(module: str) -> str:
     """The source of textarena's `module`, read from its file without importing it or its package (a word game's
     package imports the game, which downloads its corpus at import)."""
-    root = Path(importlib.util.find_spec("textarena").origin).parent
+    spec = importlib.util.find_spec("textarena")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("textarena is not installed")
+    root = Path(spec.origin).parent
     path = root.joinpath(*module.split(".")[1:]).with_suffix(".py")
     return path.read_text(encoding="utf-8") if path.is_file() else ""
 
@@ -182,7 +185,7 @@ class TextArenaEpisode:
     game: Any
     """The unwrapped textarena.Env."""
     seed: int
-    random_state: object = None
+    random_state: tuple[Any, ...] | None = None
     calls: SyncCalls = field(default_factory=lambda: SyncCalls("rlvr-env-textarena"))
 
     async def _play(self, fn):

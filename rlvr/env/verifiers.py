@@ -203,7 +203,7 @@ def install_policy_client() -> None:
     def resolve_client(config):
         return policy_client() if getattr(config, "base_url", None) == POLICY_URL else original(config)
 
-    resolve_client.rlvr_policy = True
+    vars(resolve_client)["rlvr_policy"] = True  # the mark `getattr` reads above (mypy takes no new function attributes)
     server.resolve_client = resolve_client
 
 
@@ -268,8 +268,7 @@ def register_harness() -> None:
             return vf.ProgramResult(exit_code=int(failed), stdout="", stderr=answer.text if failed else "")
 
     module = types.ModuleType(HARNESS_ID, "rlvr's in-process harness for verifiers (rlvr/env/verifiers.py)")
-    module.PolicyHarness, module.PolicyHarnessConfig = PolicyHarness, PolicyHarnessConfig
-    module.__all__ = ["PolicyHarness"]
+    vars(module).update(PolicyHarness=PolicyHarness, PolicyHarnessConfig=PolicyHarnessConfig, __all__=["PolicyHarness"])
     sys.modules[HARNESS_ID] = module
 
 
@@ -346,6 +345,7 @@ class Channel:
 
     async def next(self) -> str | None:
         """The next request's observation (its reply pending), or None when the episode ended."""
+        assert self.run is not None  # set when the episode starts, before its first request is awaited
         get = asyncio.ensure_future(self.requests.get())
         try:
             await asyncio.wait({get, self.run}, return_when=asyncio.FIRST_COMPLETED)
@@ -389,6 +389,8 @@ class VerifiersEpisode:
 
     async def _step(self, action: str) -> Step:
         channel = self.channel
+        # `step` checked the channel and its pending request; the episode's run started in `_start`
+        assert channel is not None and channel.reply is not None and channel.run is not None
         reply, channel.reply = channel.reply, None
         if not reply.done():
             reply.set_result(action)

@@ -96,7 +96,8 @@ class Partition:
         """How many of its nodes have `cpus` CPUs and `memory_mb` MB (all of them, by default; one whose size sinfo
         does not state counts), or None when sinfo does not say how many nodes a group has."""
         counts = [n.count for n in self.nodes if n.holds(cpus, memory_mb)]
-        return None if None in counts else sum(counts)
+        known = [c for c in counts if c is not None]
+        return None if len(known) < len(counts) else sum(known)
 
     def describe(self) -> str:
         nodes = "; ".join(f"{_show(n.count)} × {_show(n.cpus)} CPUs, {_show(n.memory_mb)} MB, "

@@ -18,12 +18,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from rlvr.protocols import Finding, Needs
 from rlvr.requirements import Package, pip_extra
 
+if TYPE_CHECKING:
+    from wandb import Run
+
 WANDB_PACKAGE = Package("wandb", pip_extra("wandb"))
+Mode = Literal["online", "offline", "disabled"]
 
 
 @dataclass(frozen=True)
@@ -56,8 +60,9 @@ class WandbLogger:
     def __init__(self, project: str, entity: str | None, mode: str, dir: str | None) -> None:
         if mode not in ("online", "offline", "disabled"):
             raise ValueError(f"logger.mode={mode!r}: expected online, offline or disabled")
-        self.project, self.entity, self.mode, self.dir = project, entity, mode, dir
-        self.run = None
+        self.project, self.entity, self.dir = project, entity, dir
+        self.mode = cast(Mode, mode)  # checked above
+        self.run: Run | None = None
 
     def start(self, name: str, group: str, tags: list[str], folder: Path, config: dict) -> None:
         import wandb  # only in the job, and only when this logger is chosen

@@ -133,13 +133,12 @@ def file_sha256(path: Path) -> str:
 
 
 def _record(module: PreTrainedModel, preset: object, warmup_key: str | None) -> dict:
-    settings = asdict(preset) if is_dataclass(preset) else {}
+    settings = asdict(preset) if is_dataclass(preset) and not isinstance(preset, type) else {}
     settings = {k: v for k, v in settings.items() if k != "lora"}
     name = settings.get("name_or_path")
-    stores = name is None or warmup_key is not None  # built here, or changed by the warm-up
     dtype = str(next(module.parameters()).dtype).removeprefix("torch.")
-    return {
-        "weights": WEIGHTS if stores else _pointer(name, settings.get("revision")),
+    return {  # the weights are stored when built here (no name) or changed by the warm-up
+        "weights": WEIGHTS if name is None or warmup_key is not None else _pointer(name, settings.get("revision")),
         "sha256": None,
         "warmup_key": warmup_key,
         "preset": {"class": f"{type(preset).__module__}.{type(preset).__qualname__}", **settings},

@@ -8,7 +8,7 @@ With a chat template: `[{"role": "user", "content": prompt}]` rendered with `add
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -19,15 +19,16 @@ if TYPE_CHECKING:
 
 def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]) -> list[list[int]]:
     if tokenizer.chat_template:
+        # one conversation, tokenized, no dict: a list of ids (transformers types every return form at once)
         return [
             list(
-                tokenizer.apply_chat_template(
+                cast("list[int]", tokenizer.apply_chat_template(
                     [{"role": "user", "content": p}],
                     add_generation_prompt=True,
                     tokenize=True,
                     return_dict=False,
                     enable_thinking=False,
-                )
+                ))
             )
             for p in prompts
         ]

@@ -129,7 +129,8 @@ class ChatJudge:
 
 def _result(outcome: Outcome) -> tuple[str, float, str]:
     """(kind, reward, message): kind is ok, parse, timeout or error."""
-    if outcome.ok:
+    if outcome.failure is None:  # outcome.ok
+        assert outcome.response is not None  # no failure: the response is a 2xx
         return _verdict(outcome.response)
     return "timeout" if outcome.timed_out else "error", 0.0, outcome.failure
 

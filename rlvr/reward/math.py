@@ -401,10 +401,10 @@ class MathVerify:
             raise ValueError(f"reward.pool_workers={pool_workers!r} must be >= 1, or null for every core")
         if worker_memory_mb is not None and worker_memory_mb < 256:
             raise ValueError(f"reward.worker_memory_mb={worker_memory_mb!r} must be >= 256 (MB), or null")
-        for name, value in (("max_answer_chars", max_answer_chars), ("max_nesting", max_nesting),
+        for name, limit in (("max_answer_chars", max_answer_chars), ("max_nesting", max_nesting),
                             ("max_digits", max_digits)):
-            if value is not None and value < 1:
-                raise ValueError(f"reward.{name}={value!r} must be >= 1, or null to switch the check off")
+            if limit is not None and limit < 1:
+                raise ValueError(f"reward.{name}={limit!r} must be >= 1, or null to switch the check off")
         if isinstance(refused_commands, str) or any(not _TOKEN.fullmatch(c) or c[0] != "\\" for c in refused_commands):
             raise ValueError(f"reward.refused_commands={refused_commands!r} must be a list of LaTeX commands "
                              "like '\\int'")

@@ -27,7 +27,7 @@ each fresh [P·G, T] tensor costs page faults, so callers that select more than 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 from rlvr.lazy import lazy_import
 
@@ -47,6 +47,16 @@ def on_numpy(tensor: Tensor) -> bool:
 
 def scratch(like: Tensor) -> Work:
     return torch.empty_like(like), torch.empty_like(like)
+
+
+@overload
+def kth(values_R_T: Tensor, valid_R_T: Tensor, rank_R: Tensor, *, largest: bool = False,
+        work: Work | None = None, with_next: Literal[False] = False) -> Tensor: ...
+
+
+@overload
+def kth(values_R_T: Tensor, valid_R_T: Tensor, rank_R: Tensor, *, largest: bool = False,
+        work: Work | None = None, with_next: Literal[True]) -> tuple[Tensor, Tensor]: ...
 
 
 def kth(values_R_T: Tensor, valid_R_T: Tensor, rank_R: Tensor, *, largest: bool = False,

@@ -20,6 +20,7 @@ from rlvr.types import TokenSignals
 
 if TYPE_CHECKING:
     from torch import Tensor
+    from torch import dtype as DType
 
 torch = lazy_import("torch")
 
@@ -44,7 +45,7 @@ def check_step(adv_PG: Tensor, signals: TokenSignals) -> None:
         )
 
 
-def per_token(adv_PG: Tensor, dtype: torch.dtype) -> Tensor:
+def per_token(adv_PG: Tensor, dtype: DType) -> Tensor:
     """[P·G, 1] episode advantages (broadcast over tokens) or the [P·G, T] token ones as given, in `dtype`."""
     adv = adv_PG.to(dtype)
     return adv[:, None] if adv.dim() == 1 else adv
@@ -64,7 +65,7 @@ def planning_mask(signals: TokenSignals) -> Tensor:
     return planning.bool() & signals.mask_PG_T
 
 
-def as_weights(mask_PG_T: Tensor, dtype: torch.dtype) -> Tensor:
+def as_weights(mask_PG_T: Tensor, dtype: DType) -> Tensor:
     """A bool (or 0/1) mask as 0/1 floats of `dtype`. Bool goes through a uint8 view: on CPU
     `bool.to(float)` is ~8× slower than `uint8.to(float)`."""
     if mask_PG_T.dtype == torch.bool:

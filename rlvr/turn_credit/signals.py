@@ -47,8 +47,8 @@ def check_turns(adv_P_G: Tensor, rewards_P_G: Tensor, turns: TurnSignals) -> Non
         raise ValueError(f"turns_PG must be {rows} integers >= 0, got {n.dtype} {tuple(n.shape)}")
     bad = actions & ((turn < 0) | (turn >= n[:, None]))
     if bool(bad.any()):
-        r, t = (int(i) for i in bad.nonzero()[0])
-        raise ValueError(f"row {r}: action token {t} has turn {int(turn[r, t])}, outside [0, {int(n[r])}) "
+        r, j = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"row {r}: action token {j} has turn {int(turn[r, j])}, outside [0, {int(n[r])}) "
                          f"(turns_PG[{r}] = {int(n[r])})")
 
 

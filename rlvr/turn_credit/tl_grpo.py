@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
@@ -158,5 +158,5 @@ class TLGRPO:
         self.ema = float(ema)
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

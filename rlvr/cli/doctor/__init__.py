@@ -51,11 +51,12 @@ def run(overrides: list[str], conf: Path) -> tuple[str, int]:
     if not (conf / "train.yaml").is_file():
         raise CliError(f"{conf}: no train.yaml there (run from the repository root or pass --conf)")
     jobs, compose_error = compose_jobs(overrides, conf)
+    error_lines = [] if compose_error is None else [Line("error", "config", compose_error)]
     with ThreadPoolExecutor(max_workers=4) as pool:  # child processes, sinfo and requests run side by side
         slurm = pool.submit(slurm_cluster)  # one `sinfo` for both parts
         needs = pool.submit(run_lines, jobs, pool, slurm) if compose_error is None else None
         machine = machine_lines(pool, conf, slurm)
-        lines = needs.result() if needs is not None else [Line("error", "config", compose_error)]
+        lines = needs.result() if needs is not None else error_lines
     command = " ".join(["python train.py", *overrides])
     failing = [line for line in lines if line.status in FAILING]
     grid = f" ({len(jobs)} jobs of the grid checked)" if len(jobs) > 1 else ""
