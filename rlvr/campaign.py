@@ -262,7 +262,7 @@ def _squeeze(folder: Path, threshold: float, ranks: list[int] | None) -> dict:
 def _log_summary(folder: Path, result: dict) -> None:
     """The predecessor's squeeze summary keys (squeeze/recommended_rank, squeeze/source_rank,
     squeeze/num_layers, squeeze/min_variance_retention; plus squeeze/mean_variance/r<k>) on the finished
-    run's own logger, if its logger has `update_summary` (logger=wandb does; logger=none has none).
+    run's own logger (`Logger.update_summary`: logger=wandb keeps them, logger=none drops them).
     Optional: failures are logged, not raised."""
     config_file = folder / ".hydra" / "config.yaml"
     if not config_file.is_file():
@@ -275,7 +275,7 @@ def _log_summary(folder: Path, result: dict) -> None:
             raise TypeError(f"{config_file} holds a list, not a config")
         node = config.get("logger")
         logger = instantiate(node) if node is not None and node.get("_target_") else None
-        if logger is not None and hasattr(logger, "update_summary"):
+        if logger is not None:
             values = {f"squeeze/{k}": result[k] for k in ("recommended_rank", "source_rank", "num_layers")}
             values["squeeze/min_variance_retention"] = result["threshold"]
             values.update({f"squeeze/mean_variance/r{k}": v for k, v in result["mean_variance"].items()})

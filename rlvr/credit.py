@@ -2,7 +2,7 @@
 
     adv_P_G   = algorithm.advantages(rewards_P_G)          episode level (GRPO, MaxRL, REINFORCE++, discover_entropic)
     adv_P_G[uniform groups] = 0                            every reward of the group ties: no signal
-              (+ algorithm.advantage_metrics(untied groups), where the algorithm has it: discover_entropic's β)
+              (+ algorithm.advantage_metrics(untied groups): discover_entropic's β, {} for the others)
     base      = adv_P_G.flatten()                          one per completion; multi-turn episodes: per turn,
               | turn_credit(adv_P_G, rewards_P_G, turns)     [P·G, T] on the action tokens (rlvr/turn_credit/)
     adv_PG_T  = transform(base, signals)                   token level (none, GTPO, HICRA, SEPA, …)
@@ -58,8 +58,7 @@ def assign_credit(rewards_P_G: Tensor, signals: TokenSignals, algorithm: Algorit
     transform weights those token by token instead of one episode advantage per row."""
     tied_P = uniform_groups(rewards_P_G)
     adv_P_G = algorithm.advantages(rewards_P_G).masked_fill(tied_P[:, None], 0.0)
-    measure = getattr(algorithm, "advantage_metrics", None)  # optional (rlvr/protocols.py: Algorithm)
-    episode_metrics = {} if measure is None else measure(rewards_P_G[~tied_P])
+    episode_metrics = algorithm.advantage_metrics(rewards_P_G[~tied_P])
     turn_metrics: dict[str, float] = {}
     if turn_credit is None:
         base = adv_P_G.flatten()

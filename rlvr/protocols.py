@@ -123,6 +123,11 @@ class ModelPreset(Protocol):
     lora: LoraSpec | None
     """None: full fine-tuning."""
 
+    @property
+    def name(self) -> str:
+        """The model as messages name it: its hub id or path, `tiny` for the built-in one."""
+        ...
+
     def load(self, seed: int) -> tuple[PreTrainedModel, Any]:
         """(module, tokenizer); `seed` initialises weights that are built rather than loaded."""
         ...
@@ -244,17 +249,18 @@ class Loss(Protocol):
 
 
 class Algorithm(Protocol):
-    """Episode-level credit plus the policy loss it trains with.
-
-    An algorithm whose episode advantages measure something per group (discover_entropic's solved β and KL) also
-    has `advantage_metrics(rewards_P_G) -> dict[str, float]`: rlvr/credit.py calls it, where it exists, with the
-    step's groups whose rewards do not tie (possibly none), and merges what it returns, averaged over those groups,
-    into the step's metrics. It is optional, so it is not a member here."""
+    """Episode-level credit plus the policy loss it trains with."""
 
     loss: Loss
 
     def advantages(self, rewards_P_G: Tensor) -> Tensor:
         """[P, G] rewards → [P, G] episode advantages."""
+        ...
+
+    def advantage_metrics(self, rewards_P_G: Tensor) -> dict[str, float]:
+        """What the advantages measure per group (discover_entropic's solved β and KL), averaged over the step's
+        groups whose rewards do not tie (`rewards_P_G` holds only those, possibly none); rlvr/credit.py merges it
+        into the step's metrics. {} for an algorithm that measures nothing."""
         ...
 
     def normalize(self, adv_PG_T: Tensor, mask_PG_T: Tensor) -> tuple[Tensor, dict[str, float]]:
@@ -323,6 +329,11 @@ class Engine(Protocol):
         """Make the backend's latest weights the ones sampled from."""
         ...
 
+    def close(self) -> None:
+        """Release what the engine holds (a vLLM instance, its weight folders); nothing for an engine that holds
+        only the policy."""
+        ...
+
 
 class Backend(Protocol):
     """Where gradients are computed. A backend whose `needs` provide `remote_policy` (Tinker) keeps the policy on a
@@ -363,6 +374,11 @@ class Logger(Protocol):
 
     def log(self, row: dict) -> None:
         """One metrics row (training or evaluation); its `step` field is the x-axis."""
+        ...
+
+    def update_summary(self, folder: Path, values: dict) -> None:
+        """Add `values` to the summary of the finished run in `folder` (a campaign's squeeze result); loggers that
+        keep no summary do nothing."""
         ...
 
     def finish(self) -> None: ...

@@ -346,7 +346,7 @@ class Trainer:
         """Multi-turn episodes append each observation as the chat template's ids for it: the template must
         preserve prefixes (rlvr/rollout/chat_turns.py); refused here, before the warm-up and any training."""
         if c.env is not None and getattr(tokenizer, "chat_template", None):
-            check_prefix_preserving(tokenizer, getattr(c.preset, "name_or_path", type(c.preset).__name__), stops)
+            check_prefix_preserving(tokenizer, c.preset.name, stops)
 
     def _restore(self, live: Live, path: Path) -> int:
         """Continue from checkpoint `path`: weights, optimizer, counters, controller, RNG; the run folder

@@ -26,6 +26,9 @@ class NaNOnCalls:
         adv = rewards_P_G - rewards_P_G.mean(-1, keepdim=True)
         return torch.full_like(adv, float("nan")) if self.seen - 1 in self.calls else adv
 
+    def advantage_metrics(self, rewards_P_G: Tensor) -> dict[str, float]:
+        return {}
+
     def normalize(self, adv_PG_T: Tensor, mask_PG_T: Tensor):
         return adv_PG_T, {}
 

@@ -30,5 +30,8 @@ class GRPO:
     def advantages(self, rewards_P_G: Tensor) -> Tensor:
         return rewards_P_G - rewards_P_G.mean(-1, keepdim=True)
 
+    def advantage_metrics(self, rewards_P_G: Tensor) -> dict[str, float]:
+        return {}
+
     def normalize(self, adv_PG_T: Tensor, mask_PG_T: Tensor) -> tuple[Tensor, dict[str, float]]:
         return adv_PG_T, {}

@@ -39,5 +39,8 @@ class MaxRL:
         adv = (rewards_P_G - mean_P_1) / (mean_P_1 + self.eps)
         return torch.where(mean_P_1 > self.eps, adv, torch.zeros_like(adv))
 
+    def advantage_metrics(self, rewards_P_G: Tensor) -> dict[str, float]:
+        return {}
+
     def normalize(self, adv_PG_T: Tensor, mask_PG_T: Tensor) -> tuple[Tensor, dict[str, float]]:
         return adv_PG_T, {}

@@ -46,6 +46,9 @@ class ReinforcePP:
     def advantages(self, rewards_P_G: Tensor) -> Tensor:
         return rewards_P_G - rewards_P_G.mean(-1, keepdim=True)
 
+    def advantage_metrics(self, rewards_P_G: Tensor) -> dict[str, float]:
+        return {}
+
     def normalize(self, adv_PG_T: Tensor, mask_PG_T: Tensor) -> tuple[Tensor, dict[str, float]]:
         if not self.batch_norm:
             return adv_PG_T, {}

@@ -139,9 +139,7 @@ class Opened:
     engine: Engine
 
     def close(self) -> None:
-        close = getattr(self.engine, "close", None)
-        if close is not None:
-            close()
+        self.engine.close()
 
 
 def open_checkpoint(path: Path, overrides: list[str], conf: Path) -> Opened:

@@ -161,6 +161,9 @@ class PyTorchEngine:
     def sync(self, policy: nn.Module) -> None:
         self.module = self.merged.refresh() if self.merged is not None else policy
 
+    def close(self) -> None:
+        """Nothing to release: the engine holds the policy (and its merged copy) only."""
+
     @no_grad
     def sample(
         self,

@@ -60,6 +60,9 @@ class TinkerEngine:
     def sync(self, policy: TinkerPolicy) -> None:
         self.policy = policy
 
+    def close(self) -> None:
+        """Nothing to release: the sampler belongs to the backend's service client."""
+
     def sample(
         self,
         prompt_ids_P: list[list[int]],

@@ -20,5 +20,8 @@ class NoLogger:
     def log(self, row: dict) -> None:
         pass
 
+    def update_summary(self, folder: Path, values: dict) -> None:
+        pass
+
     def finish(self) -> None:
         pass

@@ -155,6 +155,10 @@ class Pretrained:
         return Needs(provides=frozenset({"lora"}) if settings["lora"] is not None else frozenset(),
                      machine=(PretrainedWeights(settings["name_or_path"], settings["revision"]),))
 
+    @property
+    def name(self) -> str:
+        return self.name_or_path
+
     def __post_init__(self) -> None:
         check_dtype(self.dtype)
 

@@ -52,6 +52,10 @@ class TinyLlama:
     dtype: str
     lora: LoraSpec | None
 
+    @property
+    def name(self) -> str:
+        return "tiny"
+
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         return Needs(provides=frozenset({"lora"}) if settings["lora"] is not None else frozenset())
