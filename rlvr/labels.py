@@ -1,6 +1,7 @@
 """What a run is, in two names read from its composed config: the condition label and the task.
 
-    label = <algorithm>+<transform>[,loss=<mode>][,turn=<turn credit>][,backend=<backend>]
+    label = <algorithm>+<transform>[,loss=<mode>][,corr=<correction>[/decoupled]][,turn=<turn credit>]
+            [,backend=<backend>]
     task  = [<env>-]<data>[-<reward>]-<model>
 
 Both come from the `_target_`s and values the run is built from, never from the name of a Hydra choice:
@@ -10,11 +11,12 @@ runs are labelled `reinforce_pp+none` (and refused at start, rlvr/config_check.p
 label is what `metrics.jsonl`, `summary.json`, `rlvr status`, `rlvr compare` and `rlvr plot` show; the
 default run folder is `outputs/<task>/<label>/<time>` (conf/train.yaml).
 
-Every choice that changes the objective or the task shows: the algorithm, the transform, a loss mode other
-than `standard`, the turn credit of multi-turn episodes, a backend that samples elsewhere (`tinker`; fsdp
-samples the same rollouts as one process), the environment, the data (with its file or task), the verifier
-(single turn: an environment scores its own episodes) and the model. Everything else (learning rate, group
-size, …) is the same within a comparison by rule: `rlvr compare` refuses cells whose configs differ.
+Every choice that changes the objective or the task shows: the algorithm, the transform, a loss mode other than
+`standard`, a mismatch correction (or a decoupled π_old), the turn credit of multi-turn episodes, a backend that
+samples elsewhere (`tinker`; fsdp samples the same rollouts as one process), the environment, the data (with its
+file or task), the verifier (single turn: an environment scores its own episodes) and the model. Everything else
+(learning rate, group size, …) is the same within a comparison by rule: `rlvr compare` refuses cells whose configs
+differ.
 
 Names are the familiar option names (`sepa_amp_c`, not `SEPAAmpClamped`): `NAMES` maps each built-in
 class; a class of your own is named by its module and class (tests/test_labels.py checks that every option
@@ -98,6 +100,10 @@ def condition_label(config: Mapping) -> str:
     mode = ((config.get("algorithm") or {}).get("loss") or {}).get("mode", "standard")
     if mode != "standard":
         label += f",loss={mode}"
+    correction = ((config.get("algorithm") or {}).get("loss") or {}).get("correction") or {}
+    if correction.get("kind", "none") != "none" or correction.get("pi_old", "bypass") != "bypass":
+        label += f",corr={correction.get('kind', 'none')}" + ("/decoupled" if correction.get("pi_old") == "decoupled"
+                                                              else "")
     if config.get("env"):
         label += f",turn={name(config.get('turn_credit'))}"
     backend = name(config.get("backend"))

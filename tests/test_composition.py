@@ -90,7 +90,7 @@ def test_real_model_composition_is_valid(monkeypatch):
         check(cfg)
     preset = instantiate(cfg.model, _convert_="all")  # lazy: nothing is downloaded or loaded
     assert preset.name_or_path == "Qwen/Qwen3-4B-Instruct-2507" and preset.lora.rank == 32
-    assert condition_label(cfg) == "grpo+none"
+    assert condition_label(cfg) == "grpo+none,corr=token_tis"  # trainer=gpu corrects for a bf16 engine
 
 
 def test_unknown_option_and_unknown_key_fail_at_composition():

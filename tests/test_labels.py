@@ -48,6 +48,9 @@ def test_models_are_named_by_their_weights():
     (["env=textarena"], "grpo+none,turn=episode", "textarena.GuessTheNumber-v0-arithmetic-tiny"),
     (["backend=tinker"], "grpo+none,backend=tinker", "arithmetic-exact-tiny"),
     (["backend=fsdp"], "grpo+none", "arithmetic-exact-tiny"),  # the same rollouts and update as one process
+    (["correction=token_tis"], "grpo+none,corr=token_tis", "arithmetic-exact-tiny"),
+    (["algorithm.loss.correction.pi_old=decoupled"], "grpo+none,corr=none/decoupled", "arithmetic-exact-tiny"),
+    (["trainer=gpu"], "grpo+none,corr=token_tis", "arithmetic-exact-tiny"),
     (["data=jsonl", "data.path=/data/easy_sums.jsonl"], "grpo+none", "jsonl.easy_sums-exact-tiny"),
     (["reward=function", "reward.function=my_rewards.contains_answer"], "grpo+none",
      "arithmetic-function.contains_answer-tiny"),

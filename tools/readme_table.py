@@ -35,6 +35,10 @@ HYDRA_GROUPS = ("hydra/launcher",)  # Hydra's own groups with option files in co
 
 # What each group decides: the only hand-written column.
 DECIDES = {
+    "correction": "engine/trainer mismatch correction, in `algorithm.loss.correction`: truncated importance weights "
+    "per token or sequence, or masks by token or sequence band, and where π_old comes from (`pi_old=bypass\\|"
+    "decoupled`); `trainer=gpu` picks `token_tis` (formulas: [docs/algorithms.md](docs/algorithms.md#mismatch-"
+    "correction))",
     "trainer": "steps, prompts per step (`batch_size`), completions per prompt (`group_size`), `lr`, sampling, "
     "warm-up, eval/save cadence; `gpu` extends `cpu` with the predecessor's values for a real model",
     "algorithm": "episode advantages from each group's rewards (formulas: "

@@ -4,6 +4,10 @@ Per completion token t with advantage A ≠ 0 (a "valid" token):
 
     δ = log π_θ(t) − log π_old(t),   r = exp(δ)
 
+π_old is the engine's log-probability of the sampled token (`correction.pi_old=bypass`, the default) or the
+trainer's own before the update (`decoupled`); `correction` (rlvr/algorithm/correction.py) then weighs or masks
+tokens for the engine/trainer mismatch.
+
 mode=standard (the default):
     clip_eps = 0:   ℓ = −r·A                                   (importance-sampled REINFORCE)
     clip_eps > 0:   ℓ = −min(r·A, clip(r, 1−ε, 1+ε_high)·A)    (PPO clip; ε_high = clip_eps_high or ε)
@@ -56,6 +60,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlvr.algorithm.correction import NO_CORRECTION, Correction
 from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
 
@@ -82,10 +87,13 @@ class PolicyLoss:
     """clip_cov: fraction of the step's valid tokens whose loss is zeroed."""
     clip_cov_min: float = 1.0
     clip_cov_max: float = 5.0
+    correction: Correction = NO_CORRECTION
+    """The engine/trainer mismatch correction (`correction=`, rlvr/algorithm/correction.py)."""
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        requires = {}
+        correction = settings.get("correction")
+        requires = dict(Correction.needs(correction).requires) if correction else {}
         if settings["clip_eps"] > 0:
             requires["ratio_clipping"] = f"algorithm.loss.clip_eps={settings['clip_eps']}"
         mode = settings.get("mode", "standard")

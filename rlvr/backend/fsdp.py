@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from rlvr import distributed
+from rlvr.algorithm.correction import MAXED, SUMMED
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.local import (
     STATE_FILE,
@@ -185,7 +186,9 @@ class FSDPBackend:
         if padding:
             t.accumulate(loss, rows, padding, selected, scale=0.0)
         sums = self._all_reduce(sums)
-        grad_norm, finite = t.update(lr, sums["loss"], as_float=self._grad_norm)
+        grad_scale = t.kept_scale(sums, rows)
+        sums["loss"] *= grad_scale
+        grad_norm, finite = t.update(lr, sums["loss"], as_float=self._grad_norm, grad_scale=grad_scale)
         return t.report(sums, rows, selected, grad_norm, finite, lr, N, t0)
 
     def _shared_selection(self, loss: PolicyLoss, rows: StepRows, real: list[slice], padding: list[slice]
@@ -198,19 +201,21 @@ class FSDPBackend:
         with torch.no_grad():
             parts = [self.trainee.completion_logprobs(rows.ids[b], rows.attn[b], rows.Lp, rows.tokens[b],
                                                       rows.temperature) for b in real + padding]
-        mine = torch.cat(parts[: len(real)]) if real else rows.old_lp[:0]
-        new_lp_N_T = torch.cat([p.to(rows.old_lp.device) for p in distributed.all_gather(mine.cpu())])
+        mine = torch.cat(parts[: len(real)]) if real else rows.engine_lp[:0]
+        new_lp_N_T = torch.cat([p.to(rows.engine_lp.device) for p in distributed.all_gather(mine.cpu())])
         draws = selection_generator(self.trainee.lora_seed, self.trainee.train_steps)
-        return loss.select_tokens(new_lp_N_T, rows.old_lp, rows.adv, rows.action, draws)
+        old_lp = rows.engine_lp if loss.correction.pi_old == "bypass" else new_lp_N_T
+        return loss.select_tokens(new_lp_N_T, old_lp, rows.adv, rows.action, draws)
 
     @staticmethod
     def _all_reduce(sums: dict[str, float]) -> dict[str, float]:
-        added = torch.tensor([sums["loss"], sums["clipped"], sums["abs_kl"]], dtype=torch.float64)
-        top = torch.tensor([sums["ratio_max"]], dtype=torch.float64)
+        """Every rank's sums added, its maxima maxed (the step's statistics and the correction's, SUMMED/MAXED)."""
+        summed, maxed = ("loss", "clipped", "abs_kl", *SUMMED), ("ratio_max", *MAXED)
+        added = torch.tensor([sums[k] for k in summed], dtype=torch.float64)
+        top = torch.tensor([sums[k] for k in maxed], dtype=torch.float64)
         dist.all_reduce(added, op=dist.ReduceOp.SUM)
         dist.all_reduce(top, op=dist.ReduceOp.MAX)
-        loss, clipped, abs_kl = added.tolist()
-        return {"loss": loss, "clipped": clipped, "abs_kl": abs_kl, "ratio_max": float(top)}
+        return dict(zip(summed, added.tolist(), strict=True)) | dict(zip(maxed, top.tolist(), strict=True))
 
     @staticmethod
     def _grad_norm(norm: Tensor) -> float:

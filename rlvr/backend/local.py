@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from rlvr.algorithm.correction import EMPTY_SUMS, merge_sums, mismatch_metrics, mismatch_sums
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
@@ -74,10 +75,13 @@ class StepRows:
     Lp: int
     tokens: Tensor
     """[N, T] completion ids (on the CPU)."""
-    old_lp: Tensor
+    engine_lp: Tensor
+    """[N, T] the engine's log-probabilities of the sampled tokens."""
     adv: Tensor
     action: Tensor
     """[N, T] bool: action tokens with a non-zero advantage (what the loss sums over)."""
+    sampled: Tensor
+    """[N, T] bool: every action token (the sampled ones, with or without advantage): what `mismatch/*` reads."""
     temperature: float
     total: int
     """The divisor of the token-level mean: the whole step's count of such tokens (at least 1)."""
@@ -124,36 +128,57 @@ class Trainee:
         keep = action_PG_T.any(-1).nonzero().squeeze(-1)  # rows with any signal, in order
         T = int(ro.mask_PG_T[keep].sum(-1).max()) if len(keep) else 0
         tokens, mask = ro.tokens_PG_T[keep, :T], ro.mask_PG_T[keep, :T]
-        old_lp, adv, action = (x[keep, :T].to(self.device) for x in (ro.logprobs_PG_T, batch.adv_PG_T, action_PG_T))
+        engine_lp, adv, action, sampled = (x[keep, :T].to(self.device) for x in (
+            ro.logprobs_PG_T, batch.adv_PG_T, action_PG_T, ro.action_mask_PG_T))
         ids, attn, Lp = self.rows([ro.prompt_ids_P[i // ro.group_size] for i in keep.tolist()], tokens, mask)
-        return StepRows(ids, attn, Lp, tokens, old_lp, adv, action, ro.temperature, max(int(action_PG_T.sum()), 1),
-                        int(action_PG_T.sum()))
+        return StepRows(ids, attn, Lp, tokens, engine_lp, adv, action, sampled, ro.temperature,
+                        max(int(action_PG_T.sum()), 1), int(action_PG_T.sum()))
 
     def accumulate(self, loss: PolicyLoss, rows: StepRows, batches: list[slice], selected: Tensor | None,
                     scale: float) -> dict[str, float]:
         """Forward and backward over `batches` (slices of `rows`), each adding Σ ℓ over its tokens / the whole
-        step's token count (× `scale`) to the gradients; returns the summed (unscaled) loss and statistics."""
-        sums = {"loss": 0.0, "clipped": 0.0, "abs_kl": 0.0, "ratio_max": 0.0}
+        step's token count (× `scale`) to the gradients; returns the summed (unscaled) loss and statistics, with the
+        mismatch correction's sums (rlvr/algorithm/correction.py: the tokens it kept; `mismatch/*`)."""
+        correction = loss.correction
+        sums = {"loss": 0.0, "clipped": 0.0, "abs_kl": 0.0, "ratio_max": 0.0, **EMPTY_SUMS}
         for b in batches:
             new_lp = self.completion_logprobs(rows.ids[b], rows.attn[b], rows.Lp, rows.tokens[b], rows.temperature)
-            m = rows.action[b]
-            tok_loss, clipped = loss.token_losses(new_lp, rows.old_lp[b], rows.adv[b],
+            m, log_rho = rows.action[b], new_lp.detach() - rows.engine_lp[b]  # log π_train − log π_engine
+            old_lp = rows.engine_lp[b] if correction.pi_old == "bypass" else new_lp.detach()
+            tok_loss, clipped = loss.token_losses(new_lp, old_lp, rows.adv[b],
                                                   None if selected is None else selected[b])
+            if correction.active:
+                factor, keep = correction.factors(log_rho, rows.sampled[b])
+                tok_loss, m = tok_loss * factor, m & keep
+            else:
+                keep = torch.ones_like(m)
             mb_loss = (tok_loss * m).sum() / rows.total
             (mb_loss * scale if scale != 1.0 else mb_loss).backward()
             with torch.no_grad():
-                delta = (new_lp - rows.old_lp[b])[m]
+                delta = (new_lp - old_lp)[m]
                 sums["loss"] += float(mb_loss)
                 sums["clipped"] += float(clipped[m].sum())
                 sums["abs_kl"] += float(delta.abs().sum())
                 if delta.numel():
                     sums["ratio_max"] = max(sums["ratio_max"], float(delta.max().exp()))
+                sums.update(merge_sums(sums, mismatch_sums(log_rho, rows.sampled[b], keep, rows.action[b])))
         return sums
 
-    def update(self, lr: float, loss_sum: float, as_float: Callable[[Tensor], float] = float) -> tuple[float, bool]:
-        """Clip (when set), step the optimizer unless the loss or the gradient norm is not finite, zero the
-        gradients; returns the pre-clip gradient norm (`as_float`: a sharded norm's whole value) and whether the
-        step was taken."""
+    @staticmethod
+    def kept_scale(sums: dict[str, float], rows: StepRows) -> float:
+        """What the gradients are multiplied by once every micro-batch is in, so that the loss is divided by the
+        tokens the correction kept, not the step's count (1.0 when it masked nothing)."""
+        return rows.total / max(sums["kept"], 1.0) if sums["masked"] else 1.0
+
+    def update(self, lr: float, loss_sum: float, as_float: Callable[[Tensor], float] = float,
+               grad_scale: float = 1.0) -> tuple[float, bool]:
+        """Scale the gradients by `grad_scale` (`kept_scale`), clip (when set), step the optimizer unless the loss
+        or the gradient norm is not finite, zero the gradients; returns the pre-clip gradient norm (`as_float`: a
+        sharded norm's whole value) and whether the step was taken."""
+        if grad_scale != 1.0:
+            for p in self.params:
+                if p.grad is not None:
+                    p.grad.mul_(grad_scale)
         max_norm = self.grad_clip_norm if self.grad_clip_norm > 0 else float("inf")
         grad_norm = as_float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
         finite = math.isfinite(loss_sum) and math.isfinite(grad_norm)
@@ -172,6 +197,7 @@ class Trainee:
         covariance = {} if selected is None else {"policy/cov_fraction": float(selected.sum()) / total}
         return {
             **covariance,
+            **mismatch_metrics(sums),
             "train/nonfinite_skip": 0.0 if finite else 1.0,
             "loss": sums["loss"],
             "clip_fraction": sums["clipped"] / total,
@@ -192,9 +218,10 @@ class Trainee:
         with torch.no_grad():
             new_lp = [self.completion_logprobs(r.ids[s : s + mb], r.attn[s : s + mb], r.Lp, r.tokens[s : s + mb],
                                                r.temperature) for s in range(0, r.ids.shape[0], mb)]
-        new_lp_N_T = torch.cat(new_lp) if new_lp else r.old_lp.new_zeros(r.old_lp.shape)
+        new_lp_N_T = torch.cat(new_lp) if new_lp else r.engine_lp.new_zeros(r.engine_lp.shape)
         draws = selection_generator(self.lora_seed, self.train_steps)
-        return loss.select_tokens(new_lp_N_T, r.old_lp, r.adv, r.action, draws)
+        old_lp = r.engine_lp if loss.correction.pi_old == "bypass" else new_lp_N_T
+        return loss.select_tokens(new_lp_N_T, old_lp, r.adv, r.action, draws)
 
     def rows(self, prompts: list[list[int]], tokens_N_T: Tensor, mask_N_T: Tensor):
         """input ids [N, Lp+T] (row i = prompts[i] left-padded to Lp, then its completion), attention
@@ -289,7 +316,9 @@ class LocalBackend:
         selected = t.selection(loss, rows, mb)
         t.optimizer.zero_grad(set_to_none=True)
         sums = t.accumulate(loss, rows, [slice(s, s + mb) for s in range(0, N, mb)], selected, scale=1.0)
-        grad_norm, finite = t.update(lr, sums["loss"])
+        grad_scale = t.kept_scale(sums, rows)
+        sums["loss"] *= grad_scale
+        grad_norm, finite = t.update(lr, sums["loss"], grad_scale=grad_scale)
         return t.report(sums, rows, selected, grad_norm, finite, lr, N, t0)
 
     def save(self, path: Path) -> None:

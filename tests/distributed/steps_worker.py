@@ -16,6 +16,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, when run as a script
 
+from rlvr.algorithm.correction import Correction  # noqa: E402
 from rlvr.algorithm.loss import PolicyLoss  # noqa: E402
 from rlvr.engine.pytorch import PyTorchEngine  # noqa: E402
 from rlvr.model.tiny import TinyLlama  # noqa: E402
@@ -33,7 +34,7 @@ KNOBS = {"device": "cpu", "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0
          "gradient_checkpointing": False}
 
 
-def steps(backend, clip: float, mode: str = "standard", n: int = 3) -> list[dict]:
+def steps(backend, clip: float, mode: str = "standard", n: int = 3, correction: str = "none") -> list[dict]:
     """`n` steps on one set of rollouts sampled before the first (so the later steps' ratios are not 1), 11 of its
     12 rows with an advantage (the row with 0 is dropped: an odd count splits unevenly over 2 ranks). AdamW divides
     each gradient element by its running RMS, so float noise in a near-zero element moves its weight by up to ~lr:
@@ -44,8 +45,9 @@ def steps(backend, clip: float, mode: str = "standard", n: int = 3) -> list[dict
     adv[5] = 0.0
     batch = TrainBatch(ro, adv[:, None] * ro.mask_PG_T)
     # kl_cov: the 10 % of tokens of largest covariance; clip_cov: 20 % drawn among all (a band wide enough for any)
+    # token_mask: a band narrow enough that the later steps' stale ratios leave it (tokens masked on every rank)
     loss = PolicyLoss(clip, clip, 0.0, mode=mode, kl_cov_percent=10.0, clip_cov_ratio=0.2, clip_cov_min=-1e3,
-                      clip_cov_max=1e3)
+                      clip_cov_max=1e3, correction=Correction(correction, low=0.999, high=1.001))
     return [backend.train_step(batch, loss, lr=1e-3) for _ in range(n)]  # trainer.lr's default
 
 
@@ -65,13 +67,14 @@ def main() -> None:
     parser.add_argument("--micro-batch-size", type=int, default=0)
     parser.add_argument("--clip", type=float, default=0.0)
     parser.add_argument("--mode", default="standard", help="algorithm.loss.mode")
+    parser.add_argument("--correction", default="none", help="algorithm.loss.correction.kind")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model, tok = TINY.load(0)
     backend = FSDPBackend(model, None if args.full else LORA, 0, tok.pad_token_id,
                           micro_batch_size=args.micro_batch_size, reshard_after_forward=True, timeout_s=120,
                           world=World.from_env(), **KNOBS)
-    stats = steps(backend, args.clip, args.mode)
+    stats = steps(backend, args.clip, args.mode, correction=args.correction)
     full = get_model_state_dict(backend.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True,
                                                                          ignore_frozen_params=True))
     names = {n for n, p in backend.policy.named_parameters() if p.requires_grad}  # (a tied frozen head shows up too)

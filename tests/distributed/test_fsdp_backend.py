@@ -1,9 +1,10 @@
 """backend=fsdp over 2 real processes (torchrun, gloo) against backend=local in one, on the same rows: the weights
 after 3 steps agree to 1e-5 (LoRA and full fine-tuning, one micro-batch or several with an uneven split, PPO
-clipping on with ε small enough that the stale ratios of steps 2-3 clip), and so do the step's loss, gradient
-norm and clip fraction; kl_cov and clip_cov pick the same tokens over the whole step (gathered log-probabilities,
-the same seeded draw). The rows: 11 of 12 with an advantage, so the ranks hold 6 and 5; with micro_batch_size=5
-rank 0 runs 2 passes and rank 1 one pass plus a zero-weight one."""
+clipping on with ε small enough that the stale ratios of steps 2-3 clip), and so do the step's loss, gradient norm
+and clip fraction; kl_cov and clip_cov pick the same tokens over the whole step (gathered log-probabilities, the
+same seeded draw); a token mask (correction=token_mask) divides by the tokens every rank kept. The rows: 11 of 12
+with an advantage, so the ranks hold 6 and 5; with micro_batch_size=5 rank 0 runs 2 passes and rank 1 one pass plus
+a zero-weight one."""
 
 import os
 import subprocess
@@ -26,13 +27,14 @@ def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.Complet
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-@pytest.mark.parametrize(("full", "micro_batch_size", "clip", "mode"), [
-    (False, 0, 0.0, "standard"), (False, 5, 0.001, "standard"), (True, 0, 0.001, "standard"),
-    (False, 5, 0.0, "kl_cov"), (False, 5, 0.2, "clip_cov"),
+@pytest.mark.parametrize(("full", "micro_batch_size", "clip", "mode", "correction"), [
+    (False, 0, 0.0, "standard", "none"), (False, 5, 0.001, "standard", "none"), (True, 0, 0.001, "standard", "none"),
+    (False, 5, 0.0, "kl_cov", "none"), (False, 5, 0.2, "clip_cov", "none"), (False, 5, 0.0, "standard", "token_mask"),
 ])
-def test_two_ranks_update_the_weights_as_one_process_does(tmp_path, full, micro_batch_size, clip, mode):
+def test_two_ranks_update_the_weights_as_one_process_does(tmp_path, full, micro_batch_size, clip, mode, correction):
     out = tmp_path / "fsdp.pt"
-    args = [str(WORKER), str(out), "--micro-batch-size", str(micro_batch_size), "--clip", str(clip), "--mode", mode]
+    args = [str(WORKER), str(out), "--micro-batch-size", str(micro_batch_size), "--clip", str(clip), "--mode", mode,
+            "--correction", correction]
     proc = torchrun(2, *args, *(["--full"] if full else []))
     assert proc.returncode == 0, proc.stderr[-3000:]
     fsdp = torch.load(out, weights_only=False)
@@ -42,14 +44,15 @@ def test_two_ranks_update_the_weights_as_one_process_does(tmp_path, full, micro_
     local = LocalBackend(model, None if full else LORA, 0, tok.pad_token_id, micro_batch_size=micro_batch_size,
                          **KNOBS)
     before = trainable(local.policy)
-    stats = steps(local, clip, mode)
+    stats = steps(local, clip, mode, correction=correction)
     weights = trainable(local.policy)
     assert set(fsdp["params"]) == set(weights)
     assert max(float((weights[n] - before[n]).abs().max()) for n in weights) > 1e-3, "the steps moved the weights"
     for name, value in weights.items():
         assert torch.allclose(fsdp["params"][name], value, rtol=0, atol=1e-5), name
     for mine, theirs in zip(stats, fsdp["stats"], strict=True):
-        for key in ("loss", "grad_norm", "clip_fraction", "policy/abs_kl", "policy/ratio_max",
+        for key in ("loss", "grad_norm", "clip_fraction", "policy/abs_kl", "policy/ratio_max", "mismatch/kl",
+                    "mismatch/ratio_max", "mismatch/ratio_min", "mismatch/masked_frac",
                     *(["policy/cov_fraction"] if mode != "standard" else [])):
             assert theirs[key] == pytest.approx(mine[key], rel=1e-5, abs=1e-6), key
         tokens = "rl/optimizer_nonzero_advantage_action_tokens"
@@ -58,3 +61,5 @@ def test_two_ranks_update_the_weights_as_one_process_does(tmp_path, full, micro_
         assert any(s["clip_fraction"] > 0 for s in stats), "the later steps' stale ratios are clipped"
     if mode != "standard":  # the pick over the whole step, split over the ranks and their micro-batches alike
         assert all(s["policy/cov_fraction"] > 0 for s in stats)
+    if correction == "token_mask":  # the later steps mask tokens of both ranks; the kept count is the whole step's
+        assert 0 < stats[-1]["mismatch/masked_frac"] < 1
