@@ -195,3 +195,26 @@ def test_a_backend_that_cannot_correct_is_refused_at_start():
     with pytest.raises(ConfigError, match="correction=token_tis"):
         check(compose_config(["backend=tinker", "correction=token_tis"]))
     check(compose_config(["correction=token_tis"]))
+
+
+def test_the_decoupled_pi_old_is_what_a_no_grad_pass_of_the_trainer_gives():
+    """rlvr takes one optimizer step per batch: the gradient pass's own log-probabilities (detached), micro-batch by
+    micro-batch in train mode, are the trainer's π_old that verl's decoupled mode computes in an extra no-grad pass."""
+    model, tok = TINY.load(0)
+    b = batch(model, tok, noise=0.3)
+    backend = LocalBackend(model, LoraSpec(4, 8, 0.0, ["q_proj", "v_proj"]), 0, tok.pad_token_id, "cpu",
+                           (0.9, 0.999), 1e-8, 0.0, 0.0, 2, False)
+    t = backend.trainee
+    rows = t.step_rows(b)
+    model.eval()
+    with torch.no_grad():
+        extra_pass = t.completion_logprobs(rows.ids, rows.attn, rows.Lp, rows.tokens, 1.0)
+    model.train()
+    in_pass = torch.cat([t.completion_logprobs(rows.ids[s:s + 2], rows.attn[s:s + 2], rows.Lp, rows.tokens[s:s + 2],
+                                               1.0).detach() for s in (0, 2)])
+    torch.testing.assert_close(in_pass[rows.sampled], extra_pass[rows.sampled], rtol=0, atol=1e-6)
+    # and decoupled without a correction trains the on-policy gradient: weight 1, whatever the engine said
+    got, ctx = gradients(Correction("none", "decoupled"), 2)
+    expected = reference_gradients(ctx["model"], ctx["backend"], ctx["batch"], torch.ones_like(ctx["rows"].adv),
+                                   torch.ones_like(ctx["rows"].action))
+    assert_close(got, expected)
