@@ -33,6 +33,7 @@ from rlvr.checkpoint import Checkpoints, rng_state, set_rng_state
 from rlvr.credit import assign_credit
 from rlvr.data.order import prompts_at
 from rlvr.distributed import World
+from rlvr.engine.sync_check import SyncCheck, check_sync
 from rlvr.errors import RunFailed
 from rlvr.lazy import lazy_import
 from rlvr.model.base_folder import save_base
@@ -161,6 +162,8 @@ class Live:
     evals: list[dict] = field(default_factory=list)
     """Every evaluation row so far; saved in every checkpoint (summary.json's initial/best read it)."""
     stop: StopSignals | None = None
+    eos_ids: list[int] = field(default_factory=list)
+    """The ids that end a completion (the sync check's probe avoids them)."""
     consecutive_nonfinite: int = 0
     consecutive_skipped: int = 0
     consecutive_failed: int = 0
@@ -199,6 +202,9 @@ class Trainer:
     """Consecutive steps with nothing to train (every group's rewards tied, …) after which the run fails; 0 = never."""
     max_failed_steps: int = 5
     """Consecutive steps on which every item's scoring (or episode) failed, after which the run fails; 0 = never."""
+    sync_check: SyncCheck = field(default_factory=SyncCheck)
+    """Every `every` steps, after the sync: does the engine sample from the trainer's weights? (rlvr/engine/
+    sync_check.py)"""
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
@@ -339,7 +345,7 @@ class Trainer:
         engine.connect()
         log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
         return Live(c, tokenizer, backend, engine, make_rollout(c, engine, tokenizer, stop), out, warmup,
-                    Checkpoints(out.path / "checkpoints", self.keep_last, c.world), stop=stop)
+                    Checkpoints(out.path / "checkpoints", self.keep_last, c.world), stop=stop, eos_ids=stops)
 
     @staticmethod
     def _check_chat_turns(c: Components, tokenizer, stops: list[int]) -> None:
@@ -406,6 +412,15 @@ class Trainer:
         count = min(self.warmup.steps * self.warmup.batch_size, MAX_GAME_DEMONSTRATIONS)
         return [Demonstration(g[0], g[1], tuple(g[2:])) for g in games(count, c.seeds.init)]
 
+    def _check_sync(self, live: Live, step: int) -> dict[str, float]:
+        """The sync check when due and the policy is local (a service's is not the trainer's to score)."""
+        c = live.c
+        if not self.sync_check.due(step) or "local_policy" not in c.needs["backend"].provides:
+            return {}
+        tolerance = self.sync_check.resolved_tolerance((c.config.get("model") or {}).get("dtype"),
+                                                       (c.config.get("engine") or {}).get("dtype"))
+        return check_sync(live.engine, live.backend.policy, live.eos_ids, self.sync_check.tokens, tolerance, step)
+
     def step(self, live: Live, step: int) -> dict:
         """One RL step; returns its metrics row (the caller writes it)."""
         c, G = live.c, self.group_size
@@ -416,6 +431,7 @@ class Trainer:
         clock = Stopwatch()
         live.backend.prepare_sampling()  # on every process (backend=fsdp: a collective)
         live.engine.sync(live.backend.policy)
+        checked = self._check_sync(live, step)
         sync_s = clock.lap()
         batch = live.rollout.collect(examples, step, position, G, self.sampling)
         clock.lap()
@@ -433,7 +449,7 @@ class Trainer:
         for key, value in (("correct", counts.correct), ("completions", counts.completions), ("tokens", counts.tokens)):
             live.totals[key] += value
         row = step_row(step, c.condition, c.uncertainty_kind, batch.rollouts, batch.rewards_P_G, credit, train, times,
-                       counts, live.totals)
+                       counts, live.totals) | checked
         pressure = c.backpressure.observe(  # its decision applies from the next step
             step=step, batch_size=P, group_size=G, tokens=counts.tokens, seconds=times.total, skipped=credit.skipped,
         )

@@ -14,7 +14,8 @@ from rlvr.run import build_all, run
 FIXTURE = Path(__file__).parent / "fixtures" / "single_turn_metrics.jsonl"
 ADDED_SINCE = {"mismatch/kl", "mismatch/ratio_mean", "mismatch/ratio_max", "mismatch/ratio_min",
                "mismatch/seq_ratio_max", "mismatch/masked_frac"}
-"""Step-row metrics the fixture predates."""
+"""Step-row metrics the fixture predates (and `engine/sync_check_delta` on the steps the sync check runs)."""
+CHECKED = {"engine/sync_check_delta"}
 
 
 def rows(run_dir):
@@ -35,10 +36,12 @@ def test_env_none_keeps_the_single_turn_metrics_of_before(tmp_path):
     added since (the `mismatch/*` telemetry of issue 23) are the only keys the fixture lacks."""
     run(compose_config(FAST + MIXED + ["trainer.max_steps=4"]), tmp_path)
     added = [{k: v for k, v in r.items() if k in ADDED_SINCE} for r in rows(tmp_path)]
-    now = [{k: v for k, v in r.items() if k not in NONDETERMINISTIC_KEYS | ADDED_SINCE} for r in rows(tmp_path)]
+    now = [{k: v for k, v in r.items() if k not in NONDETERMINISTIC_KEYS | ADDED_SINCE | CHECKED}
+           for r in rows(tmp_path)]
     before = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
     assert [sorted(r) for r in now] == [sorted(r) for r in before]
     assert all(set(a) == ADDED_SINCE for a, r in zip(added, now, strict=True) if "loss" in r)
+    assert rows(tmp_path)[1]["engine/sync_check_delta"] < 1e-5  # step 0's check: the engine serves the policy
     for a, b in zip(now, before, strict=True):
         assert all(close(a[k], b[k]) for k in a), {k: (a[k], b[k]) for k in a if not close(a[k], b[k])}
     assert any(not r.get("skipped", True) for r in now), "the comparison must cover steps that trained"

@@ -81,10 +81,11 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rlvr.engine.policy_files import is_lora, save_adapter, save_base, save_full
 from rlvr.engine.rows import rollouts_from_rows
+from rlvr.engine.sync_check import PROBE_SEED, local_logprobs, probe_prompts
 from rlvr.errors import ConfigError
 from rlvr.lazy import lazy_import, no_grad
 from rlvr.openai_api import OpenAIClient, ServerError, excerpt, probe_models
@@ -94,8 +95,7 @@ from rlvr.seeds import group_seeds
 from rlvr.types import Rollouts, SamplingParams
 
 if TYPE_CHECKING:
-    from torch import Tensor, nn
-    from transformers import PreTrainedModel
+    from torch import nn
 
 torch = lazy_import("torch")
 
@@ -104,7 +104,6 @@ T = TypeVar("T")
 
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
 PROBE_TEMPERATURE = 0.5
-PROBE_SEED = 1234
 LORA_FLAGS = "the environment variable VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora --max-lora-rank R " \
              "(R ≥ the adapter's rank)"
 DEV_FLAGS = "the environment variable VLLM_SERVER_DEV_MODE=1 (for /collective_rpc reload_weights and " \
@@ -391,12 +390,7 @@ class OpenAIEngine:
     # ---- the probe ------------------------------------------------------------------------------------------
 
     def probe_prompts(self, module: nn.Module) -> list[list[int]]:
-        """Two fixed prompts of 4 token ids from the first min(V, 256) ids, no EOS among them."""
-        # a Hugging Face model (under LoRA, PEFT's PeftModel passes `config` through to the one it wraps)
-        vocab = min(int(cast("PreTrainedModel", module).config.vocab_size), 256)
-        allowed = torch.tensor([t for t in range(vocab) if t not in self.eos_ids])
-        gen = torch.Generator().manual_seed(PROBE_SEED)
-        return [allowed[torch.randint(len(allowed), (4,), generator=gen)].tolist() for _ in range(2)]
+        return probe_prompts(module, self.eos_ids)
 
     @no_grad
     def probe(self, module: nn.Module, base_pushed: bool, temperature: float = PROBE_TEMPERATURE) -> dict[str, float]:
@@ -464,27 +458,4 @@ def outside_running_loop(fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlvr-openai") as pool:
         return pool.submit(fn, *args).result()
-
-
-def local_logprobs(
-    module: nn.Module, prompts: list[list[int]], completions: list[list[int]], temperature: float
-) -> tuple[Tensor, Tensor]:
-    """The sampled tokens' log-probabilities under `module`, at temperature 1 and at `temperature`, from one
-    un-cached forward per row, concatenated over rows (float32, CPU)."""
-    was_training = module.training
-    module.eval()
-    device = next(module.parameters()).device
-    raw, scaled = [], []
-    try:
-        for prompt, completion in zip(prompts, completions):
-            if not completion:
-                continue
-            ids = torch.tensor([prompt + completion], device=device)
-            logits = module(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
-            target = torch.tensor(completion, device=device)[:, None]
-            raw.append(torch.log_softmax(logits, -1).gather(-1, target).squeeze(-1).cpu())
-            scaled.append(torch.log_softmax(logits / temperature, -1).gather(-1, target).squeeze(-1).cpu())
-    finally:
-        module.train(was_training)
-    return torch.cat(raw), torch.cat(scaled)
 

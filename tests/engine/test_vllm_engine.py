@@ -13,6 +13,7 @@ from hydra.utils import instantiate
 
 from composing import compose_config
 from rlvr.backend.local import LocalBackend
+from rlvr.engine.sync_check import FLOAT32_TOLERANCE, StaleEngineError, check_sync
 from rlvr.errors import ConfigError
 from rlvr.model.tiny import TinyLlama
 from rlvr.run import build_all
@@ -82,7 +83,12 @@ def test_logprobs_match_the_policy_before_and_after_an_update(setup, names, requ
                          seeds=prompt_seeds(1, len(PROMPTS)))  # processed = temperature-scaled
     assert max_logprob_gap(backend.policy, warm) < TOL
     update(backend.policy, names)
+    # the sync check (trainer.sync_check) catches an engine that was not given the update …
+    check = [engine, backend.policy, [tok.eos_token_id], 8, FLOAT32_TOLERANCE, 3]
+    with pytest.raises(StaleEngineError, match="serves other weights"):
+        check_sync(*check)
     engine.sync(backend.policy)
+    assert check_sync(*check)["engine/sync_check_delta"] < TOL  # … and passes once it was
     after = engine.sample(PROMPTS, 4, params, seeds=prompt_seeds(0, len(PROMPTS)))
     assert max_logprob_gap(backend.policy, after) < TOL
     # the update reached the sampler: the tokens sampled before now have other log-probabilities …
