@@ -116,7 +116,7 @@ def test_pretrained_math_composition_runs(tmp_path):
         "trainer.group_size=2", "trainer.sampling.max_tokens=12", "trainer.eval_max_tokens=12", "threads=1",
     ])
     summary = run(cfg, tmp_path / "run")
-    assert summary["steps"] == 2 and summary["condition"] == "grpo+none"
+    assert summary["steps"] == 2 and summary["condition"] == "grpo+none,corr=token_tis"  # trainer=gpu corrects
     sample = json.loads((tmp_path / "run/samples/step_000000.jsonl").read_text().splitlines()[0])
     assert sample["prompt"].startswith("What is") and sample["reference"].isdigit()
     assert torch.tensor(sample["rewards"]).eq(0).all()  # an untrained model does not box the right answer
