@@ -37,6 +37,14 @@ class Seeds:
         return asdict(self)
 
 
+def group_sampling_seeds(sampler: int, step: int, position: int, count: int) -> list[int]:
+    """The sampling seeds of a step's `count` groups whose prompts start at `position` of the data stream:
+    `sub_seed(sub_seed(sampler, "step/<step>"), "group/<position + i>")`, a function of the run seed, the step and
+    the group's place alone (not of the other groups, nor of how many processes share the step)."""
+    step_seed = sub_seed(sampler, f"step/{step}")
+    return [sub_seed(step_seed, f"group/{position + i}") for i in range(count)]
+
+
 def prompt_seeds(seed: int, count: int) -> list[int]:
     """`count` prompts' sampling seeds from one int (`rlvr sample --seed`, the benchmarks): `sub_seed(seed,
     "prompt/<p>")` for prompt p."""

@@ -45,8 +45,6 @@ if TYPE_CHECKING:
 torch = lazy_import("torch")
 
 KINDS = ("none", "token_tis", "seq_tis", "token_mask", "seq_geo_mask")
-WEIGHTS = ("token_tis", "seq_tis")
-MASKS = ("token_mask", "seq_geo_mask")
 PI_OLD = ("bypass", "decoupled")
 
 

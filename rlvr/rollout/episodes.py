@@ -46,7 +46,7 @@ from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import encode_prompts
 from rlvr.rollout.branch_probes import Probed, probe
 from rlvr.rollout.chat_turns import end_of_turn_id, observation_ids
-from rlvr.seeds import Seeds, sub_seed
+from rlvr.seeds import Seeds, group_sampling_seeds, sub_seed
 from rlvr.turn_credit.played import turn_signals
 from rlvr.types import Played, Rollouts, SamplingParams, Scores, StepBatch
 
@@ -113,9 +113,8 @@ class Episodes:
         from rlvr.telemetry import episode_metrics
 
         t0 = time.perf_counter()
-        step_seed = sub_seed(self.seeds.sampler, f"step/{step}")
         games = episode_seeds(self.seeds, position, len(examples))
-        groups = [sub_seed(step_seed, f"group/{position + i}") for i in range(len(examples))]
+        groups = group_sampling_seeds(self.seeds.sampler, step, position, len(examples))
         played, failures = self._play(examples, group_size, sampling, games, groups, self.with_entropy, self.branching)
         played_s = time.perf_counter() - t0
         metrics = episode_metrics(played, failures)

@@ -22,7 +22,7 @@ from rlvr.distributed import World, gather_step
 from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import decode_completions, encode_prompts
 from rlvr.reward.guarded import guarded_score
-from rlvr.seeds import Seeds, sub_seed
+from rlvr.seeds import Seeds, group_sampling_seeds
 from rlvr.telemetry import Stopwatch
 from rlvr.types import SamplingParams, StepBatch
 
@@ -44,8 +44,7 @@ class SingleTurn:
     def collect(self, examples: list[Example], step: int, position: int, group_size: int,
                 sampling: SamplingParams) -> StepBatch:
         """The step's rollouts of `examples` (the data stream's from `position` on), G completions each, scored."""
-        step_seed = sub_seed(self.seeds.sampler, f"step/{step}")
-        seeds = [sub_seed(step_seed, f"group/{position + i}") for i in range(len(examples))]
+        seeds = group_sampling_seeds(self.seeds.sampler, step, position, len(examples))
         return self._collect(examples, group_size, sampling, seeds, self.with_entropy)
 
     def evaluate(self, examples: list[Example], max_tokens: int) -> StepBatch:
