@@ -110,6 +110,10 @@ def value_errors(cfg: DictConfig) -> list[str]:
             f"backend.micro_batch_size={mb} does not divide trainer.batch_size × trainer.group_size "
             f"= {t.batch_size} × {t.group_size} = {rows}"
         )
+    if cfg.backend.get("packing") and not (isinstance(budget := cfg.backend.get("max_tokens_per_micro_batch"), int)
+                                           and budget > 0):
+        errors.append(f"backend.max_tokens_per_micro_batch={budget!r}: backend.packing=true needs a token budget per "
+                      "forward/backward > 0 (prompt + completion tokens)")
     errors += check_backpressure(cfg)
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**63:
         errors.append(f"seed={cfg.seed!r} must be an integer in [0, 2**63)")

@@ -37,7 +37,8 @@ SAFE_TO_CHANGE = (
     "trainer.max_steps", "trainer.save_every", "trainer.eval_every", "trainer.log_every", "trainer.keep_last",
     "trainer.samples_per_step", "trainer.max_nonfinite_skips", "trainer.max_skipped_steps", "trainer.evaluate",
     "trainer.max_failed_steps", "trainer.warmup.cache_dir", "threads", "resume", "resume_allow_changes",
-    "backend.micro_batch_size", "backend.device", "engine.max_batch_rows", "engine.max_batch_mb", "logger",
+    "backend.micro_batch_size", "backend.packing", "backend.max_tokens_per_micro_batch", "backend.device",
+    "engine.max_batch_rows", "engine.max_batch_mb", "logger",
 )
 
 

@@ -40,7 +40,6 @@ episodes (refused at start).
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -112,6 +111,8 @@ class FSDPBackend:
         reshard_after_forward: bool,
         timeout_s: float,
         world: distributed.World,
+        packing: bool = False,
+        max_tokens_per_micro_batch: int = 0,
     ) -> None:
         self.world = world
         device = resolve_device(device).type
@@ -125,7 +126,7 @@ class FSDPBackend:
         # the whole model at once
         model = self._shard(prepare(model, lora, lora_seed, gradient_checkpointing))
         self.trainee = Trainee(model, self.device, pad_id, lora_seed, betas, eps, weight_decay, grad_clip_norm,
-                               micro_batch_size)
+                               micro_batch_size, packing, max_tokens_per_micro_batch)
         self.units = [m for m in model.modules() if isinstance(m, fsdp.FSDPModule)]
         self.gathered = False
         """Every unit's parameters are all-gathered (for sampling) rather than sharded (for training)."""
@@ -171,15 +172,12 @@ class FSDPBackend:
         t0, t = time.perf_counter(), self.trainee
         self._sharded()
         rows = t.step_rows(batch)
-        N, W = rows.ids.shape[0], self.world.size
-        mine = self.world.share(N)
-        widest = max(1, math.ceil(N / W))
-        mb = t.micro_batch_size or widest
-        batches = [slice(s, min(s + mb, mine.stop)) for s in range(mine.start, mine.start + widest, mb)]
+        N, W = len(rows.prompts), self.world.size
+        plans = [t.micro_batches(rows, share) for share in rank_rows(rows.sizes, W, t.packing)]
+        real = plans[self.world.rank]
+        padding = [[0]] * (max(1, *map(len, plans)) - len(real))  # as many passes as the busiest rank: collectives pair
         if not t.policy.training:
             t.policy.train()
-        real = [b for b in batches if b.start < b.stop]
-        padding = [slice(0, 1)] * (len(batches) - len(real))  # as many passes as the widest share: collectives pair
         selected = self._shared_selection(loss, rows, real, padding)
         t.optimizer.zero_grad(set_to_none=True)
         sums = t.accumulate(loss, rows, real, selected, scale=float(W))
@@ -191,18 +189,18 @@ class FSDPBackend:
         grad_norm, finite = t.update(lr, sums["loss"], as_float=self._grad_norm, grad_scale=grad_scale)
         return t.report(sums, rows, selected, grad_norm, finite, lr, N, t0)
 
-    def _shared_selection(self, loss: PolicyLoss, rows: StepRows, real: list[slice], padding: list[slice]
+    def _shared_selection(self, loss: PolicyLoss, rows: StepRows, real: list[list[int]], padding: list[list[int]]
                           ) -> Tensor | None:
         """kl_cov / clip_cov: this rank's rows' new log-probabilities (no grad; padded to every rank's pass count),
-        gathered in row order, and `loss.select_tokens` on the whole step's, as backend=local picks: the same
-        tokens on every rank, whatever the number of ranks or micro_batch_size. None in standard (no pass)."""
+        added over the ranks (each row is one rank's, the others hold 0), and `loss.select_tokens` on the whole
+        step's, as backend=local picks: the same tokens on every rank, whatever the number of ranks, micro_batch_size
+        or packing. None in standard (no pass)."""
         if not loss.selects_tokens:
             return None
-        with torch.no_grad():
-            parts = [self.trainee.completion_logprobs(rows.ids[b], rows.attn[b], rows.Lp, rows.tokens[b],
-                                                      rows.temperature) for b in real + padding]
-        mine = torch.cat(parts[: len(real)]) if real else rows.engine_lp[:0]
-        new_lp_N_T = torch.cat([p.to(rows.engine_lp.device) for p in distributed.all_gather(mine.cpu())])
+        new_lp_N_T = self.trainee.step_logprobs(rows, real)
+        if padding:
+            self.trainee.step_logprobs(rows, padding)  # passes that pair with the busier ranks' (results unused)
+        new_lp_N_T = sum(p.to(rows.engine_lp.device) for p in distributed.all_gather(new_lp_N_T.cpu()))
         draws = selection_generator(self.trainee.lora_seed, self.trainee.train_steps)
         old_lp = rows.engine_lp if loss.correction.pi_old == "bypass" else new_lp_N_T
         return loss.select_tokens(new_lp_N_T, old_lp, rows.adv, rows.action, draws)
@@ -261,6 +259,20 @@ class FSDPBackend:
         state_dict_api.set_state_dict(self.trainee.policy, self.trainee.optimizer, model_state_dict=state["model"],
                                       optim_state_dict=state["optimizer"], options=self._options())
         self.trainee.train_steps = int(json.loads((path / STATE_FILE).read_text())["train_steps"])
+
+
+def rank_rows(sizes: list[int], W: int, packing: bool) -> list[list[int]]:
+    """Each rank's rows (indices): padded, contiguous shares of the row count (`World.share`); packed, balanced by
+    tokens: longest row first, each to the rank holding the fewest tokens so far (ties: the lower rank)."""
+    if not packing:
+        return [list(distributed.World(r, W, r).share(len(sizes))) for r in range(W)]
+    ranks: list[list[int]] = [[] for _ in range(W)]
+    load = [0] * W
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        r = load.index(min(load))
+        ranks[r].append(i)
+        load[r] += sizes[i]
+    return [sorted(r) for r in ranks]
 
 
 def untied(state: dict[str, Tensor]) -> dict[str, Tensor]:

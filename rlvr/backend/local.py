@@ -36,14 +36,15 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from rlvr.algorithm.correction import EMPTY_SUMS, merge_sums, mismatch_metrics, mismatch_sums
 from rlvr.algorithm.loss import PolicyLoss
-from rlvr.lazy import lazy_import
+from rlvr.lazy import lazy_import, no_grad
 from rlvr.protocols import Needs
 from rlvr.requirements import CudaDevice
 from rlvr.seeds import sub_seed
@@ -67,14 +68,15 @@ STATE_FILE = "local_state.json"
 
 @dataclass(frozen=True)
 class StepRows:
-    """A step's training rows (those with any non-zero advantage), [N, …], on the training device."""
+    """A step's training rows (those with any non-zero advantage), [N, …]; the per-token tensors on the training
+    device. The forward pass's layout (padded or packed) is built per micro-batch from `prompts` and `tokens`."""
 
-    ids: Tensor
-    """[N, Lp+T] prompt (left-padded to Lp) + completion ids."""
-    attn: Tensor
-    Lp: int
+    prompts: list[list[int]]
+    """Row i's prompt ids (unpadded)."""
     tokens: Tensor
-    """[N, T] completion ids (on the CPU)."""
+    """[N, T] completion ids (on the CPU), right-padded; T = the longest completion among the rows."""
+    lengths: list[int]
+    """Row i's real completion tokens (actions and observations): tokens[i, :lengths[i]]."""
     engine_lp: Tensor
     """[N, T] the engine's log-probabilities of the sampled tokens."""
     adv: Tensor
@@ -86,6 +88,57 @@ class StepRows:
     total: int
     """The divisor of the token-level mean: the whole step's count of such tokens (at least 1)."""
     tokens_with_signal: int
+
+    @property
+    def Lp(self) -> int:
+        """The longest prompt's length: what every padded micro-batch left-pads its prompts to."""
+        return max((len(p) for p in self.prompts), default=0)
+
+    @property
+    def sizes(self) -> list[int]:
+        """Row i's tokens in a packed micro-batch: its prompt and its completion."""
+        return [len(p) + n for p, n in zip(self.prompts, self.lengths, strict=True)]
+
+
+@contextmanager
+def forward_replaced(module: nn.Module, forward: Callable[[Tensor], Tensor]) -> Iterator[None]:
+    """`module`'s forward is `forward` inside the block (an instance attribute, removed after)."""
+    module.forward = forward  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del module.forward
+
+
+@no_grad
+def head_is_plain(model: nn.Module, inputs: Mapping[str, Any]) -> bool:
+    """Whether the model's logits are its bias-free linear head applied to the final hidden states and nothing more
+    (Llama, Qwen, Mistral …; not Gemma 2's soft-capped logits, Cohere's scaled ones): one forward pass of `inputs`
+    for the last position, the head's own output compared with the model's (to 4 units in the last place)."""
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear) or head.bias is not None:
+        return False
+    raw: list[Tensor] = []
+    linear = head.forward
+    with forward_replaced(head, lambda x: raw.append(linear(x)) or raw[-1]):
+        logits = model(**inputs, logits_to_keep=1).logits
+    eps = torch.finfo(logits.dtype).eps
+    return torch.allclose(raw[0].float(), logits.float(), rtol=4 * eps, atol=4 * eps)
+
+
+def token_logprobs(hidden_K_H: Tensor, weight_V_H: Tensor, targets_K: Tensor, temperature: float):
+    return logits_logprobs(torch.nn.functional.linear(hidden_K_H, weight_V_H), targets_K, temperature), None
+
+
+def logits_logprobs(logits_K_V: Tensor, targets_K: Tensor, temperature: float) -> Tensor:
+    """[K] log softmax(logits / T)[target] in float32, a slice of positions at a time: a 150k-token vocabulary never
+    has its whole [K, V] float32 copy in memory at once (at most LOGIT_CHUNK elements)."""
+    step = max(1, LOGIT_CHUNK // max(1, logits_K_V.shape[-1]))
+    out = []
+    for k in range(0, logits_K_V.shape[0], step):
+        z = logits_K_V[k : k + step].float() / max(temperature, 1e-7)
+        out.append(z.gather(-1, targets_K[k : k + step, None]).squeeze(-1) - torch.logsumexp(z, dim=-1))
+    return torch.cat(out) if out else logits_K_V.new_zeros((0,), dtype=torch.float32)
 
 
 def selection_generator(seed: int, step: int) -> Generator:
@@ -105,12 +158,18 @@ class Trainee:
     inherited: a backend holds one and says how it places and shares the module."""
 
     def __init__(self, model: nn.Module, device: Device, pad_id: int, lora_seed: int, betas: tuple[float, float],
-                 eps: float, weight_decay: float, grad_clip_norm: float, micro_batch_size: int) -> None:
+                 eps: float, weight_decay: float, grad_clip_norm: float, micro_batch_size: int,
+                 packing: bool = False, max_tokens_per_micro_batch: int = 0) -> None:
         self.policy = model
         self.device = device
         self.pad_id = pad_id
         self.grad_clip_norm = grad_clip_norm
         self.micro_batch_size = micro_batch_size
+        self.packing = packing
+        self.max_tokens_per_micro_batch = max_tokens_per_micro_batch
+        self.plain_head: bool | None = None
+        """Whether the model's logits are its final hidden states × the output embedding's weight (checked on the
+        first forward pass; None before it). False (a soft-capped or scaled head): the logits path."""
         self.lora_seed = lora_seed
         self.train_steps = 0
         """Calls of `train_step` so far (steps skipped for a non-finite loss included): clip_cov's draw index."""
@@ -122,27 +181,48 @@ class Trainee:
         return sum(p.numel() for p in self.params)
 
     def step_rows(self, batch: TrainBatch) -> StepRows:
-        """The step's rows that carry signal, laid out for the forward pass (every rank computes all of them)."""
+        """The step's rows that carry signal (every rank holds all of them)."""
         ro = batch.rollouts
         action_PG_T = (batch.adv_PG_T != 0) & ro.action_mask_PG_T
         keep = action_PG_T.any(-1).nonzero().squeeze(-1)  # rows with any signal, in order
-        T = int(ro.mask_PG_T[keep].sum(-1).max()) if len(keep) else 0
-        tokens, mask = ro.tokens_PG_T[keep, :T], ro.mask_PG_T[keep, :T]
+        lengths = ro.lengths_PG[keep]
+        T = int(lengths.max()) if len(keep) else 0
         engine_lp, adv, action, sampled = (x[keep, :T].to(self.device) for x in (
             ro.logprobs_PG_T, batch.adv_PG_T, action_PG_T, ro.action_mask_PG_T))
-        ids, attn, Lp = self.rows([ro.prompt_ids_P[i // ro.group_size] for i in keep.tolist()], tokens, mask)
-        return StepRows(ids, attn, Lp, tokens, engine_lp, adv, action, sampled, ro.temperature,
+        return StepRows([ro.prompt_ids_P[i // ro.group_size] for i in keep.tolist()], ro.tokens_PG_T[keep, :T],
+                        lengths.tolist(), engine_lp, adv, action, sampled, ro.temperature,
                         max(int(action_PG_T.sum()), 1), int(action_PG_T.sum()))
 
-    def accumulate(self, loss: PolicyLoss, rows: StepRows, batches: list[slice], selected: Tensor | None,
+    def micro_batches(self, rows: StepRows, share: Sequence[int]) -> list[list[int]]:
+        """The forward/backward passes over the rows `share` (indices into `rows`). Padded: consecutive runs of
+        `micro_batch_size` rows (0: all in one). Packed: rows placed first-fit, longest first, into passes of at most
+        `max_tokens_per_micro_batch` prompt + completion tokens (a longer row alone in its pass)."""
+        share = list(share)
+        if not self.packing:
+            mb = self.micro_batch_size or max(len(share), 1)
+            return [share[s : s + mb] for s in range(0, len(share), mb)]
+        sizes, budget = rows.sizes, self.max_tokens_per_micro_batch
+        passes: list[list[int]] = []
+        room: list[int] = []
+        for i in sorted(share, key=lambda i: -sizes[i]):
+            fits = next((k for k, r in enumerate(room) if sizes[i] <= r), None)
+            if fits is None:
+                passes.append([i])
+                room.append(budget - sizes[i])
+            else:
+                passes[fits].append(i)
+                room[fits] -= sizes[i]
+        return [sorted(p) for p in passes]
+
+    def accumulate(self, loss: PolicyLoss, rows: StepRows, batches: list[list[int]], selected: Tensor | None,
                     scale: float) -> dict[str, float]:
-        """Forward and backward over `batches` (slices of `rows`), each adding Σ ℓ over its tokens / the whole
-        step's token count (× `scale`) to the gradients; returns the summed (unscaled) loss and statistics, with the
+        """Forward and backward over `batches` (`micro_batches`: row indices), each adding Σ ℓ over its tokens / the
+        whole step's token count (× `scale`) to the gradients; returns the summed (unscaled) loss and statistics, with the
         mismatch correction's sums (rlvr/algorithm/correction.py: the tokens it kept; `mismatch/*`)."""
         correction = loss.correction
         sums = {"loss": 0.0, "clipped": 0.0, "abs_kl": 0.0, "ratio_max": 0.0, **EMPTY_SUMS}
         for b in batches:
-            new_lp = self.completion_logprobs(rows.ids[b], rows.attn[b], rows.Lp, rows.tokens[b], rows.temperature)
+            new_lp = self.logprobs(rows, b)
             m, log_rho = rows.action[b], new_lp.detach() - rows.engine_lp[b]  # log π_train − log π_engine
             old_lp = rows.engine_lp[b] if correction.pi_old == "bypass" else new_lp.detach()
             tok_loss, clipped = loss.token_losses(new_lp, old_lp, rows.adv[b],
@@ -210,23 +290,39 @@ class Trainee:
             "local_train_wall_s": time.perf_counter() - t0,
         }
 
-    def selection(self, loss: PolicyLoss, r: StepRows, mb: int) -> Tensor | None:
+    def selection(self, loss: PolicyLoss, rows: StepRows, batches: list[list[int]]) -> Tensor | None:
         """kl_cov / clip_cov: `loss.select_tokens` on the whole step's [N, T] new log-probabilities, from a no-grad
-        pass micro-batch by micro-batch (the weights the gradient pass will see); None in standard (no pass)."""
+        pass over `batches` (the weights the gradient pass will see); None in standard (no pass)."""
         if not loss.selects_tokens:
             return None
-        with torch.no_grad():
-            new_lp = [self.completion_logprobs(r.ids[s : s + mb], r.attn[s : s + mb], r.Lp, r.tokens[s : s + mb],
-                                               r.temperature) for s in range(0, r.ids.shape[0], mb)]
-        new_lp_N_T = torch.cat(new_lp) if new_lp else r.engine_lp.new_zeros(r.engine_lp.shape)
+        new_lp_N_T = self.step_logprobs(rows, batches)
         draws = selection_generator(self.lora_seed, self.train_steps)
-        old_lp = r.engine_lp if loss.correction.pi_old == "bypass" else new_lp_N_T
-        return loss.select_tokens(new_lp_N_T, old_lp, r.adv, r.action, draws)
+        old_lp = rows.engine_lp if loss.correction.pi_old == "bypass" else new_lp_N_T
+        return loss.select_tokens(new_lp_N_T, old_lp, rows.adv, rows.action, draws)
 
-    def rows(self, prompts: list[list[int]], tokens_N_T: Tensor, mask_N_T: Tensor):
-        """input ids [N, Lp+T] (row i = prompts[i] left-padded to Lp, then its completion), attention
-        mask, and Lp."""
-        Lp = max((len(p) for p in prompts), default=0)
+    @no_grad
+    def step_logprobs(self, rows: StepRows, batches: list[list[int]]) -> Tensor:
+        """[N, T] new log-probabilities of the rows in `batches` (0 on the others and on padding), without grad."""
+        out = rows.engine_lp.new_zeros(rows.engine_lp.shape)
+        for b in batches:
+            out[b] = self.logprobs(rows, b)
+        return out
+
+    def logprobs(self, rows: StepRows, b: list[int]) -> Tensor:
+        """[len(b), T] log-probabilities of rows `b`'s completion tokens (0 on padding), in one forward pass: the rows
+        packed into one sequence (`packing`) or padded side by side."""
+        tokens, lengths = rows.tokens[b], [rows.lengths[i] for i in b]
+        if self.packing:
+            return self.packed_logprobs([rows.prompts[i] for i in b], tokens, lengths, rows.temperature)
+        mask = torch.arange(tokens.shape[1])[None, :] < torch.tensor(lengths)[:, None]
+        ids, attn, Lp = self.rows([rows.prompts[i] for i in b], tokens, mask, rows.Lp)
+        return self.completion_logprobs(ids, attn, Lp, tokens, rows.temperature)
+
+    def rows(self, prompts: list[list[int]], tokens_N_T: Tensor, mask_N_T: Tensor, Lp: int | None = None):
+        """input ids [N, Lp+T] (row i = prompts[i] left-padded to Lp, by default the longest prompt's length, then
+        its completion), attention mask, and Lp. A step's micro-batches all take the step's Lp and T, so a row's
+        forward pass is the same whichever micro-batch (or rank) it falls in."""
+        Lp = max((len(p) for p in prompts), default=0) if Lp is None else Lp
         prompt = torch.full((len(prompts), Lp), self.pad_id, dtype=torch.long)
         prompt_attn = torch.zeros((len(prompts), Lp), dtype=torch.long)
         for i, p in enumerate(prompts):
@@ -237,20 +333,64 @@ class Trainee:
         return ids, attn, Lp
 
     def completion_logprobs(self, ids: Tensor, attn: Tensor, Lp: int, tokens_PG_T: Tensor, temperature: float):
-        """[n, T] log-probabilities of the completion tokens under the temperature-scaled policy."""
-        T = tokens_PG_T.shape[1]
+        """[n, T] log-probabilities of the completion tokens of padded rows (`rows`) under the temperature-scaled
+        policy; 0 where the completion is padding. Position ids count each row's real tokens from 0, as the engine
+        decoded them; the logits at position Lp−1+t predict completion token t."""
+        n, T = tokens_PG_T.shape
         position = (attn.cumsum(-1) - 1).clamp(min=0)
-        # logits at positions Lp−1 … Lp+T−2 predict completion tokens 0 … T−1
-        logits = self.policy(input_ids=ids, attention_mask=attn, position_ids=position, logits_to_keep=T + 1).logits
-        tokens = tokens_PG_T.to(self.device)
-        # log p(t) = z_t − logsumexp(z), z = logits/T in fp32, a slice of positions at a time: a 150k-token
-        # vocabulary never has its whole [rows, T, V] fp32 copy in memory at once (≤ LOGIT_CHUNK elements)
-        step = max(1, LOGIT_CHUNK // max(1, logits.shape[0] * logits.shape[-1]))
-        out = []
-        for t in range(0, T, step):
-            z = logits[:, t : min(t + step, T)].float() / max(temperature, 1e-7)
-            out.append(z.gather(-1, tokens[:, t : t + step, None]).squeeze(-1) - torch.logsumexp(z, dim=-1))
-        return torch.cat(out, dim=1) if out else logits.new_zeros((logits.shape[0], 0), dtype=torch.float32)
+        real = attn[:, Lp:].bool()
+        row, t = real.nonzero(as_tuple=True)
+        return self._scatter(self._forward(ids, attn, position, row, Lp - 1 + t, tokens_PG_T.to(self.device)[row, t],
+                                           temperature), n, T, row, t)
+
+    def packed_logprobs(self, prompts: list[list[int]], tokens_N_T: Tensor, lengths: list[int], temperature: float):
+        """As `completion_logprobs`, the rows packed end to end into one sequence with no padding: position ids
+        restart at 0 for every row and no attention mask is passed, so the model attends within each row alone
+        (transformers reads the restarting position ids as packed sequences: a block-diagonal causal mask under
+        eager/sdpa attention, variable-length kernels under flash attention)."""
+        n, T = tokens_N_T.shape
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("backend.packing: a row with an empty prompt has no position to predict its first token")
+        pieces = [torch.cat([torch.tensor(p, dtype=torch.long), tokens_N_T[i, :c]])
+                  for i, (p, c) in enumerate(zip(prompts, lengths, strict=True))]
+        starts = torch.tensor([0] + [len(x) for x in pieces]).cumsum(0)[:-1].tolist()
+        ids = torch.cat(pieces)[None].to(self.device)
+        position = torch.cat([torch.arange(len(x)) for x in pieces])[None].to(self.device)
+        row = torch.cat([torch.full((c,), i) for i, c in enumerate(lengths)]).long()
+        t = torch.cat([torch.arange(c) for c in lengths]).long()
+        at = torch.tensor([starts[i] + len(prompts[i]) - 1 for i in range(n)])[row] + t  # the position before it
+        return self._scatter(self._forward(ids, None, position, torch.zeros_like(at), at, ids[0, at + 1],
+                                           temperature), n, T, row, t)
+
+    def _forward(self, ids: Tensor, attn: Tensor | None, position: Tensor, row: Tensor, at: Tensor, targets: Tensor,
+                 temperature: float) -> Tensor:
+        """[K] log p(targets[k]) under softmax(logits[row[k], at[k]] / T), in float32, from one forward pass.
+
+        With a plain head (`plain_head`) the LM head's own forward is swapped, for this pass, for one that applies
+        it to the K positions alone, a slice at a time (`lm_head.token_logprobs`, recomputed in backward): no logits
+        exist for the other positions (prompts, padding) and never [K, V] for all K at once. It runs inside the
+        model's forward and its result is the model's output, so a sharded model (backend=fsdp) has the head's
+        weight gathered when it is read, in forward and in backward, as for the logits it replaces."""
+        row, at = row.to(self.device), at.to(self.device)
+        inputs = {"input_ids": ids, "attention_mask": attn, "position_ids": position, "use_cache": False}
+        if self.plain_head is None:
+            self.plain_head = head_is_plain(self.policy, inputs)
+        if not self.plain_head:
+            return logits_logprobs(self.policy(**inputs).logits[row, at], targets, temperature)
+        head = self.policy.get_output_embeddings()
+
+        def logprobs(hidden_B_L_H: Tensor) -> Tensor:
+            return token_logprobs(hidden_B_L_H[row, at], head.weight, targets, temperature)[0]
+
+        with forward_replaced(head, logprobs):
+            return self.policy(**inputs, logits_to_keep=0).logits
+
+    @staticmethod
+    def _scatter(flat: Tensor, n: int, T: int, row: Tensor, t: Tensor) -> Tensor:
+        out = flat.new_zeros((n, T))
+        out[row.to(flat.device), t.to(flat.device)] = flat
+        return out
+
 
 def prepare(model: nn.Module, lora: LoraSpec | None, lora_seed: int, gradient_checkpointing: bool) -> nn.Module:
     """The module as it is trained: activations recomputed in backward when asked (less memory, ~30% more compute),
@@ -285,11 +425,13 @@ class LocalBackend:
         grad_clip_norm: float,
         micro_batch_size: int,
         gradient_checkpointing: bool,
+        packing: bool = False,
+        max_tokens_per_micro_batch: int = 0,
     ) -> None:
         self.device = resolve_device(device)
         model = prepare(model.to(self.device), lora, lora_seed, gradient_checkpointing)
         self.trainee = Trainee(model, self.device, pad_id, lora_seed, betas, eps, weight_decay, grad_clip_norm,
-                               micro_batch_size)
+                               micro_batch_size, packing, max_tokens_per_micro_batch)
 
     @property
     def policy(self) -> nn.Module:
@@ -309,13 +451,13 @@ class LocalBackend:
     def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]:
         t0, t = time.perf_counter(), self.trainee
         rows = t.step_rows(batch)
-        N = rows.ids.shape[0]
-        mb = t.micro_batch_size or max(N, 1)
+        N = len(rows.prompts)
+        batches = t.micro_batches(rows, range(N))
         if not t.policy.training:
             t.policy.train()
-        selected = t.selection(loss, rows, mb)
+        selected = t.selection(loss, rows, batches)
         t.optimizer.zero_grad(set_to_none=True)
-        sums = t.accumulate(loss, rows, [slice(s, s + mb) for s in range(0, N, mb)], selected, scale=1.0)
+        sums = t.accumulate(loss, rows, batches, selected, scale=1.0)
         grad_scale = t.kept_scale(sums, rows)
         sums["loss"] *= grad_scale
         grad_norm, finite = t.update(lr, sums["loss"], grad_scale=grad_scale)

@@ -113,8 +113,7 @@ def gradients(correction: Correction, micro_batch_size: int, noise: float = 0.8)
     t = backend.trainee
     rows = t.step_rows(b)
     loss = PolicyLoss(0.0, 0.0, 0.0, correction=correction)
-    sums = t.accumulate(loss, rows, [slice(s, s + micro_batch_size) for s in range(0, 4, micro_batch_size)], None,
-                        1.0)
+    sums = t.accumulate(loss, rows, t.micro_batches(rows, range(4)), None, 1.0)
     scale = t.kept_scale(sums, rows)
     got = {n: p.grad.clone() * scale for n, p in model.named_parameters() if p.grad is not None}
     return got, {"sums": sums, "rows": rows, "model": model, "batch": b, "backend": backend}
@@ -125,7 +124,7 @@ def reference_gradients(model, backend, b: TrainBatch, weight, keep) -> dict:
     model.zero_grad()
     t = backend.trainee
     rows = t.step_rows(b)
-    lp = t.completion_logprobs(rows.ids, rows.attn, rows.Lp, rows.tokens, 1.0)
+    lp = t.logprobs(rows, [0, 1, 2, 3])
     kept = rows.action & keep
     (-(weight * rows.adv * lp)[kept].sum() / kept.sum()).backward()
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -175,7 +174,7 @@ def test_no_correction_in_bypass_is_the_loss_of_before():
 def ref_lp(ctx) -> torch.Tensor:
     rows, t = ctx["rows"], ctx["backend"].trainee
     with torch.no_grad():
-        return t.completion_logprobs(rows.ids, rows.attn, rows.Lp, rows.tokens, 1.0)
+        return t.logprobs(rows, [0, 1, 2, 3])
 
 
 def test_a_train_step_reports_the_mismatch():
@@ -208,10 +207,9 @@ def test_the_decoupled_pi_old_is_what_a_no_grad_pass_of_the_trainer_gives():
     rows = t.step_rows(b)
     model.eval()
     with torch.no_grad():
-        extra_pass = t.completion_logprobs(rows.ids, rows.attn, rows.Lp, rows.tokens, 1.0)
+        extra_pass = t.logprobs(rows, [0, 1, 2, 3])
     model.train()
-    in_pass = torch.cat([t.completion_logprobs(rows.ids[s:s + 2], rows.attn[s:s + 2], rows.Lp, rows.tokens[s:s + 2],
-                                               1.0).detach() for s in (0, 2)])
+    in_pass = torch.cat([t.logprobs(rows, b).detach() for b in t.micro_batches(rows, range(4))])
     torch.testing.assert_close(in_pass[rows.sampled], extra_pass[rows.sampled], rtol=0, atol=1e-6)
     # and decoupled without a correction trains the on-policy gradient: weight 1, whatever the engine said
     got, ctx = gradients(Correction("none", "decoupled"), 2)

@@ -1,7 +1,7 @@
 """Three train steps of backend=fsdp on fixed rollouts, for tests/distributed/test_fsdp_backend.py; run by torchrun:
 
     torchrun --nproc-per-node 2 tests/distributed/steps_worker.py OUT.pt [--full] [--micro-batch-size N] [--clip 0.2]
-        [--mode kl_cov]
+        [--mode kl_cov] [--correction token_mask] [--packing 24]
 
 Rank 0 saves {"params": the full trainable weights after the steps, "stats": each step's train_step dict} to OUT.pt.
 `steps(backend)` is the loop both sides run (the test runs it on backend=local in its own process)."""
@@ -68,12 +68,14 @@ def main() -> None:
     parser.add_argument("--clip", type=float, default=0.0)
     parser.add_argument("--mode", default="standard", help="algorithm.loss.mode")
     parser.add_argument("--correction", default="none", help="algorithm.loss.correction.kind")
+    parser.add_argument("--packing", type=int, default=0, help="backend.packing with this token budget (0: padded)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model, tok = TINY.load(0)
     backend = FSDPBackend(model, None if args.full else LORA, 0, tok.pad_token_id,
                           micro_batch_size=args.micro_batch_size, reshard_after_forward=True, timeout_s=120,
-                          world=World.from_env(), **KNOBS)
+                          world=World.from_env(), packing=args.packing > 0, max_tokens_per_micro_batch=args.packing,
+                          **KNOBS)
     stats = steps(backend, args.clip, args.mode, correction=args.correction)
     full = get_model_state_dict(backend.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True,
                                                                          ignore_frozen_params=True))

@@ -4,7 +4,8 @@ clipping on with ε small enough that the stale ratios of steps 2-3 clip), and s
 and clip fraction; kl_cov and clip_cov pick the same tokens over the whole step (gathered log-probabilities, the
 same seeded draw); a token mask (correction=token_mask) divides by the tokens every rank kept. The rows: 11 of 12
 with an advantage, so the ranks hold 6 and 5; with micro_batch_size=5 rank 0 runs 2 passes and rank 1 one pass plus
-a zero-weight one."""
+a zero-weight one. Packed (backend.packing, budget 24 tokens) the ranks hold rows balanced by tokens, in passes of
+their own count, against the padded single process."""
 
 import os
 import subprocess
@@ -27,14 +28,17 @@ def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.Complet
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-@pytest.mark.parametrize(("full", "micro_batch_size", "clip", "mode", "correction"), [
-    (False, 0, 0.0, "standard", "none"), (False, 5, 0.001, "standard", "none"), (True, 0, 0.001, "standard", "none"),
-    (False, 5, 0.0, "kl_cov", "none"), (False, 5, 0.2, "clip_cov", "none"), (False, 5, 0.0, "standard", "token_mask"),
+@pytest.mark.parametrize(("full", "micro_batch_size", "clip", "mode", "correction", "packing"), [
+    (False, 0, 0.0, "standard", "none", 0), (False, 5, 0.001, "standard", "none", 0),
+    (True, 0, 0.001, "standard", "none", 0), (False, 5, 0.0, "kl_cov", "none", 0),
+    (False, 5, 0.2, "clip_cov", "none", 0), (False, 5, 0.0, "standard", "token_mask", 0),
+    (True, 5, 0.0, "standard", "token_mask", 24),
 ])
-def test_two_ranks_update_the_weights_as_one_process_does(tmp_path, full, micro_batch_size, clip, mode, correction):
+def test_two_ranks_update_the_weights_as_one_process_does(tmp_path, full, micro_batch_size, clip, mode, correction,
+                                                          packing):
     out = tmp_path / "fsdp.pt"
     args = [str(WORKER), str(out), "--micro-batch-size", str(micro_batch_size), "--clip", str(clip), "--mode", mode,
-            "--correction", correction]
+            "--correction", correction, "--packing", str(packing)]
     proc = torchrun(2, *args, *(["--full"] if full else []))
     assert proc.returncode == 0, proc.stderr[-3000:]
     fsdp = torch.load(out, weights_only=False)
