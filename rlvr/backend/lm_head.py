@@ -23,12 +23,13 @@ and, with `with_entropy=True`, the entropy H = −Σ p log p = lse(z) − Σ p z
   a tied weight gets the head's gradient from this Function and the embedding's from its own op, and autograd
   adds them into the one parameter.
 
-Math is float32 whatever the inputs' dtype (float64 if one is float64, for `gradcheck`): a bf16 weight is upcast
-once per pass (forward, then backward) to a float32 copy that lives for that pass only. Peak memory beyond the
+The softmax's math is float32 whatever the inputs' dtype (float64 if one is float64, for `gradcheck`). A chunk's
+logits are computed as the model's own head computes them: in the inputs' dtype when hidden and weight share one (a
+bf16 model's logits rounded to bf16 as its plain path rounds them, then upcast: no float32 copy of the weight), and
+∂L/∂h is a matmul in the weight's dtype, as autograd through the model's head does it. Peak memory beyond the
 inputs and the outputs is thus, whatever K is,
 
     chunk · V · 4 bytes for log p alone (the exponential is taken in place), twice that with the entropy (p, log p)
-      + V·H·4 bytes (the float32 weight, when it is not float32 already)
       + V·H·4 bytes in backward (the float32 ∂L/∂W, when the weight needs a gradient)
 
 against K·V·4 bytes and several more of that size when every logit is materialised. The default chunk is
@@ -95,6 +96,15 @@ def math_dtype(hidden: Tensor, weight: Tensor) -> DType:
     return torch.promote_types(torch.float32, torch.promote_types(hidden.dtype, weight.dtype))
 
 
+def head_logits(hidden_c_H: Tensor, weight_V_H: Tensor, dtype: DType) -> Tensor:
+    """A chunk's logits [c, V] in `dtype`, computed as the model's own head computes them: in the inputs' dtype when
+    they share one (bf16 logits rounded as the plain path rounds them, then upcast; no float32 copy of the weight),
+    else both upcast."""
+    if hidden_c_H.dtype == weight_V_H.dtype:
+        return torch.mm(hidden_c_H, weight_V_H.T).to(dtype)
+    return torch.mm(hidden_c_H.to(dtype), weight_V_H.to(dtype).T)
+
+
 @functools.cache
 def _chunked_head() -> Any:
     """The autograd Function, built on first use so that importing this module does not import torch."""
@@ -107,13 +117,12 @@ def _chunked_head() -> Any:
                     with_entropy: bool, chunk: int) -> Any:
             t = max(temperature, MIN_TEMPERATURE)
             K, dtype = hidden.shape[0], math_dtype(hidden, weight)
-            weight_up = weight.to(dtype)  # no copy when float32 already
             logp = torch.empty(K, dtype=dtype, device=hidden.device)
             z_max, log_sum = torch.empty_like(logp), torch.empty_like(logp)  # logsumexp(z) = z_max + log_sum
             entropy = torch.empty_like(logp) if with_entropy else None
             for s in range(0, K, chunk):
                 e = min(s + chunk, K)
-                shifted = torch.mm(hidden[s:e].to(dtype), weight_up.T).div_(t)  # z
+                shifted = head_logits(hidden[s:e], weight, dtype).div_(t)  # z
                 z_max[s:e] = shifted.amax(-1)
                 shifted.sub_(z_max[s:e, None])  # z − max; log p = z − max − log Σ exp(z − max), as log_softmax
                 if entropy is None:  # one [chunk, V] buffer: exp in place once the target's z − max is read
@@ -147,14 +156,13 @@ def _chunked_head() -> Any:
             if (g_logp is None and g_entropy is None) or not (need_hidden or need_weight):
                 return nothing
             t, chunk, K, dtype = ctx.temperature, ctx.chunk, hidden.shape[0], math_dtype(hidden, weight)
-            weight_up = weight.to(dtype)
             grad_hidden = torch.empty_like(hidden) if need_hidden else None
             grad_weight_up = torch.zeros(weight.shape, dtype=dtype, device=weight.device) if need_weight else None
             for s in range(0, K, chunk):
                 e = min(s + chunk, K)
-                hidden_up = hidden[s:e].to(dtype)
                 # the forward's log p, recomputed by the same operations
-                logp_c_V = torch.mm(hidden_up, weight_up.T).div_(t).sub_(z_max[s:e, None]).sub_(log_sum[s:e, None])
+                logp_c_V = head_logits(hidden[s:e], weight, dtype).div_(t).sub_(z_max[s:e, None])
+                logp_c_V.sub_(log_sum[s:e, None])
                 # ∂L/∂z = g_logp · (onehot − p) − g_H · p ⊙ (log p + H)
                 if g_entropy is not None and entropy is not None:  # two [chunk, V] buffers: p and log p
                     p = logp_c_V.exp()
@@ -170,10 +178,10 @@ def _chunked_head() -> Any:
                 if g_logp is not None:
                     dz.scatter_add_(-1, targets[s:e, None], g_logp[s:e, None])
                 dz.div_(t)  # ∂z/∂logits = 1/T
-                if grad_hidden is not None:
-                    grad_hidden[s:e] = torch.mm(dz, weight_up)
+                if grad_hidden is not None:  # in the weight's dtype, as autograd through the model's head
+                    grad_hidden[s:e] = torch.mm(dz.to(weight.dtype), weight)
                 if grad_weight_up is not None:
-                    grad_weight_up.addmm_(dz.T, hidden_up)
+                    grad_weight_up.addmm_(dz.T, hidden[s:e].to(dtype))
                 del dz
             grad_weight = None if grad_weight_up is None else grad_weight_up.to(weight.dtype)
             return grad_hidden, grad_weight, None, None, None, None

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from rlvr.algorithm.correction import EMPTY_SUMS, merge_sums, mismatch_metrics, mismatch_sums
 from rlvr.algorithm.loss import PolicyLoss
+from rlvr.backend.lm_head import token_logprobs
 from rlvr.lazy import lazy_import, no_grad
 from rlvr.protocols import Needs
 from rlvr.requirements import CudaDevice
@@ -115,19 +116,20 @@ def head_is_plain(model: nn.Module, inputs: Mapping[str, Any]) -> bool:
     """Whether the model's logits are its bias-free linear head applied to the final hidden states and nothing more
     (Llama, Qwen, Mistral …; not Gemma 2's soft-capped logits, Cohere's scaled ones): one forward pass of `inputs`
     for the last position, the head's own output compared with the model's (to 4 units in the last place)."""
-    head = model.get_output_embeddings()
+    head = cast("PreTrainedModel", model).get_output_embeddings()
     if not isinstance(head, torch.nn.Linear) or head.bias is not None:
         return False
     raw: list[Tensor] = []
     linear = head.forward
-    with forward_replaced(head, lambda x: raw.append(linear(x)) or raw[-1]):
+
+    def recorded(x: Tensor) -> Tensor:
+        raw.append(linear(x))
+        return raw[-1]
+
+    with forward_replaced(head, recorded):
         logits = model(**inputs, logits_to_keep=1).logits
     eps = torch.finfo(logits.dtype).eps
     return torch.allclose(raw[0].float(), logits.float(), rtol=4 * eps, atol=4 * eps)
-
-
-def token_logprobs(hidden_K_H: Tensor, weight_V_H: Tensor, targets_K: Tensor, temperature: float):
-    return logits_logprobs(torch.nn.functional.linear(hidden_K_H, weight_V_H), targets_K, temperature), None
 
 
 def logits_logprobs(logits_K_V: Tensor, targets_K: Tensor, temperature: float) -> Tensor:
@@ -217,8 +219,8 @@ class Trainee:
     def accumulate(self, loss: PolicyLoss, rows: StepRows, batches: list[list[int]], selected: Tensor | None,
                     scale: float) -> dict[str, float]:
         """Forward and backward over `batches` (`micro_batches`: row indices), each adding Σ ℓ over its tokens / the
-        whole step's token count (× `scale`) to the gradients; returns the summed (unscaled) loss and statistics, with the
-        mismatch correction's sums (rlvr/algorithm/correction.py: the tokens it kept; `mismatch/*`)."""
+        whole step's token count (× `scale`) to the gradients; returns the summed (unscaled) loss and statistics,
+        with the mismatch correction's sums (rlvr/algorithm/correction.py: the tokens it kept; `mismatch/*`)."""
         correction = loss.correction
         sums = {"loss": 0.0, "clipped": 0.0, "abs_kl": 0.0, "ratio_max": 0.0, **EMPTY_SUMS}
         for b in batches:
@@ -337,6 +339,8 @@ class Trainee:
         policy; 0 where the completion is padding. Position ids count each row's real tokens from 0, as the engine
         decoded them; the logits at position Lp−1+t predict completion token t."""
         n, T = tokens_PG_T.shape
+        if Lp < 1 and n:
+            raise ValueError("a row with an empty prompt has no position to predict its first token")
         position = (attn.cumsum(-1) - 1).clamp(min=0)
         real = attn[:, Lp:].bool()
         row, t = real.nonzero(as_tuple=True)
@@ -350,7 +354,7 @@ class Trainee:
         eager/sdpa attention, variable-length kernels under flash attention)."""
         n, T = tokens_N_T.shape
         if any(len(p) == 0 for p in prompts):
-            raise ValueError("backend.packing: a row with an empty prompt has no position to predict its first token")
+            raise ValueError("a row with an empty prompt has no position to predict its first token")
         pieces = [torch.cat([torch.tensor(p, dtype=torch.long), tokens_N_T[i, :c]])
                   for i, (p, c) in enumerate(zip(prompts, lengths, strict=True))]
         starts = torch.tensor([0] + [len(x) for x in pieces]).cumsum(0)[:-1].tolist()
@@ -377,7 +381,7 @@ class Trainee:
             self.plain_head = head_is_plain(self.policy, inputs)
         if not self.plain_head:
             return logits_logprobs(self.policy(**inputs).logits[row, at], targets, temperature)
-        head = self.policy.get_output_embeddings()
+        head = cast("PreTrainedModel", self.policy).get_output_embeddings()
 
         def logprobs(hidden_B_L_H: Tensor) -> Tensor:
             return token_logprobs(hidden_B_L_H[row, at], head.weight, targets, temperature)[0]

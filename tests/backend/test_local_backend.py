@@ -136,8 +136,8 @@ def test_rows_without_signal_are_dropped_with_a_bit_identical_gradient():
         assert torch.equal(p, params(b, True)[n]), n
 
 
-def test_logprobs_computed_a_slice_at_a_time_are_the_same(monkeypatch):
-    import rlvr.backend.local as local
+def test_logprobs_computed_a_chunk_at_a_time_are_the_same(monkeypatch):
+    import rlvr.backend.lm_head as lm_head
 
     backend, engine = make()
     ro = rollouts(engine)
@@ -145,9 +145,10 @@ def test_logprobs_computed_a_slice_at_a_time_are_the_same(monkeypatch):
     ids, attn, Lp = backend.trainee.rows(prompts, ro.tokens_PG_T, ro.mask_PG_T)
     with torch.no_grad():
         whole = backend.completion_logprobs(ids, attn, Lp, ro.tokens_PG_T, ro.temperature)
-        monkeypatch.setattr(local, "LOGIT_CHUNK", ids.shape[0] * 16)  # one position per slice (vocab 16)
-        sliced = backend.completion_logprobs(ids, attn, Lp, ro.tokens_PG_T, ro.temperature)
-    assert torch.allclose(whole, sliced, atol=1e-6)
+        monkeypatch.setattr(lm_head, "CHUNK_ELEMENTS", 16)  # one position per chunk (vocabulary 16)
+        chunked = backend.completion_logprobs(ids, attn, Lp, ro.tokens_PG_T, ro.temperature)
+    assert backend.trainee.plain_head
+    assert torch.allclose(whole, chunked, atol=1e-6)
 
 
 @pytest.mark.parametrize("lora", [LORA, None], ids=["lora", "full"])

@@ -115,3 +115,28 @@ def test_packing_needs_a_token_budget():
     cfg = compose_config(["backend.packing=true", "backend.max_tokens_per_micro_batch=0"])
     assert any("backend.max_tokens_per_micro_batch=0" in p for p in config_problems(cfg)[1])
     assert not config_problems(compose_config(["backend.packing=true"]))[1]
+
+
+@pytest.mark.parametrize("softcap", [None, 0.5], ids=["plain", "soft-capped"])
+def test_the_head_is_applied_to_the_sampled_positions_alone_or_read_from_the_logits_when_not_plain(softcap):
+    """Gemma 2's logits are soft-capped (cap·tanh(z/cap)) after its head: the chunked head would drop the cap, so the
+    backend finds the head not plain on its first pass and reads the model's logits; without the cap the head is
+    plain. Either way the log-probabilities are log_softmax(model logits / T) at the positions before the tokens."""
+    import transformers
+
+    config = transformers.Gemma2Config(vocab_size=24, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                       num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                       max_position_embeddings=64, final_logit_softcapping=softcap, pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.Gemma2ForCausalLM(config)
+    b = LocalBackend(model, None, 0, 0, "cpu", (0.9, 0.95), 1e-8, 0.0, 0.0, 0, False)
+    tokens = torch.tensor([[5, 6, 7], [8, 9, 0]])
+    mask = tokens != 0
+    ids, attn, Lp = b.trainee.rows([[3, 4], [2]], tokens, mask)
+    with torch.no_grad():
+        got = b.completion_logprobs(ids, attn, Lp, tokens, 0.7)
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0)).logits
+    want = torch.log_softmax(logits[:, Lp - 1 : -1].float() / 0.7, -1).gather(-1, tokens[..., None]).squeeze(-1)
+    assert b.trainee.plain_head is (softcap is None)
+    torch.testing.assert_close(got[mask], want[mask], rtol=0, atol=1e-6)
+    assert bool((got[~mask] == 0).all())
