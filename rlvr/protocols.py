@@ -325,8 +325,17 @@ class Engine(Protocol):
         trainer right after the engine is built, before the first `sync`. Construction does no such work."""
         ...
 
-    def sync(self, policy: nn.Module) -> None:
-        """Make the backend's latest weights the ones sampled from."""
+    def sync(self, policy: nn.Module) -> int:
+        """Make the backend's latest weights the ones sampled from (waking the engine if it sleeps). Returns the
+        bytes this sync wrote to files, whatever the file system (a folder under /dev/shm counts: it is written
+        like any other); 0 when the weights went in memory or nothing was sent. The step row's
+        `engine/sync_bytes_written`."""
+        ...
+
+    def sleep(self) -> None:
+        """Sampling is over until the next `sync` (the trainer is about to train): give back the memory the trainer
+        could use (engine=vllm with `sleep_level`: vLLM's GPU weights and KV cache). The next `sync`, or a `sample`,
+        takes it again. Nothing for an engine that holds no such memory."""
         ...
 
     def close(self) -> None:

@@ -430,8 +430,10 @@ class Trainer:
         live.totals["prompts"] += P
         clock = Stopwatch()
         live.backend.prepare_sampling()  # on every process (backend=fsdp: a collective)
-        live.engine.sync(live.backend.policy)
-        checked = self._check_sync(live, step)
+        synced = time.perf_counter()
+        written = live.engine.sync(live.backend.policy)
+        synced = time.perf_counter() - synced
+        checked = {**self._check_sync(live, step), "engine/sync_s": synced, "engine/sync_bytes_written": written}
         sync_s = clock.lap()
         batch = live.rollout.collect(examples, step, position, G, self.sampling)
         clock.lap()
@@ -439,8 +441,10 @@ class Trainer:
         signals, pieces_PG = self._signals(live, step, batch.rollouts, batch.rewards_P_G)
         credit = assign_credit(batch.rewards_P_G, signals, c.algorithm, c.transform, c.turn_credit, batch.turns)
         credit_s = clock.lap() + batch.credit_seconds
-        train = {} if credit.skipped else live.backend.train_step(
-            TrainBatch(batch.rollouts, credit.adv_PG_T), c.algorithm.loss, self.lr)
+        train: dict[str, float] = {}
+        if not credit.skipped:
+            live.engine.sleep()  # sampling is over until the next sync: a sleeping vLLM gives the trainer its memory
+            train = live.backend.train_step(TrainBatch(batch.rollouts, credit.adv_PG_T), c.algorithm.loss, self.lr)
         times = StepTimes(sync_s + batch.sample_seconds, batch.score_seconds, credit_s, clock.lap())
         self._guard_nonfinite(live, step, train)
         live.out.write_samples(step, sample_groups(examples[: self.samples_per_step], batch.completions,

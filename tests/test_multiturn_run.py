@@ -13,7 +13,7 @@ from rlvr.run import build_all, run
 
 FIXTURE = Path(__file__).parent / "fixtures" / "single_turn_metrics.jsonl"
 ADDED_SINCE = {"mismatch/kl", "mismatch/ratio_mean", "mismatch/ratio_max", "mismatch/ratio_min",
-               "mismatch/seq_ratio_max", "mismatch/masked_frac"}
+               "mismatch/seq_ratio_max", "mismatch/masked_frac", "engine/sync_bytes_written"}
 """Step-row metrics the fixture predates (and `engine/sync_check_delta` on the steps the sync check runs)."""
 CHECKED = {"engine/sync_check_delta"}
 
@@ -33,7 +33,8 @@ def test_env_none_keeps_the_single_turn_metrics_of_before(tmp_path):
     commit 609b665 (before episodes, action masks and the env group) and regenerated once when single-turn sampling
     moved to one seed per group (issue 22: the rollout seam; the same seed samples other completions since).
     Floats within 1e-5 relative (another CPU's kernels may round differently); everything else equal. Metrics
-    added since (the `mismatch/*` telemetry of issue 23) are the only keys the fixture lacks."""
+    added since (the `mismatch/*` telemetry and `engine/sync_bytes_written` of issue 23) are the only keys the
+    fixture lacks."""
     run(compose_config(FAST + MIXED + ["trainer.max_steps=4"]), tmp_path)
     added = [{k: v for k, v in r.items() if k in ADDED_SINCE} for r in rows(tmp_path)]
     now = [{k: v for k, v in r.items() if k not in NONDETERMINISTIC_KEYS | ADDED_SINCE | CHECKED}

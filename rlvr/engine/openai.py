@@ -36,6 +36,7 @@ able to read: the same machine or a shared file system) and makes the server ser
   full fine-tuning: `save_full`, `POST {root}/collective_rpc {"method": "reload_weights", "kwargs":
       {"weights_path": ...}}`, `POST {root}/reset_prefix_cache` (both need the server's dev mode); the
       folder is deleted once loaded.
+`sync` returns the bytes it wrote to files (the adapter's, or the full weights' folder).
 `{root}` is `base_url` without its trailing `/v1`. Every `sync` pushes (the trainer syncs before each sampling
 call; an evaluation right after a step pushes the same weights twice, which is cheap under LoRA).
 
@@ -307,28 +308,35 @@ class OpenAIEngine:
 
     # ---- weight sync ----------------------------------------------------------------------------------------
 
-    def sync(self, policy: nn.Module) -> None:
+    def sync(self, policy: nn.Module) -> int:
+        """Push `policy` (and probe it with `verify_sync`); returns the bytes written to files for the server."""
         if self.folder is None:
             raise RuntimeError("OpenAIEngine.sync() before connect()")
-        self._push(policy)
+        written = self._push(policy)
         if self.verify_sync:
             self.last_probe = self.probe(policy, base_pushed=True, temperature=1.0)
+        return written
 
-    def _push(self, policy: nn.Module) -> None:
+    def sleep(self) -> None:
+        """Nothing to give back: the server holds its own memory, in another process."""
+
+    def _push(self, policy: nn.Module) -> int:
+        """The policy to the server; the bytes written to files."""
         if is_lora(policy) != self.lora:
             raise PolicySyncError("engine=openai: the policy switched between LoRA and full fine-tuning")
         self.pushes += 1
         if self.lora:
-            self._push_adapter(policy)
-        else:
-            folder = save_full(policy, self._workdir() / f"weights-{self.pushes}")
-            problem = self._reload_weights(folder)
-            shutil.rmtree(folder, ignore_errors=True)
-            if problem:
-                raise PolicySyncError(
-                    f"engine=openai: cannot push full weights to {self.root}: {problem}. Full fine-tuning needs a "
-                    f"server started with {DEV_FLAGS}"
-                )
+            return self._push_adapter(policy)
+        folder = save_full(policy, self._workdir() / f"weights-{self.pushes}")
+        written = folder_bytes(folder)
+        problem = self._reload_weights(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        if problem:
+            raise PolicySyncError(
+                f"engine=openai: cannot push full weights to {self.root}: {problem}. Full fine-tuning needs a "
+                f"server started with {DEV_FLAGS}"
+            )
+        return written
 
     def _push_base(self, module: nn.Module) -> bool:
         """W0 (the warm-up's) to the server; False when the server has no reload_weights (the probe decides)."""
@@ -357,8 +365,10 @@ class OpenAIEngine:
             return f"POST /reset_prefix_cache answered HTTP {response.status_code}: {excerpt(response)}"
         return None
 
-    def _push_adapter(self, policy: nn.Module) -> None:
+    def _push_adapter(self, policy: nn.Module) -> int:
+        """The adapter under a fresh name (the previous one unloaded); its files' bytes."""
         folder = save_adapter(policy, self._workdir() / f"adapter-{self.pushes}")
+        written = folder_bytes(folder)
         name = f"rlvr-{self.run_tag}-{self.pushes}"
         body = {"lora_name": name, "lora_path": str(folder)}
         response = self.client.request("POST", "load_lora_adapter", body)
@@ -375,6 +385,7 @@ class OpenAIEngine:
             assert previous_folder is not None  # an adapter is served only from a folder it was pushed from
             self.client.request("POST", "unload_lora_adapter", {"lora_name": previous})
             shutil.rmtree(previous_folder, ignore_errors=True)
+        return written
 
     def close(self) -> None:
         """Unload the served adapter (best effort) and delete the engine's folder; the server keeps running."""
@@ -447,6 +458,11 @@ class OpenAIEngine:
             raise PolicySyncError(f"engine=openai: {self.base_url} does not serve engine.model={self.model!r} "
                                   f"(it serves {sorted(map(str, listing.models))})")
         return listing.models[self.model].get("max_model_len")
+
+
+def folder_bytes(folder: Path) -> int:
+    """The bytes of every file under `folder` (what writing it wrote)."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
 
 def outside_running_loop(fn: Callable[..., T], *args: Any) -> T:

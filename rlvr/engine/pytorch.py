@@ -158,8 +158,13 @@ class PyTorchEngine:
     def connect(self) -> None:
         """Nothing to reach: the engine is ready once built."""
 
-    def sync(self, policy: nn.Module) -> None:
+    def sync(self, policy: nn.Module) -> int:
+        """Sample from `policy` (its merged copy refreshed in memory under LoRA); writes nothing: 0 bytes."""
         self.module = self.merged.refresh() if self.merged is not None else policy
+        return 0
+
+    def sleep(self) -> None:
+        """Nothing to give back: the engine decodes with the trainer's own module (and a merged copy it keeps)."""
 
     def close(self) -> None:
         """Nothing to release: the engine holds the policy (and its merged copy) only."""

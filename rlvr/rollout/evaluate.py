@@ -5,6 +5,7 @@ numbers from the same weights.
     examples    = data.eval_examples()
     engine.sync(policy)
     batch       = rollout.evaluate(examples, max_tokens)      greedy (T=0), one row per example
+    engine.sleep()                                            sampling is over (a sleeping vLLM frees its memory)
     row         = eval_row(...) + the rollout's own eval/…    rlvr/telemetry.py: eval/accuracy, eval/mean_reward, …
 
 `eval_time_s` covers all of it (the held-out set, the sync, sampling and scoring); every other field depends
@@ -42,5 +43,6 @@ def evaluate(rollout: Rollout, engine: Engine, policy, data: DataSource, max_tok
     examples = data.eval_examples()
     engine.sync(policy)
     batch = rollout.evaluate(examples, max_tokens)
+    engine.sleep()
     row = {**eval_row(steps_done, batch.scores, batch.rollouts, time.perf_counter() - t0), **batch.metrics}
     return Evaluation(row, list(examples), batch.completions, batch.scores, batch.rollouts)

