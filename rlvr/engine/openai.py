@@ -35,8 +35,12 @@ able to read: the same machine or a shared file system) and makes the server ser
       each time, because vLLM caches adapters by name (the same name with new weights may serve the old).
   full fine-tuning: `save_full`, `POST {root}/collective_rpc {"method": "reload_weights", "kwargs":
       {"weights_path": ...}}`, `POST {root}/reset_prefix_cache` (both need the server's dev mode); the
-      folder is deleted once loaded.
-`sync` returns the bytes it wrote to files (the adapter's, or the full weights' folder).
+      folder is deleted once loaded. With `weight_transfer: nccl` the full weights (and W0 under LoRA) go
+      instead through vLLM's weight-transfer API over NCCL, from GPU memory, no file (rlvr/engine/
+      weight_transfer.py; CUDA on both sides, the server started with --weight-transfer-config
+      '{"backend": "nccl"}'; refused at start without CUDA here). vLLM 0.32 has no weight-transfer backend
+      for CPUs (NCCL, CUDA IPC and RDMA ones only), so on a CPU the folder is the way.
+`sync` returns the bytes it wrote to files (the adapter's, or the full weights' folder; 0 over NCCL).
 `{root}` is `base_url` without its trailing `/v1`. Every `sync` pushes (the trainer syncs before each sampling
 call; an evaluation right after a step pushes the same weights twice, which is cheap under LoRA).
 
@@ -87,6 +91,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rlvr.engine.policy_files import is_lora, save_adapter, save_base, save_full
 from rlvr.engine.rows import rollouts_from_rows
 from rlvr.engine.sync_check import PROBE_SEED, local_logprobs, probe_prompts
+from rlvr.engine.weight_transfer import WEIGHT_TRANSFERS, NcclSender, NcclTransfer
 from rlvr.errors import ConfigError
 from rlvr.lazy import lazy_import, no_grad
 from rlvr.openai_api import OpenAIClient, ServerError, excerpt, probe_models
@@ -151,7 +156,8 @@ class OpenAIEngine:
         return Needs(
             requires={"local_policy": "it pushes the trained module's weights to the server after each step"},
             machine=(*((EnvVar(key, "engine.api_key_env"),) if key else ()),
-                     ServerServes(settings["base_url"], settings["model"], key)),
+                     ServerServes(settings["base_url"], settings["model"], key),
+                     NcclTransfer(settings["weight_transfer"])),
         )
 
     def __init__(
@@ -171,6 +177,8 @@ class OpenAIEngine:
         verify_sync: bool,
         probe_tokens: int,
         probe_tolerance: float,
+        weight_transfer: str,
+        nccl_host: str,
     ) -> None:
         rules = [
             ("base_url", base_url, base_url.startswith(("http://", "https://")), "an http(s):// URL"),
@@ -183,6 +191,8 @@ class OpenAIEngine:
             ("timeout_s", timeout_s, timeout_s > 0, "> 0"),
             ("probe_tokens", probe_tokens, probe_tokens > 0, "> 0"),
             ("probe_tolerance", probe_tolerance, probe_tolerance > 0, "> 0"),
+            ("weight_transfer", weight_transfer, weight_transfer in WEIGHT_TRANSFERS, f"one of {WEIGHT_TRANSFERS}"),
+            ("nccl_host", nccl_host, bool(nccl_host), "the address the server's workers reach this process at"),
         ]
         errors = [f"engine.{key}={value!r} must be {rule}" for key, value, ok, rule in rules if not ok]
         if errors:
@@ -197,6 +207,12 @@ class OpenAIEngine:
         self.workdir = workdir
         self.verify_sync, self.probe_tokens, self.probe_tolerance = verify_sync, probe_tokens, probe_tolerance
         self.lora = is_lora(module)
+        self.weight_transfer, self.nccl_host = weight_transfer, nccl_host
+        self.nccl: NcclSender | None = None
+        """The NCCL weight transfer (`weight_transfer: nccl`), opened by `connect`."""
+        self.transfer_client = OpenAIClient(base_url, api_key_env, timeout_s=timeout_s, retries=0, backoff_s=0.0,
+                                            max_concurrency=1, owner="engine=openai", config="engine")
+        """For the weight-transfer routes: a retried /update_weights would wait for a broadcast that never comes."""
         self.run_tag = uuid.uuid4().hex[:8]  # adapter names stay fresh across runs sharing one server
         self.pushes = 0
         self.served = model
@@ -223,6 +239,16 @@ class OpenAIEngine:
         self._cleanup = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
         module = self.module
         self.max_model_len = self._check_model_listed()
+        if self.weight_transfer == "nccl":
+            try:
+                self.nccl = NcclSender(self.transfer_client, self.root, self.nccl_host, module)
+            except (RuntimeError, ServerError) as err:
+                raise PolicySyncError(
+                    f"engine=openai: cannot open vLLM's NCCL weight transfer with {self.root}: {err}. "
+                    "engine.weight_transfer=nccl needs a server started with --weight-transfer-config "
+                    f"'{{\"backend\": \"nccl\"}}' and {DEV_FLAGS}, whose workers reach engine.nccl_host="
+                    f"{self.nccl_host}"
+                ) from err
         base_pushed = self._push_base(module) if self.lora else True  # full fine-tuning: the first push is W0
         self._push(module)
         self.last_probe = self.probe(module, base_pushed=base_pushed)
@@ -327,6 +353,9 @@ class OpenAIEngine:
         self.pushes += 1
         if self.lora:
             return self._push_adapter(policy)
+        if self.nccl is not None:
+            self._send_nccl(policy)
+            return 0
         folder = save_full(policy, self._workdir() / f"weights-{self.pushes}")
         written = folder_bytes(folder)
         problem = self._reload_weights(folder)
@@ -338,8 +367,18 @@ class OpenAIEngine:
             )
         return written
 
+    def _send_nccl(self, policy: nn.Module, base: bool = False) -> None:
+        assert self.nccl is not None  # weight_transfer=nccl, opened by connect
+        try:
+            self.nccl.send(policy, base)
+        except (RuntimeError, ServerError) as err:
+            raise PolicySyncError(f"engine=openai: the NCCL weight transfer to {self.root} failed: {err}") from err
+
     def _push_base(self, module: nn.Module) -> bool:
         """W0 (the warm-up's) to the server; False when the server has no reload_weights (the probe decides)."""
+        if self.nccl is not None:
+            self._send_nccl(module, base=True)
+            return True
         folder = save_base(module, self._workdir() / "base")
         problem = self._reload_weights(folder)
         shutil.rmtree(folder, ignore_errors=True)
@@ -388,7 +427,14 @@ class OpenAIEngine:
         return written
 
     def close(self) -> None:
-        """Unload the served adapter (best effort) and delete the engine's folder; the server keeps running."""
+        """Unload the served adapter and close the NCCL weight transfer (best effort), delete the engine's folder;
+        the server keeps running."""
+        if self.nccl is not None:
+            try:
+                self.nccl.close()
+            except (RuntimeError, ServerError, ConfigError):
+                pass
+            self.nccl = None
         if self.served != self.model:
             try:
                 self.client.request("POST", "unload_lora_adapter", {"lora_name": self.served})

@@ -29,6 +29,7 @@ from composing import CONF_DIR, FAST, compose_config
 from rlvr.backend.local import LocalBackend
 from rlvr.engine.openai import OpenAIEngine, PolicySyncError, ServerError
 from rlvr.errors import ConfigError
+from rlvr.run import build_all
 from rlvr.seeds import Seeds, prompt_seeds
 from rlvr.types import SamplingParams
 
@@ -334,3 +335,14 @@ def test_bad_knobs_are_named():
     with pytest.raises(ConfigError, match=r"engine.max_concurrency=0 must be > 0\n  engine.retries=-1 must be >= 0"):
         build_engine(torch.nn.Linear(2, 2), 1, 0, CLOSED_URL, api_key_env="null", max_concurrency=0, retries=-1)
 
+
+def test_nccl_weight_transfer_is_refused_at_start_without_cuda():
+    """engine.weight_transfer=nccl (vLLM's weight-transfer API) broadcasts from GPU memory with vLLM's own trainer
+    side: a machine without CUDA (or without the CUDA build of vLLM) refuses it before anything loads."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the refusal is for one without")
+    cfg = compose_config(["engine=openai", "engine.weight_transfer=nccl"])
+    with pytest.raises(ConfigError, match=r"engine.weight_transfer=nccl .*set engine.weight_transfer=files"):
+        build_all(cfg)
+    with pytest.raises(ConfigError, match=r"engine.weight_transfer='ipc' must be one of \('files', 'nccl'\)"):
+        build_engine(torch.nn.Linear(2, 2), 1, 0, CLOSED_URL, api_key_env="null", weight_transfer="ipc")

@@ -1,6 +1,6 @@
-"""The trainer's side of the in-memory weight sync (rlvr/engine/vllm_weights.py): the tensors sent are exactly the
-ones save_full / save_base write, each once, in the engine's dtype, in chunks within the byte budget; a packed chunk
-comes back bit for bit."""
+"""The trainer's side of the in-memory weight sync (rlvr/engine/vllm_weights.py) and of the NCCL weight transfer's
+source (rlvr/engine/weight_transfer.py): the tensors sent are exactly the ones save_full / save_base write, each once,
+in the engine's dtype, in chunks within the byte budget; a packed chunk comes back bit for bit."""
 
 import pytest
 import torch
@@ -70,3 +70,17 @@ def test_a_packed_chunk_comes_back_bit_for_bit():
     with pytest.raises(ValueError, match="describe"):
         unpack({**packed, "data": packed["data"][:-2]})
 
+
+def test_the_nccl_source_declares_what_it_yields():
+    """vLLM's NCCL transfer sizes the server's receive buffers from `metadata()` and broadcasts what iteration
+    yields: the two must agree, name for name (the policy's own dtypes: the server's loaders cast)."""
+    pytest.importorskip("vllm", reason="the weight-transfer API is vLLM's")
+    from rlvr.engine.weight_transfer import policy_source
+
+    model, _ = TINY.load(0)
+    source = policy_source(model, base=False)
+    meta = source.metadata()
+    pairs = list(source)
+    assert [(m.name, m.dtype, m.shape) for m in meta] == [(n, t.dtype, tuple(t.shape)) for n, t in pairs]
+    assert [n for n, _ in pairs] == [n for n, _ in named_weights(model)]
+    assert list(source) and len(list(source)) == len(pairs)  # a fresh pass each round
