@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from statistics import median
-from typing import Any, overload
+from typing import Any, cast, overload
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -83,6 +83,9 @@ class Plan:
     """Median step time of a pilot run (20–50 steps); None when nothing has been measured."""
     parallel: int
     """How many runs execute at once."""
+    memory: list[str] | None = None
+    """What the engine takes of the GPU it shares with the trainer, phase by phase (`engine_memory`); None: the
+    engine holds no GPU memory of its own."""
 
     @property
     def total_steps(self) -> int:
@@ -106,7 +109,20 @@ class Plan:
             )
         else:
             lines.append("  estimated wall time: unknown (set campaign step_time_s from a 20–50 step pilot)")
+        lines += [f"  {line}" for line in self.memory or []]
         return "\n".join(lines)
+
+
+def engine_memory(config: DictConfig) -> list[str] | None:
+    """What the chosen engine takes of the GPU beside the trainer (engine=vllm: rlvr/engine/vllm.py
+    `colocated_memory`, which `engine.sleep_level` changes); None for the others, which hold no GPU memory of their
+    own (pytorch samples with the trainer's module; openai and tinker run elsewhere)."""
+    from rlvr.engine.vllm import VLLMEngine, colocated_memory
+
+    engine = config.get("engine")
+    if engine is None or engine.get("_target_") != f"{VLLMEngine.__module__}.{VLLMEngine.__qualname__}":
+        return None
+    return colocated_memory(cast(dict[str, Any], OmegaConf.to_container(engine, resolve=True)))  # a DictConfig's
 
 
 def _duration(seconds: float) -> str:
@@ -159,7 +175,8 @@ class ManifestCallback(Callback):
             print(f"rlvr: auto_squeeze.threshold={threshold} must be in (0, 1]", file=sys.stderr)
             raise SystemExit(2)
         parallel = self.parallel or int(config.hydra.launcher.get("array_parallelism", 0) or 1)
-        plan = Plan(jobs, int(config.trainer.max_steps), self.step_time_s or measured_step_time(root), parallel)
+        plan = Plan(jobs, int(config.trainer.max_steps), self.step_time_s or measured_step_time(root), parallel,
+                    engine_memory(config))
         print(plan.describe(), flush=True)
         root.mkdir(parents=True, exist_ok=True)
         with locked(root / MANIFEST) as manifest:

@@ -2,8 +2,9 @@
 
 Composes `conf/train.yaml` with the overrides exactly as `python train.py` would (Hydra's compose API,
 no model, no torch), expands the grid the way the multirun sweeper does, and prints runs, steps and an
-estimated wall time (total steps × median step time / runs at once; docs/predecessor.md#campaigns). The
-step time is `--step-time`, or the median `step_time_s` of runs already in the campaign's folders (a pilot, or an
+estimated wall time (total steps × median step time / runs at once; docs/predecessor.md#campaigns), and with
+engine=vllm what vLLM takes of the GPU beside the trainer while sampling and while training (engine.sleep_level).
+The step time is `--step-time`, or the median `step_time_s` of runs already in the campaign's folders (a pilot, or an
 earlier launch of the same campaign).
 """
 
@@ -18,7 +19,7 @@ def run(overrides: list[str], conf: Path, step_time: float | None, parallel: int
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
 
-    from rlvr.campaign import Plan, expand_grid, measured_step_time
+    from rlvr.campaign import Plan, engine_memory, expand_grid, measured_step_time
 
     if not (conf / "train.yaml").is_file():
         raise CliError(f"{conf}: no train.yaml there (run from the repository root or pass --conf)")
@@ -31,5 +32,5 @@ def run(overrides: list[str], conf: Path, step_time: float | None, parallel: int
     jobs = expand_grid(params, overrides)
     root = Path(cfg.hydra.sweep.dir)
     parallel = parallel or int(cfg.hydra.launcher.get("array_parallelism", 0) or 1)
-    plan = Plan(jobs, int(cfg.trainer.max_steps), step_time or measured_step_time(root), parallel)
+    plan = Plan(jobs, int(cfg.trainer.max_steps), step_time or measured_step_time(root), parallel, engine_memory(cfg))
     return f"{plan.describe()}\n  runs land in: {root}/<condition>/seed=<seed>"

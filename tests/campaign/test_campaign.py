@@ -7,7 +7,8 @@ import pytest
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from rlvr.campaign import Plan, expand_grid
+from composing import compose_config
+from rlvr.campaign import Plan, engine_memory, expand_grid
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,3 +76,29 @@ def test_a_grid_whose_runs_would_share_a_folder_is_refused(tmp_path, extra):
     proc = train("campaign=smoke", f"hydra.sweep.dir={tmp_path}", *extra)
     assert proc.returncode == 2 and "would share a folder" in proc.stderr
     assert not list(tmp_path.glob("*/seed=*"))  # refused before anything was launched
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_plan_counts_what_vllm_leaves_the_trainer_while_it_trains(level):
+    """engine=vllm beside the trainer: without sleep it keeps its share (0.5) of the GPU through training, so the
+    trainer trains in the other 0.5; asleep (levels 1, 2: vLLM's sleep mode) the training phase has the whole GPU.
+    Planned from any machine: a CPU login node plans a GPU campaign (sleep is refused only where a run starts)."""
+    proc = rlvr("plan", "campaign=smoke", "engine=vllm", f"engine.sleep_level={level}")
+    assert proc.returncode == 0, proc.stderr
+    assert f"GPU memory beside the trainer (engine=vllm, engine.sleep_level={level}):" in proc.stdout
+    assert "sampling: vLLM holds 0.5 of the GPU (weights, KV cache), beside what the trainer keeps" in proc.stdout
+    training = next(line.strip() for line in proc.stdout.splitlines() if line.strip().startswith("training:"))
+    if level == 0:
+        assert training == ("training: vLLM still holds it; the trainer's policy, optimizer state and activations "
+                            "have the other 0.5")
+    else:
+        assert training.startswith(f"training: vLLM sleeps (level {level}: ")
+        assert training.endswith("the trainer has the whole GPU but vLLM's CUDA context")
+        assert ("W0 too under LoRA" in training) == (level == 2)
+
+
+def test_plan_names_no_gpu_memory_for_engines_without_their_own():
+    plan = Plan([["seed=0"]], 10, None, 1, engine_memory(compose_config(["engine=pytorch"])))
+    assert plan.memory is None and "GPU memory" not in plan.describe()
+    kv = engine_memory(compose_config(["engine=vllm", "engine.kv_cache_memory_bytes=1073741824"]))
+    assert kv is not None and "vLLM holds its weights and a 1 GiB KV cache" in kv[1]
