@@ -50,6 +50,7 @@ LoRA (W0 comes back from host memory; only the adapter is sent); under full fine
 weights back only for the sync to overwrite them, level 2 does not. `sample` on a sleeping engine first syncs
 `self.policy` (a sleeping vLLM would wait forever; after level 2 it has no weights). With `sleep_level: 0` (the
 default) `sleep()` does nothing.
+
 Entropy is not available (its `needs` do not provide `entropy`): vLLM returns top-k log-probabilities, not the
 full distribution.
 
@@ -61,8 +62,9 @@ the node's memory) and vLLM's own sizing from `gpu_memory_utilization` on a GPU;
 must be >= 32 (vLLM's CPU attention). `multiprocessing: false` (the default) sets
 VLLM_ENABLE_V1_MULTIPROCESSING=0 before vLLM starts: the engine core runs in this process (3 s start-up
 instead of ~20 s, no spawned child). `true` sets it to 1: the engine core runs in a child process, which imports
-rlvr.engine.vllm_weights (the worker extension) but not the trainer. vLLM caches its environment once an engine
-core has started in a process, so the engine clears that cache before setting the variable. vLLM's CPU worker
+rlvr.engine.vllm_weights (the worker extension) and, started by spawn, the main script's module (a script that
+starts the engine needs an `if __name__ == "__main__":` guard). vLLM caches its environment once an engine core
+has started in a process, so the engine clears that cache before setting the variable. vLLM's CPU worker
 lowers torch's thread count to 1 "for serving"; the engine puts back the count it found, since the backend trains
 in this process.
 In-process vLLM also sets a few VLLM_* variables in os.environ (its own; nothing of rlvr's reads them).
@@ -259,7 +261,8 @@ class VLLMEngine:
         self.in_process = isinstance(self.llm.llm_engine.engine_core, InprocClient)
         """False: the engine core (and its worker) run in a child process, so chunks travel packed."""
         self.dtype = cast("TorchDtype", self.llm.llm_engine.model_config.dtype)  # resolved from "auto" etc. at start
-        self.sync(module)
+        if self.lora:  # under full fine-tuning vLLM has just loaded these very weights from `base`
+            self.sync(module)
 
     def _start(self, base: Path, gpu_memory_utilization, tensor_parallel_size, max_model_len, dtype,
                kv_cache_memory_bytes, enforce_eager, max_lora_rank, multiprocessing) -> LLM:
