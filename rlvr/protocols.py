@@ -44,7 +44,8 @@ class Capability:
 
 
 CAPABILITIES: dict[str, Capability] = {
-    "entropy": Capability("full-distribution entropy at each sampled position", "choose engine=pytorch"),
+    "entropy": Capability("full-distribution entropy at each sampled position",
+                          "choose engine=pytorch, or backend=local (it computes them in a no-grad pass)"),
     "local_policy": Capability("the policy as a module in this process",
                                "choose backend=local (and a local engine: pytorch, vllm or openai)"),
     "remote_policy": Capability("a policy held by a service to sample from", "use backend=tinker with engine=tinker"),
@@ -373,6 +374,15 @@ class Backend(Protocol):
 
     def load(self, path: Path) -> None:
         """Restore exactly what `save` wrote."""
+        ...
+
+
+class EntropyBackend(Backend, Protocol):
+    """A backend whose `needs` provide `entropy`: it computes the policy's entropies for a transform that reads them
+    when the engine cannot (engine=vllm)."""
+
+    def entropies(self, rollouts: Rollouts) -> Tensor:
+        """[PG, T] entropy of the temperature-scaled distribution at each completion position (0 on padding)."""
         ...
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rlvr.backpressure import BackPressure
 from rlvr.checkpoint import Checkpoints, rng_state, set_rng_state
@@ -46,6 +46,7 @@ from rlvr.protocols import (
     Backend,
     DataSource,
     Engine,
+    EntropyBackend,
     Logger,
     ModelPreset,
     Needs,
@@ -132,8 +133,13 @@ class Components:
 
     @property
     def wants_entropy(self) -> bool:
-        """The transform reads the engine's full-distribution entropy."""
+        """The transform reads the full-distribution entropy at each sampled token."""
         return "entropy" in self.needs["transform"].requires
+
+    @property
+    def engine_entropy(self) -> bool:
+        """The engine gives those entropies while it samples; when it cannot, the backend does (`EntropyBackend`)."""
+        return self.wants_entropy and "entropy" in self.needs["engine"].provides
 
     @property
     def wants_planning(self) -> bool:
@@ -461,14 +467,18 @@ class Trainer:
         return {**row, **batch.metrics, **skip, "train/nonfinite_skips": float(live.totals["nonfinite"]), **pressure}
 
     def _signals(self, live: Live, step: int, rollouts: Rollouts, rewards_P_G: Tensor):
-        """What the transform may read (planning marks only when it needs them), and the token pieces they
-        were read from (None without them)."""
+        """What the transform may read (planning marks only when it needs them; entropies from the backend's no-grad
+        pass when the engine gives none, rlvr/backend/local.py `entropies`), and the token pieces they were read from
+        (None without them)."""
         c = live.c
         pieces_PG = token_pieces(live.tokenizer, rollouts) if c.wants_planning else None
+        entropy_PG_T = rollouts.entropy_PG_T
+        if c.wants_entropy and entropy_PG_T is None:
+            entropy_PG_T = cast(EntropyBackend, live.backend).entropies(rollouts)
         signals = TokenSignals(
             logprobs_PG_T=rollouts.logprobs_PG_T, mask_PG_T=rollouts.action_mask_PG_T, group_size=self.group_size,
             step=step, correct_rate=float((rewards_P_G > CORRECT_THRESHOLD).float().mean()),
-            entropy_PG_T=rollouts.entropy_PG_T,
+            entropy_PG_T=entropy_PG_T,
             planning_PG_T=None if pieces_PG is None else c.planning.mask(pieces_PG, rollouts.mask_PG_T.shape[1]),
         )
         return signals, pieces_PG
@@ -546,10 +556,10 @@ def make_rollout(c: Components, engine: Engine, tokenizer, stop: StopSignals | N
     """How a run's steps (and evaluations) are collected: single-turn completions, or episodes of its environment
     (the trainer's, and `rlvr eval`'s on a checkpoint)."""
     if c.env is None:
-        return SingleTurn(engine, tokenizer, c.reward, c.seeds, c.world, c.wants_entropy,
+        return SingleTurn(engine, tokenizer, c.reward, c.seeds, c.world, c.engine_entropy,
                           stop.interruptible if stop is not None else nullcontext)
     branching = c.turn_credit.branching if c.turn_credit is not None else None
-    return Episodes(engine, tokenizer, c.env, c.seeds, c.world, c.wants_entropy, branching)
+    return Episodes(engine, tokenizer, c.env, c.seeds, c.world, c.engine_entropy, branching)
 
 
 def skip_cause(rewards_P_G: Tensor) -> str:

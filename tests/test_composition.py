@@ -135,13 +135,17 @@ class EntropyHungry:
 
 def test_what_a_component_declares_is_checked_before_anything_is_built(monkeypatch):
     monkeypatch.delenv("RLVR_TEST_NO_SUCH_KEY", raising=False)
-    cfg = compose_config(["engine=vllm"])
+    cfg = compose_config(["engine=vllm", "backend=fsdp"])  # neither gives entropies (backend=local would)
     cfg.transform = OmegaConf.create({"_target_": f"{__name__}.EntropyHungry"})
     with pytest.raises(ConfigError) as err:
         build_all(cfg)
     assert str(err.value).splitlines()[1:] == [
         f"  transform <{__name__}.EntropyHungry> needs full-distribution entropy at each sampled position (it reads "
-        "the whole distribution), which no chosen component gives: choose engine=pytorch",
+        "the whole distribution), which no chosen component gives: choose engine=pytorch, or backend=local (it "
+        "computes them in a no-grad pass)",
+        "  backend <rlvr.backend.fsdp.FSDPBackend> needs sampling that draws each prompt group from its own seeded "
+        "generator (backend=fsdp: each rank samples its own share of the groups), which no chosen component gives: "
+        "choose engine=pytorch",
         f"  transform <{__name__}.EntropyHungry>: needs an API key in $RLVR_TEST_NO_SUCH_KEY: $RLVR_TEST_NO_SUCH_KEY "
         "is not set (transform.key_env names it)",
     ]

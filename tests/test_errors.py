@@ -82,7 +82,8 @@ CASES = [
     (["engine=openai", "engine.api_key_env=RLVR_TEST_NO_SUCH_KEY"], "needs an API key in $RLVR_TEST_NO_SUCH_KEY"),
     (["backend=tinker", "trainer.warmup.steps=0", "backend.api_key_env=RLVR_TEST_NO_SUCH_KEY"],
      "RLVR_TEST_NO_SUCH_KEY"),
-    (["engine=vllm", "transform=gtpo", "transform.uncertainty=shannon_entropy"], "needs full-distribution entropy"),
+    (["engine=vllm", "backend=fsdp", "transform=gtpo", "transform.uncertainty=shannon_entropy"],
+     "needs full-distribution entropy"),
     # the λ schedule's knobs moved under transform.schedule (issue 22): the old names fail naming the new ones
     (["transform=sepa", "+transform.delay_steps=0"], "transform.delay_steps: <rlvr.transform.sepa.SEPA> takes no such "
      "argument (it takes: beta, uncertainty, schedule); transform.delay_steps is now transform.schedule.delay_steps "

@@ -49,7 +49,7 @@ from rlvr.lazy import lazy_import, no_grad
 from rlvr.protocols import Needs
 from rlvr.requirements import CudaDevice
 from rlvr.seeds import sub_seed
-from rlvr.types import LoraSpec, TrainBatch
+from rlvr.types import LoraSpec, Rollouts, TrainBatch
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -132,15 +132,18 @@ def head_is_plain(model: nn.Module, inputs: Mapping[str, Any]) -> bool:
     return torch.allclose(raw[0].float(), logits.float(), rtol=4 * eps, atol=4 * eps)
 
 
-def logits_logprobs(logits_K_V: Tensor, targets_K: Tensor, temperature: float) -> Tensor:
-    """[K] log softmax(logits / T)[target] in float32, a slice of positions at a time: a 150k-token vocabulary never
-    has its whole [K, V] float32 copy in memory at once (at most LOGIT_CHUNK elements)."""
+def logits_logprobs(logits_K_V: Tensor, targets_K: Tensor, temperature: float, with_entropy: bool = False
+                    ) -> tuple[Tensor, Tensor | None]:
+    """([K] log softmax(logits / T)[target], [K] entropy or None) in float32, a slice of positions at a time: a
+    150k-token vocabulary never has its whole [K, V] float32 log-softmax in memory at once (≤ LOGIT_CHUNK elements)."""
     step = max(1, LOGIT_CHUNK // max(1, logits_K_V.shape[-1]))
-    out = []
+    logp, entropy = [logits_K_V.new_zeros((0,), dtype=torch.float32)], [logits_K_V.new_zeros((0,), dtype=torch.float32)]
     for k in range(0, logits_K_V.shape[0], step):
-        z = logits_K_V[k : k + step].float() / max(temperature, 1e-7)
-        out.append(z.gather(-1, targets_K[k : k + step, None]).squeeze(-1) - torch.logsumexp(z, dim=-1))
-    return torch.cat(out) if out else logits_K_V.new_zeros((0,), dtype=torch.float32)
+        logp_c_V = torch.log_softmax(logits_K_V[k : k + step].float() / max(temperature, 1e-7), dim=-1)
+        logp.append(logp_c_V.gather(-1, targets_K[k : k + step, None]).squeeze(-1))
+        if with_entropy:
+            entropy.append(-(logp_c_V.exp() * logp_c_V).sum(-1))
+    return torch.cat(logp), torch.cat(entropy) if with_entropy else None
 
 
 def selection_generator(seed: int, step: int) -> Generator:
@@ -310,15 +313,25 @@ class Trainee:
             out[b] = self.logprobs(rows, b)
         return out
 
-    def logprobs(self, rows: StepRows, b: list[int]) -> Tensor:
+    @no_grad
+    def step_entropies(self, rows: StepRows, batches: list[list[int]]) -> Tensor:
+        """[N, T] entropies of the policy's temperature-scaled distribution at each completion position of the rows in
+        `batches` (0 elsewhere), without grad: what an engine that cannot give them leaves to the trainer."""
+        out = rows.engine_lp.new_zeros(rows.engine_lp.shape)
+        for b in batches:
+            out[b] = self.logprobs(rows, b, with_entropy=True)[1]
+        return out
+
+    def logprobs(self, rows: StepRows, b: list[int], with_entropy: bool = False):
         """[len(b), T] log-probabilities of rows `b`'s completion tokens (0 on padding), in one forward pass: the rows
-        packed into one sequence (`packing`) or padded side by side."""
+        packed into one sequence (`packing`) or padded side by side; with `with_entropy`, (log-probabilities,
+        entropies)."""
         tokens, lengths = rows.tokens[b], [rows.lengths[i] for i in b]
         if self.packing:
-            return self.packed_logprobs([rows.prompts[i] for i in b], tokens, lengths, rows.temperature)
+            return self.packed_logprobs([rows.prompts[i] for i in b], tokens, lengths, rows.temperature, with_entropy)
         mask = torch.arange(tokens.shape[1])[None, :] < torch.tensor(lengths)[:, None]
         ids, attn, Lp = self.rows([rows.prompts[i] for i in b], tokens, mask, rows.Lp)
-        return self.completion_logprobs(ids, attn, Lp, tokens, rows.temperature)
+        return self.completion_logprobs(ids, attn, Lp, tokens, rows.temperature, with_entropy)
 
     def rows(self, prompts: list[list[int]], tokens_N_T: Tensor, mask_N_T: Tensor, Lp: int | None = None):
         """input ids [N, Lp+T] (row i = prompts[i] left-padded to Lp, by default the longest prompt's length, then
@@ -334,10 +347,12 @@ class Trainee:
         attn = torch.cat([prompt_attn, mask_N_T.long()], 1).to(self.device)
         return ids, attn, Lp
 
-    def completion_logprobs(self, ids: Tensor, attn: Tensor, Lp: int, tokens_PG_T: Tensor, temperature: float):
+    def completion_logprobs(self, ids: Tensor, attn: Tensor, Lp: int, tokens_PG_T: Tensor, temperature: float,
+                            with_entropy: bool = False):
         """[n, T] log-probabilities of the completion tokens of padded rows (`rows`) under the temperature-scaled
         policy; 0 where the completion is padding. Position ids count each row's real tokens from 0, as the engine
-        decoded them; the logits at position Lp−1+t predict completion token t."""
+        decoded them; the logits at position Lp−1+t predict completion token t. With `with_entropy`, (log-probs,
+        entropies of the same distributions)."""
         n, T = tokens_PG_T.shape
         if Lp < 1 and n:
             raise ValueError("a row with an empty prompt has no position to predict its first token")
@@ -345,9 +360,10 @@ class Trainee:
         real = attn[:, Lp:].bool()
         row, t = real.nonzero(as_tuple=True)
         return self._scatter(self._forward(ids, attn, position, row, Lp - 1 + t, tokens_PG_T.to(self.device)[row, t],
-                                           temperature), n, T, row, t)
+                                           temperature, with_entropy), n, T, row, t)
 
-    def packed_logprobs(self, prompts: list[list[int]], tokens_N_T: Tensor, lengths: list[int], temperature: float):
+    def packed_logprobs(self, prompts: list[list[int]], tokens_N_T: Tensor, lengths: list[int], temperature: float,
+                        with_entropy: bool = False):
         """As `completion_logprobs`, the rows packed end to end into one sequence with no padding: position ids
         restart at 0 for every row and no attention mask is passed, so the model attends within each row alone
         (transformers reads the restarting position ids as packed sequences: a block-diagonal causal mask under
@@ -364,11 +380,12 @@ class Trainee:
         t = torch.cat([torch.arange(c) for c in lengths]).long()
         at = torch.tensor([starts[i] + len(prompts[i]) - 1 for i in range(n)])[row] + t  # the position before it
         return self._scatter(self._forward(ids, None, position, torch.zeros_like(at), at, ids[0, at + 1],
-                                           temperature), n, T, row, t)
+                                           temperature, with_entropy), n, T, row, t)
 
     def _forward(self, ids: Tensor, attn: Tensor | None, position: Tensor, row: Tensor, at: Tensor, targets: Tensor,
-                 temperature: float) -> Tensor:
-        """[K] log p(targets[k]) under softmax(logits[row[k], at[k]] / T), in float32, from one forward pass.
+                 temperature: float, with_entropy: bool) -> tuple[Tensor, Tensor | None]:
+        """[K] log p(targets[k]) under softmax(logits[row[k], at[k]] / T), in float32, from one forward pass (and the
+        entropy of that distribution, with `with_entropy`).
 
         With a plain head (`plain_head`) the LM head's own forward is swapped, for this pass, for one that applies
         it to the K positions alone, a slice at a time (`lm_head.token_logprobs`, recomputed in backward): no logits
@@ -380,20 +397,27 @@ class Trainee:
         if self.plain_head is None:
             self.plain_head = head_is_plain(self.policy, inputs)
         if not self.plain_head:
-            return logits_logprobs(self.policy(**inputs).logits[row, at], targets, temperature)
+            return logits_logprobs(self.policy(**inputs).logits[row, at], targets, temperature, with_entropy)
         head = cast("PreTrainedModel", self.policy).get_output_embeddings()
 
         def logprobs(hidden_B_L_H: Tensor) -> Tensor:
-            return token_logprobs(hidden_B_L_H[row, at], head.weight, targets, temperature)[0]
+            logp, entropy = token_logprobs(hidden_B_L_H[row, at], head.weight, targets, temperature,
+                                           with_entropy=with_entropy)
+            return logp if entropy is None else torch.stack([logp, entropy])
 
         with forward_replaced(head, logprobs):
-            return self.policy(**inputs, logits_to_keep=0).logits
+            out = self.policy(**inputs, logits_to_keep=0).logits
+        return (out[0], out[1]) if with_entropy else (out, None)
 
     @staticmethod
-    def _scatter(flat: Tensor, n: int, T: int, row: Tensor, t: Tensor) -> Tensor:
-        out = flat.new_zeros((n, T))
-        out[row.to(flat.device), t.to(flat.device)] = flat
-        return out
+    def _scatter(flat: tuple[Tensor, Tensor | None], n: int, T: int, row: Tensor, t: Tensor):
+        """The K flat values back at their (row, t) of [n, T], 0 elsewhere; (log-probs, entropies) when both came."""
+        out = []
+        for values in flat:
+            if values is not None:
+                out.append(values.new_zeros((n, T)))
+                out[-1][row.to(values.device), t.to(values.device)] = values
+        return out[0] if len(out) == 1 else tuple(out)
 
 
 def prepare(model: nn.Module, lora: LoraSpec | None, lora_seed: int, gradient_checkpointing: bool) -> nn.Module:
@@ -414,7 +438,7 @@ class LocalBackend:
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         device = settings["device"]
         machine = (CudaDevice(device),) if device == "auto" or device.startswith("cuda") else ()
-        return Needs(provides=frozenset({"local_policy", "ratio_clipping", "local_loss"}), machine=machine)
+        return Needs(provides=frozenset({"local_policy", "ratio_clipping", "local_loss", "entropy"}), machine=machine)
 
     def __init__(
         self,
@@ -451,6 +475,24 @@ class LocalBackend:
 
     def completion_logprobs(self, ids: Tensor, attn: Tensor, Lp: int, tokens_PG_T: Tensor, temperature: float):
         return self.trainee.completion_logprobs(ids, attn, Lp, tokens_PG_T, temperature)
+
+    def entropies(self, rollouts: Rollouts) -> Tensor:
+        """[PG, T] entropy of the policy's temperature-scaled distribution at every completion position of the
+        rollouts (0 on padding), from a no-grad pass in eval mode, in micro-batches or packed as a train step's: what
+        a transform that reads entropies gets when the engine cannot give them (engine=vllm returns top-k log-probs,
+        not the full distribution)."""
+        t, training = self.trainee, self.trainee.policy.training
+        mask = rollouts.mask_PG_T
+        rows = t.step_rows(TrainBatch(rollouts, mask.float()))  # every row with an action token, in order
+        keep = rollouts.action_mask_PG_T.any(-1).nonzero().squeeze(-1)
+        t.policy.eval()
+        try:
+            part = t.step_entropies(rows, t.micro_batches(rows, range(len(rows.prompts))))
+        finally:
+            t.policy.train(training)
+        out = torch.zeros(mask.shape, dtype=torch.float32)
+        out[keep, : part.shape[1]] = part.cpu()
+        return out
 
     def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]:
         t0, t = time.perf_counter(), self.trainee

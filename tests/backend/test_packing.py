@@ -140,3 +140,21 @@ def test_the_head_is_applied_to_the_sampled_positions_alone_or_read_from_the_log
     assert b.trainee.plain_head is (softcap is None)
     torch.testing.assert_close(got[mask], want[mask], rtol=0, atol=1e-6)
     assert bool((got[~mask] == 0).all())
+
+
+@pytest.mark.parametrize("packing", [False, True], ids=["padded", "packed"])
+def test_the_backend_gives_the_entropies_the_engine_gives(packing):
+    """backend=local's no-grad entropies (the chunked head's, for an engine that cannot give them) are the ones
+    engine=pytorch computes while sampling: −Σ p log p of softmax(logits / T) at every completion position."""
+    from rlvr.engine.pytorch import PyTorchEngine
+    from rlvr.seeds import prompt_seeds
+    from rlvr.types import SamplingParams
+
+    b = backend(packing, LORA, "eager", budget=20)
+    engine = PyTorchEngine(b.policy, [1], 0, 256, merge_lora=False)
+    ro = engine.sample([[4, 5, 13], [3], [12, 12, 13, 4]], 3, SamplingParams(0.7, 1.0, 9),
+                       seeds=prompt_seeds(3, 3), with_entropy=True)
+    got = b.entropies(ro)
+    assert got.shape == ro.entropy_PG_T.shape and b.policy.training
+    torch.testing.assert_close(got[ro.mask_PG_T], ro.entropy_PG_T[ro.mask_PG_T], rtol=0, atol=1e-5)
+    assert bool((got[~ro.mask_PG_T] == 0).all())
