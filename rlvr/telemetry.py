@@ -6,6 +6,7 @@ updates the run's counters; the trainer does, and passes them in.
 from __future__ import annotations
 
 import resource
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,7 +103,17 @@ def step_row(step: int, condition: str, uncertainty_kind: str | None, rollouts: 
         "sample_share": times.sample / times.total,
         "train_share": times.train / times.total,
         "process_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        **gpu_memory(),
     }
+
+
+def gpu_memory() -> dict[str, float]:
+    """`gpu_max_allocated_mb`: the peak of torch's allocations on this process's GPU so far (the in-process
+    engine's weights and KV cache included); nothing when the process has not used CUDA."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return {}
+    return {"gpu_max_allocated_mb": torch.cuda.max_memory_allocated() / 2**20}
 
 
 def eval_row(steps_done: int, scores: Scores, rollouts: Rollouts, seconds: float) -> dict:
