@@ -48,9 +48,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 from hydra.utils import instantiate
 
-from rlvr.engine.policy_files import save_full
+from rlvr.engine.policy_files import folder_bytes, save_full
 from rlvr.engine.sync_check import LOW_PRECISION_TOLERANCE, check_sync
-from rlvr.engine.vllm_weights import named_weights
+from rlvr.engine.vllm_weights import named_weights, repack_embeddings
 from rlvr.model.tiny import TinyLlama
 from tests.composing import compose_config
 
@@ -88,7 +88,7 @@ def folder_sync(engine, model: torch.nn.Module, n: int) -> tuple[float, int]:
     """The previous `sync`: files, reload_weights, the LM head re-packed. (seconds, bytes written)."""
     t0 = time.perf_counter()
     folder = save_full(model, engine.workdir / f"bench-{n}")
-    written = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    written = folder_bytes(folder)
     engine.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
     engine.llm.apply_model(repack_embeddings)
     engine.llm.reset_prefix_cache()
@@ -100,14 +100,6 @@ def memory_sync(engine, model: torch.nn.Module) -> tuple[float, int]:
     t0 = time.perf_counter()
     written = engine.sync(model)
     return time.perf_counter() - t0, written
-
-
-def repack_embeddings(model) -> None:
-    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
-
-    for module in model.modules():
-        if isinstance(module, VocabParallelEmbedding):
-            module.quant_method.process_weights_after_loading(module)
 
 
 def measure(name: str, model: torch.nn.Module, eos: int, syncs: int, knobs: dict) -> dict:

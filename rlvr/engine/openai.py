@@ -88,7 +88,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rlvr.engine.policy_files import is_lora, save_adapter, save_base, save_full
+from rlvr.engine.policy_files import folder_bytes, is_lora, save_adapter, save_base, save_full
 from rlvr.engine.rows import rollouts_from_rows
 from rlvr.engine.sync_check import PROBE_SEED, local_logprobs, probe_prompts
 from rlvr.engine.weight_transfer import WEIGHT_TRANSFERS, NcclSender, NcclTransfer
@@ -504,11 +504,6 @@ class OpenAIEngine:
             raise PolicySyncError(f"engine=openai: {self.base_url} does not serve engine.model={self.model!r} "
                                   f"(it serves {sorted(map(str, listing.models))})")
         return listing.models[self.model].get("max_model_len")
-
-
-def folder_bytes(folder: Path) -> int:
-    """The bytes of every file under `folder` (what writing it wrote)."""
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
 
 def outside_running_loop(fn: Callable[..., T], *args: Any) -> T:

@@ -7,7 +7,8 @@
   vLLM's `LoRARequest` and its `/v1/load_lora_adapter` endpoint read.
 - `save_full(policy, folder)`: the current full weights (for `reload_weights`), when there is no adapter.
 
-Each call writes a new folder; engines never load a folder that is being written.
+Each call writes a new folder; engines never load a folder that is being written. `folder_bytes(folder)` is what
+writing one wrote (an engine's `sync` returns it).
 """
 
 from __future__ import annotations
@@ -54,3 +55,8 @@ def save_full(policy: nn.Module, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     cast("PreTrainedModel", policy).save_pretrained(folder, safe_serialization=True)
     return folder
+
+
+def folder_bytes(folder: Path) -> int:
+    """The bytes of every file under `folder`: what writing it wrote, whatever the file system."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())

@@ -83,7 +83,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from rlvr.engine.policy_files import is_lora, save_adapter, save_base
+from rlvr.engine.policy_files import folder_bytes, is_lora, save_adapter, save_base
 from rlvr.engine.rows import rollouts_from_rows
 from rlvr.engine.vllm_weights import RECEIVER, pack, weight_chunks
 from rlvr.errors import ConfigError
@@ -329,7 +329,7 @@ class VLLMEngine:
 
         lora_id = next(self._ids)
         folder = save_adapter(policy, self.workdir / f"adapter-{lora_id}")
-        written = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+        written = folder_bytes(folder)
         request = LoRARequest(folder.name, lora_id, str(folder))
         self.llm.llm_engine.add_lora(request)
         if self._lora_request is not None:

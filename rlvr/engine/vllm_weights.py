@@ -154,15 +154,12 @@ class WeightReceiver:
 
     def rlvr_finish_weights(self) -> None:
         from vllm.config import set_current_vllm_config
-        from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
         from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
 
         model = self.model_runner.get_model()
         with set_current_vllm_config(self.vllm_config):
             finalize_layerwise_reload(model, self.vllm_config.model_config)
-            for module in model.modules():  # the LM head's packed copy of a tied embedding (CPU; no-op on a GPU)
-                if isinstance(module, VocabParallelEmbedding):
-                    module.quant_method.process_weights_after_loading(module)
+            repack_embeddings(model)
         self.model_runner.reset_lora_state()
         self.model_runner.reset_encoder_cache()
         self.model_runner.reset_mm_cache()
@@ -172,6 +169,16 @@ class WeightReceiver:
         if missing:
             raise RuntimeError(f"the weight sync left {len(missing)} of vLLM's {len(expected)} parameters as they "
                                f"were (the policy's state dict has nothing vLLM maps to them): {missing[:5]}")
+
+
+def repack_embeddings(model: nn.Module) -> None:
+    """Re-run every embedding layer's post-load step on vLLM's `model`: on CPU it packs the matrix for the LM head's
+    GEMM, a copy that a reload of a tied embedding leaves stale (a no-op on a GPU)."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+    for module in model.modules():
+        if isinstance(module, VocabParallelEmbedding):
+            module.quant_method.process_weights_after_loading(module)
 
 
 RECEIVER = f"{WeightReceiver.__module__}.{WeightReceiver.__qualname__}"

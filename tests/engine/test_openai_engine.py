@@ -28,6 +28,7 @@ from vllm_server import SERVED_NAME, VllmServer
 from composing import CONF_DIR, FAST, compose_config
 from rlvr.backend.local import LocalBackend
 from rlvr.engine.openai import OpenAIEngine, PolicySyncError, ServerError
+from rlvr.engine.policy_files import folder_bytes
 from rlvr.errors import ConfigError
 from rlvr.run import build_all
 from rlvr.seeds import Seeds, prompt_seeds
@@ -142,7 +143,7 @@ def test_lora_parity_before_and_after_an_update(lora_setup):
     assert max_logprob_gap(backend.policy, before) < TOL
     nudge(backend.policy, 0.3, lora=True)
     written = engine.sync(backend.policy)  # the adapter's files, for the server to read
-    assert written == sum(f.stat().st_size for f in engine.served_folder.rglob("*") if f.is_file()) > 0
+    assert written == folder_bytes(engine.served_folder) > 0
     after = engine.sample(PROMPTS, 4, params, seeds=prompt_seeds(3, len(PROMPTS)))
     assert max_logprob_gap(backend.policy, after) < TOL
     # the update reached the server: same draws would otherwise give the old logprobs

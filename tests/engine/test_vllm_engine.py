@@ -16,9 +16,9 @@ from hydra.utils import instantiate
 
 from composing import compose_config
 from rlvr.backend.local import LocalBackend
-from rlvr.engine.policy_files import save_adapter, save_full
+from rlvr.engine.policy_files import folder_bytes, save_adapter, save_full
 from rlvr.engine.sync_check import FLOAT32_TOLERANCE, StaleEngineError, check_sync
-from rlvr.engine.vllm_weights import named_weights
+from rlvr.engine.vllm_weights import named_weights, repack_embeddings
 from rlvr.errors import ConfigError
 from rlvr.model.tiny import TinyLlama
 from rlvr.requirements import distribution_version
@@ -164,19 +164,6 @@ def test_the_yaml_knobs_match_the_constructor():
     build_all(compose_config(["engine=vllm"]))  # types of every YAML value checked, nothing loaded
 
 
-def folder_bytes(folder) -> int:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-
-
-def repack_embeddings(model) -> None:
-    """What a folder reload needs after it on CPU: the tied LM head's packed copy re-made (vllm_weights.py)."""
-    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
-
-    for module in model.modules():
-        if isinstance(module, VocabParallelEmbedding):
-            module.quant_method.process_weights_after_loading(module)
-
-
 def test_weights_in_memory_serve_what_a_folder_reload_serves(full_setup, tmp_path):
     """The same draws with the same log-probabilities whether the full weights went in memory (chunk by chunk, as
     tensors or packed as bytes for another process) or through save_full's folder and vLLM's `reload_weights`."""
@@ -195,7 +182,7 @@ def test_weights_in_memory_serve_what_a_folder_reload_serves(full_setup, tmp_pat
     update(backend.policy, "")  # the folder must carry weights the engine does not already hold
     engine.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(save_full(backend.policy,
                                                                                        tmp_path / "full"))})
-    engine.llm.apply_model(repack_embeddings)
+    engine.llm.apply_model(repack_embeddings)  # the tied LM head's packed copy (CPU), as the old sync did
     engine.llm.reset_prefix_cache()
     files = engine.sample(PROMPTS, 4, params, seeds=seeds)
     assert engine.sync(backend.policy) == 0
