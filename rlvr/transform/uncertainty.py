@@ -6,13 +6,14 @@
     shannon_entropy      u = min(H, 50)
 
 `logp` is the sampled token's log-probability under the sampling distribution (`signals.logprobs_PG_T`);
-`H = −Σ_v p_v log p_v` is the engine's full-distribution entropy of that same temperature-scaled
-distribution (`signals.entropy_PG_T`), which only some engines provide. 50 is retrain's `MAX_SURPRISAL`.
+`H = −Σ_v p_v log p_v` is the full-distribution entropy of that same temperature-scaled distribution
+(`signals.entropy_PG_T`): engine=pytorch's while it samples, else backend=local's no-grad pass with the policy's
+weights of the step (rlvr/backend/local.py `entropies`). 50 is retrain's `MAX_SURPRISAL`.
 
 Each transform that uses a signal takes it as a constructor knob `uncertainty: str`, checked at construction
 by `check_uncertainty` (an unknown name fails there, naming the allowed ones). Its `needs` (`signal_needs`)
-requires the `entropy` capability exactly when the signal is `shannon_entropy`: the run then refuses an
-engine that cannot give it, and the trainer asks the engine for entropies only then.
+requires the `entropy` capability exactly when the signal is `shannon_entropy`: the run then refuses a choice
+where neither the engine nor the backend gives it, and the trainer computes entropies only then.
 
 Everything is elementwise on the padded [P·G, T] tensors, in the input dtype; positions outside
 `mask_PG_T` are exactly 0 whatever the padding holds.
@@ -72,9 +73,9 @@ def token_uncertainty(uncertainty: str, signals: TokenSignals, weights_PG_T: Ten
     elif uncertainty == "shannon_entropy":
         if signals.entropy_PG_T is None:
             raise ValueError(
-                "uncertainty='shannon_entropy' needs signals.entropy_PG_T, which is absent: the engine "
-                "must be asked for entropies (the transform's needs require 'entropy') and be able to give "
-                "them (an engine that provides 'entropy'); use uncertainty='surprisal' otherwise"
+                "uncertainty='shannon_entropy' needs signals.entropy_PG_T, which is absent: the engine or the "
+                "backend must give entropies (the transform's needs require 'entropy', and engine=pytorch or "
+                "backend=local provides it); use uncertainty='surprisal' otherwise"
             )
         u = signals.entropy_PG_T.to(logprobs.dtype, copy=True).clamp_(max=MAX_UNCERTAINTY)
     else:
