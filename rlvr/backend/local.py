@@ -1,12 +1,15 @@
 """`backend=local`: gradients in this process with torch, LoRA through PEFT (or full fine-tuning).
 
 Training rows are `prompt (left-padded) + completion (right-padded)`, the same layout the engine
-decoded, so position ids match sampling. The log-probability of completion token t is read from the
-logits at the position before it, divided by the rollouts' sampling temperature:
+decoded, so position ids match sampling; or, with `packing`, the rows end to end with position ids restarting
+per row, in passes of at most `max_tokens_per_micro_batch` tokens (docs/memory.md#packed-rows). The
+log-probability of completion token t is read from the logits at the position before it, divided by the
+rollouts' sampling temperature:
 
     new_lp = log_softmax(logits / max(T, 1e-7))[token]
 
-the distribution the sampler drew from (see rlvr/types.py Rollouts). Optimizer: AdamW with the betas,
+the distribution the sampler drew from (see rlvr/types.py Rollouts); the LM head is applied at those positions
+alone, a chunk at a time (rlvr/backend/logprobs.py, lm_head.py). Optimizer: AdamW with the betas,
 eps and weight decay of `conf/backend/local.yaml`; the learning rate is set by the trainer each step
 (constant unless a schedule is configured there). `grad_clip_norm` > 0 clips the global gradient norm
 (the predecessor had no clipping locally); the pre-clip norm is always reported. One optimizer update
@@ -36,15 +39,14 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from rlvr.algorithm.correction import EMPTY_SUMS, merge_sums, mismatch_metrics, mismatch_sums
 from rlvr.algorithm.loss import PolicyLoss
-from rlvr.backend.lm_head import token_logprobs
+from rlvr.backend.logprobs import padded_logprobs, padded_rows, position_logprobs, scatter
 from rlvr.lazy import lazy_import, no_grad
 from rlvr.protocols import Needs
 from rlvr.requirements import CudaDevice
@@ -61,8 +63,6 @@ torch = lazy_import("torch")
 peft = lazy_import("peft")
 safetensors_torch = lazy_import("safetensors.torch")
 
-LOGIT_CHUNK = 2**28
-"""fp32 logit elements materialised at once when computing training log-probabilities (1 GiB)."""
 STATE_FILE = "local_state.json"
 """The backend's own counters in a checkpoint folder (`train_steps`)."""
 
@@ -101,51 +101,6 @@ class StepRows:
         return [len(p) + n for p, n in zip(self.prompts, self.lengths, strict=True)]
 
 
-@contextmanager
-def forward_replaced(module: nn.Module, forward: Callable[[Tensor], Tensor]) -> Iterator[None]:
-    """`module`'s forward is `forward` inside the block (an instance attribute, removed after)."""
-    module.forward = forward  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        del module.forward
-
-
-@no_grad
-def head_is_plain(model: nn.Module, inputs: Mapping[str, Any]) -> bool:
-    """Whether the model's logits are its bias-free linear head applied to the final hidden states and nothing more
-    (Llama, Qwen, Mistral …; not Gemma 2's soft-capped logits, Cohere's scaled ones): one forward pass of `inputs`
-    for the last position, the head's own output compared with the model's (to 4 units in the last place)."""
-    head = cast("PreTrainedModel", model).get_output_embeddings()
-    if not isinstance(head, torch.nn.Linear) or head.bias is not None:
-        return False
-    raw: list[Tensor] = []
-    linear = head.forward
-
-    def recorded(x: Tensor) -> Tensor:
-        raw.append(linear(x))
-        return raw[-1]
-
-    with forward_replaced(head, recorded):
-        logits = model(**inputs, logits_to_keep=1).logits
-    eps = torch.finfo(logits.dtype).eps
-    return torch.allclose(raw[0].float(), logits.float(), rtol=4 * eps, atol=4 * eps)
-
-
-def logits_logprobs(logits_K_V: Tensor, targets_K: Tensor, temperature: float, with_entropy: bool = False
-                    ) -> tuple[Tensor, Tensor | None]:
-    """([K] log softmax(logits / T)[target], [K] entropy or None) in float32, a slice of positions at a time: a
-    150k-token vocabulary never has its whole [K, V] float32 log-softmax in memory at once (≤ LOGIT_CHUNK elements)."""
-    step = max(1, LOGIT_CHUNK // max(1, logits_K_V.shape[-1]))
-    logp, entropy = [logits_K_V.new_zeros((0,), dtype=torch.float32)], [logits_K_V.new_zeros((0,), dtype=torch.float32)]
-    for k in range(0, logits_K_V.shape[0], step):
-        logp_c_V = torch.log_softmax(logits_K_V[k : k + step].float() / max(temperature, 1e-7), dim=-1)
-        logp.append(logp_c_V.gather(-1, targets_K[k : k + step, None]).squeeze(-1))
-        if with_entropy:
-            entropy.append(-(logp_c_V.exp() * logp_c_V).sum(-1))
-    return torch.cat(logp), torch.cat(entropy) if with_entropy else None
-
-
 def selection_generator(seed: int, step: int) -> Generator:
     """The CPU generator clip_cov draws step `step`'s tokens from: sub_seed(seed, "clip_cov/step/<step>")."""
     return torch.Generator().manual_seed(sub_seed(seed, f"clip_cov/step/{step}"))
@@ -172,9 +127,6 @@ class Trainee:
         self.micro_batch_size = micro_batch_size
         self.packing = packing
         self.max_tokens_per_micro_batch = max_tokens_per_micro_batch
-        self.plain_head: bool | None = None
-        """Whether the model's logits are its final hidden states × the output embedding's weight (checked on the
-        first forward pass; None before it). False (a soft-capped or scaled head): the logits path."""
         self.lora_seed = lora_seed
         self.train_steps = 0
         """Calls of `train_step` so far (steps skipped for a non-finite loss included): clip_cov's draw index."""
@@ -334,37 +286,18 @@ class Trainee:
         return self.completion_logprobs(ids, attn, Lp, tokens, rows.temperature, with_entropy)
 
     def rows(self, prompts: list[list[int]], tokens_N_T: Tensor, mask_N_T: Tensor, Lp: int | None = None):
-        """input ids [N, Lp+T] (row i = prompts[i] left-padded to Lp, by default the longest prompt's length, then
-        its completion), attention mask, and Lp. A step's micro-batches all take the step's Lp and T, so a row's
+        """`padded_rows` on the training device. A step's micro-batches all take the step's Lp and T, so a row's
         forward pass is the same whichever micro-batch (or rank) it falls in."""
-        Lp = max((len(p) for p in prompts), default=0) if Lp is None else Lp
-        prompt = torch.full((len(prompts), Lp), self.pad_id, dtype=torch.long)
-        prompt_attn = torch.zeros((len(prompts), Lp), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            prompt[i, Lp - len(p) :] = torch.tensor(p)
-            prompt_attn[i, Lp - len(p) :] = 1
-        ids = torch.cat([prompt, tokens_N_T], 1).to(self.device)
-        attn = torch.cat([prompt_attn, mask_N_T.long()], 1).to(self.device)
-        return ids, attn, Lp
+        ids, attn, Lp = padded_rows(prompts, tokens_N_T, mask_N_T, self.pad_id, Lp)
+        return ids.to(self.device), attn.to(self.device), Lp
 
     def completion_logprobs(self, ids: Tensor, attn: Tensor, Lp: int, tokens_PG_T: Tensor, temperature: float,
                             with_entropy: bool = False):
-        """[n, T] log-probabilities of the completion tokens of padded rows (`rows`) under the temperature-scaled
-        policy; 0 where the completion is padding. Position ids count each row's real tokens from 0, as the engine
-        decoded them; the logits at position Lp−1+t predict completion token t. With `with_entropy`, (log-probs,
-        entropies of the same distributions)."""
-        n, T = tokens_PG_T.shape
-        if Lp < 1 and n:
-            raise ValueError("a row with an empty prompt has no position to predict its first token")
-        position = (attn.cumsum(-1) - 1).clamp(min=0)
-        real = attn[:, Lp:].bool()
-        row, t = real.nonzero(as_tuple=True)
-        return self._scatter(self._forward(ids, attn, position, row, Lp - 1 + t, tokens_PG_T.to(self.device)[row, t],
-                                           temperature, with_entropy), n, T, row, t)
+        return padded_logprobs(self.policy, ids, attn, Lp, tokens_PG_T, temperature, with_entropy)
 
     def packed_logprobs(self, prompts: list[list[int]], tokens_N_T: Tensor, lengths: list[int], temperature: float,
                         with_entropy: bool = False):
-        """As `completion_logprobs`, the rows packed end to end into one sequence with no padding: position ids
+        """As `padded_logprobs`, the rows packed end to end into one sequence with no padding: position ids
         restart at 0 for every row and no attention mask is passed, so the model attends within each row alone
         (transformers reads the restarting position ids as packed sequences: a block-diagonal causal mask under
         eager/sdpa attention, variable-length kernels under flash attention)."""
@@ -379,45 +312,8 @@ class Trainee:
         row = torch.cat([torch.full((c,), i) for i, c in enumerate(lengths)]).long()
         t = torch.cat([torch.arange(c) for c in lengths]).long()
         at = torch.tensor([starts[i] + len(prompts[i]) - 1 for i in range(n)])[row] + t  # the position before it
-        return self._scatter(self._forward(ids, None, position, torch.zeros_like(at), at, ids[0, at + 1],
-                                           temperature, with_entropy), n, T, row, t)
-
-    def _forward(self, ids: Tensor, attn: Tensor | None, position: Tensor, row: Tensor, at: Tensor, targets: Tensor,
-                 temperature: float, with_entropy: bool) -> tuple[Tensor, Tensor | None]:
-        """[K] log p(targets[k]) under softmax(logits[row[k], at[k]] / T), in float32, from one forward pass (and the
-        entropy of that distribution, with `with_entropy`).
-
-        With a plain head (`plain_head`) the LM head's own forward is swapped, for this pass, for one that applies
-        it to the K positions alone, a slice at a time (`lm_head.token_logprobs`, recomputed in backward): no logits
-        exist for the other positions (prompts, padding) and never [K, V] for all K at once. It runs inside the
-        model's forward and its result is the model's output, so a sharded model (backend=fsdp) has the head's
-        weight gathered when it is read, in forward and in backward, as for the logits it replaces."""
-        row, at = row.to(self.device), at.to(self.device)
-        inputs = {"input_ids": ids, "attention_mask": attn, "position_ids": position, "use_cache": False}
-        if self.plain_head is None:
-            self.plain_head = head_is_plain(self.policy, inputs)
-        if not self.plain_head:
-            return logits_logprobs(self.policy(**inputs).logits[row, at], targets, temperature, with_entropy)
-        head = cast("PreTrainedModel", self.policy).get_output_embeddings()
-
-        def logprobs(hidden_B_L_H: Tensor) -> Tensor:
-            logp, entropy = token_logprobs(hidden_B_L_H[row, at], head.weight, targets, temperature,
-                                           with_entropy=with_entropy)
-            return logp if entropy is None else torch.stack([logp, entropy])
-
-        with forward_replaced(head, logprobs):
-            out = self.policy(**inputs, logits_to_keep=0).logits
-        return (out[0], out[1]) if with_entropy else (out, None)
-
-    @staticmethod
-    def _scatter(flat: tuple[Tensor, Tensor | None], n: int, T: int, row: Tensor, t: Tensor):
-        """The K flat values back at their (row, t) of [n, T], 0 elsewhere; (log-probs, entropies) when both came."""
-        out = []
-        for values in flat:
-            if values is not None:
-                out.append(values.new_zeros((n, T)))
-                out[-1][row.to(values.device), t.to(values.device)] = values
-        return out[0] if len(out) == 1 else tuple(out)
+        return scatter(position_logprobs(self.policy, ids, None, position, torch.zeros_like(at), at,
+                                         ids[0, at.to(self.device) + 1], temperature, with_entropy), n, T, row, t)
 
 
 def prepare(model: nn.Module, lora: LoraSpec | None, lora_seed: int, gradient_checkpointing: bool) -> nn.Module:

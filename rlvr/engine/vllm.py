@@ -83,6 +83,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from rlvr.backend.logprobs import padded_logprobs, padded_rows
 from rlvr.engine.policy_files import folder_bytes, is_lora, save_adapter, save_base
 from rlvr.engine.rows import rollouts_from_rows
 from rlvr.engine.vllm_weights import RECEIVER, pack, weight_chunks
@@ -402,18 +403,8 @@ class VLLMEngine:
         return torch.cat(out) if out else torch.zeros(tokens.shape, dtype=torch.float32)
 
     def _rescore_chunk(self, prompts: list[list[int]], tokens: Tensor, mask: Tensor, T: float, device) -> Tensor:
-        L = max(len(p) for p in prompts)
-        prompt = torch.full((len(prompts), L), self.pad_id, dtype=torch.long)
-        prompt_mask = torch.zeros((len(prompts), L), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            prompt[i, L - len(p) :] = torch.tensor(p, dtype=torch.long)
-            prompt_mask[i, L - len(p) :] = 1
-        ids = torch.cat([prompt, tokens], 1).to(device)
-        attn = torch.cat([prompt_mask, mask.long()], 1).to(device)
-        position = (attn.cumsum(-1) - 1).clamp(min=0)
-        logits = self.policy(input_ids=ids, attention_mask=attn, position_ids=position).logits[:, L - 1 : -1]
-        logp = torch.log_softmax(logits.float() / T, -1).gather(-1, ids[:, L:, None]).squeeze(-1)
-        return logp.cpu().masked_fill(~mask, 0.0)
+        ids, attn, L = padded_rows(prompts, tokens, mask, self.pad_id)
+        return padded_logprobs(self.policy, ids.to(device), attn.to(device), L, tokens, T).cpu()  # the chunked head
 
     def close(self) -> None:
         """Stop vLLM and delete the weight folders (also done when the engine is garbage-collected)."""

@@ -3,6 +3,7 @@ import torch
 
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.local import LocalBackend
+from rlvr.backend.logprobs import PLAIN_HEADS
 from rlvr.engine.pytorch import PyTorchEngine
 from rlvr.model.tiny import TinyLlama
 from rlvr.seeds import prompt_seeds
@@ -147,7 +148,7 @@ def test_logprobs_computed_a_chunk_at_a_time_are_the_same(monkeypatch):
         whole = backend.completion_logprobs(ids, attn, Lp, ro.tokens_PG_T, ro.temperature)
         monkeypatch.setattr(lm_head, "CHUNK_ELEMENTS", 16)  # one position per chunk (vocabulary 16)
         chunked = backend.completion_logprobs(ids, attn, Lp, ro.tokens_PG_T, ro.temperature)
-    assert backend.trainee.plain_head
+    assert PLAIN_HEADS[backend.policy]
     assert torch.allclose(whole, chunked, atol=1e-6)
 
 

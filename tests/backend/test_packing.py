@@ -14,6 +14,7 @@ from rlvr.algorithm.correction import KINDS, Correction
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.fsdp import rank_rows
 from rlvr.backend.local import LocalBackend
+from rlvr.backend.logprobs import PLAIN_HEADS
 from rlvr.config_check import config_problems
 from rlvr.model.tiny import TinyLlama
 from rlvr.types import LoraSpec, Rollouts, TrainBatch
@@ -137,7 +138,7 @@ def test_the_head_is_applied_to_the_sampled_positions_alone_or_read_from_the_log
         got = b.completion_logprobs(ids, attn, Lp, tokens, 0.7)
         logits = model(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0)).logits
     want = torch.log_softmax(logits[:, Lp - 1 : -1].float() / 0.7, -1).gather(-1, tokens[..., None]).squeeze(-1)
-    assert b.trainee.plain_head is (softcap is None)
+    assert PLAIN_HEADS[model] is (softcap is None)
     torch.testing.assert_close(got[mask], want[mask], rtol=0, atol=1e-6)
     assert bool((got[~mask] == 0).all())
 

@@ -8,8 +8,6 @@ would match the old weights instead). The in-memory sync is also checked against
 (tests/engine/test_vllm_multiprocessing.py runs one), and for the bytes each sync writes. Sleep mode: vLLM's CPU
 build cannot sleep (see test_sleep_then_sync_…)."""
 
-import json
-
 import pytest
 import torch
 from engine.contract import check_rollouts
@@ -154,22 +152,6 @@ def test_greedy_is_the_policy_argmax(lora_setup):
             logits = backend.policy(input_ids=torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
         assert completion == logits.argmax(-1).tolist()
     assert (ro.logprobs_PG_T == 0).all()  # log p of the argmax under logits / 1e-7
-
-
-def test_an_entropy_transform_reads_the_backends_entropies(tmp_path):
-    """vLLM returns top-k log-probabilities, not the full distribution: backend=local computes the entropies GTPO's
-    shannon_entropy reads in a no-grad pass (tests/backend/test_packing.py checks them against engine=pytorch's)."""
-    from rlvr.run import run
-
-    cfg = compose_config(["engine=vllm", "transform=gtpo", "transform.uncertainty=shannon_entropy",
-                          "trainer.max_steps=2", "trainer.warmup.steps=0", "trainer.evaluate=false", "threads=1",
-                          "reward=function", "reward.function=tests.backpressure.mixed_rewards.parity"])
-    assert run(cfg, tmp_path)["steps"] == 2
-    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert all(r["exec_surprisal_mean"] > 0 for r in rows if not r["skipped"]) and not all(r["skipped"] for r in rows)
-    with pytest.raises(ConfigError, match=r"full-distribution entropy .* choose engine=pytorch, or backend=local"):
-        build_all(compose_config(["engine=vllm", "backend=fsdp", "transform=gtpo",
-                                  "transform.uncertainty=shannon_entropy"]))
 
 
 def test_the_yaml_knobs_match_the_constructor():

@@ -1,0 +1,25 @@
+"""Whole runs with engine=vllm, in a file of their own: a run closes its vLLM engine, which tears down vLLM's
+process-wide parallel state, so it must not share a module with engines that outlive it (test_vllm_engine.py's
+module-scoped fixtures)."""
+
+import json
+
+import pytest
+
+from composing import compose_config
+from rlvr.errors import ConfigError
+from rlvr.run import build_all, run
+
+
+def test_an_entropy_transform_reads_the_backends_entropies(tmp_path):
+    """vLLM returns top-k log-probabilities, not the full distribution: backend=local computes the entropies GTPO's
+    shannon_entropy reads in a no-grad pass (tests/backend/test_packing.py checks them against engine=pytorch's)."""
+    cfg = compose_config(["engine=vllm", "transform=gtpo", "transform.uncertainty=shannon_entropy",
+                          "trainer.max_steps=2", "trainer.warmup.steps=0", "trainer.evaluate=false", "threads=1",
+                          "reward=function", "reward.function=tests.backpressure.mixed_rewards.parity"])
+    assert run(cfg, tmp_path)["steps"] == 2
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["exec_surprisal_mean"] > 0 for r in rows if not r["skipped"]) and not all(r["skipped"] for r in rows)
+    with pytest.raises(ConfigError, match=r"full-distribution entropy .* choose engine=pytorch, or backend=local"):
+        build_all(compose_config(["engine=vllm", "backend=fsdp", "transform=gtpo",
+                                  "transform.uncertainty=shannon_entropy"]))
