@@ -29,6 +29,7 @@ from composing import CONF_DIR, FAST, compose_config
 from rlvr.backend.local import LocalBackend
 from rlvr.engine.openai import OpenAIEngine, PolicySyncError, ServerError
 from rlvr.engine.policy_files import folder_bytes
+from rlvr.engine.sync_check import FLOAT32_TOLERANCE, StaleEngineError, check_sync
 from rlvr.errors import ConfigError
 from rlvr.run import build_all
 from rlvr.seeds import Seeds, prompt_seeds
@@ -176,6 +177,26 @@ def test_full_weight_sync_parity(server):
     else:
         assert max_logprob_gap(backend.policy, engine.sample(PROMPTS, 4, params,
                                                              seeds=prompt_seeds(3, len(PROMPTS)))) < TOL
+
+
+@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
+def test_a_sync_broken_on_purpose_is_caught_by_the_sync_check(server, lora, monkeypatch):
+    """The push that should carry the new weights to vLLM's server does nothing (the field's silent failure): the
+    server keeps serving the old adapter or weights, and the trainer's sync check (trainer.sync_check,
+    rlvr/engine/sync_check.py) stops the run; before the update it passes."""
+    backend, tok = backend_for(lora=lora, seed=3 if lora else 4)
+    engine = engine_for(backend, tok, server.base_url, verify_sync=False)  # the trainer's check alone
+    try:
+        engine.sync(backend.policy)
+        ok = check_sync(engine, backend.policy, [tok.eos_token_id], 8, FLOAT32_TOLERANCE, step=0)
+        assert ok["engine/sync_check_delta"] < FLOAT32_TOLERANCE
+        nudge(backend.policy, 0.3 if lora else 0.05, lora=lora)
+        monkeypatch.setattr(OpenAIEngine, "_push", lambda self, policy: 0)
+        engine.sync(backend.policy)
+        with pytest.raises(StaleEngineError, match="serves other weights than the trainer's"):
+            check_sync(engine, backend.policy, [tok.eos_token_id], 8, FLOAT32_TOLERANCE, step=1)
+    finally:
+        engine.close()
 
 
 def test_processed_logprobs_mode_is_checked_against_the_server(server):
