@@ -25,7 +25,8 @@ What it prints (from the run's metrics.jsonl, the first step left out: it compil
     GPU peak MB           gpu_max_allocated_mb: the process's peak of torch allocations, vLLM's weights and KV
                           cache included
 Each figure is the median over the steps after the first. The run must finish within `--timeout` seconds
-(540 by default, so that the check with its start-up fits in ten minutes); its folder is kept (`--out`).
+(540 by default, so that the check with its start-up fits in ten minutes); its folder is kept (`--out`), the
+random model's is deleted.
 """
 
 from __future__ import annotations
@@ -174,6 +175,8 @@ def main() -> int:
     except subprocess.TimeoutExpired:
         print(f"bench.gpu_check: the run passed --timeout {args.timeout:.0f} s; its folder: {out}")
         return 1
+    finally:
+        shutil.rmtree(root / "model", ignore_errors=True)  # the random model (1.2 GB at full size); the run stays
     if proc.returncode:
         print(proc.stdout[-3000:] + proc.stderr[-6000:])
         print(f"bench.gpu_check: the run failed (exit {proc.returncode}); its folder: {out}")
