@@ -258,20 +258,12 @@ class Trainee:
         return loss.select_tokens(new_lp_N_T, old_lp, rows.adv, rows.action, draws)
 
     @no_grad
-    def step_logprobs(self, rows: StepRows, batches: list[list[int]]) -> Tensor:
-        """[N, T] new log-probabilities of the rows in `batches` (0 on the others and on padding), without grad."""
+    def step_logprobs(self, rows: StepRows, batches: list[list[int]], entropies: bool = False) -> Tensor:
+        """[N, T] new log-probabilities of the rows in `batches` (0 on the others and on padding), without grad; with
+        `entropies`, the entropies of the policy's temperature-scaled distribution at those positions instead."""
         out = rows.engine_lp.new_zeros(rows.engine_lp.shape)
         for b in batches:
-            out[b] = self.logprobs(rows, b)
-        return out
-
-    @no_grad
-    def step_entropies(self, rows: StepRows, batches: list[list[int]]) -> Tensor:
-        """[N, T] entropies of the policy's temperature-scaled distribution at each completion position of the rows in
-        `batches` (0 elsewhere), without grad: what an engine that cannot give them leaves to the trainer."""
-        out = rows.engine_lp.new_zeros(rows.engine_lp.shape)
-        for b in batches:
-            out[b] = self.logprobs(rows, b, with_entropy=True)[1]
+            out[b] = self.logprobs(rows, b, with_entropy=True)[1] if entropies else self.logprobs(rows, b)
         return out
 
     def logprobs(self, rows: StepRows, b: list[int], with_entropy: bool = False):
@@ -383,7 +375,7 @@ class LocalBackend:
         keep = rollouts.action_mask_PG_T.any(-1).nonzero().squeeze(-1)
         t.policy.eval()
         try:
-            part = t.step_entropies(rows, t.micro_batches(rows, range(len(rows.prompts))))
+            part = t.step_logprobs(rows, t.micro_batches(rows, range(len(rows.prompts))), entropies=True)
         finally:
             t.policy.train(training)
         out = torch.zeros(mask.shape, dtype=torch.float32)
