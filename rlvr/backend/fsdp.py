@@ -230,9 +230,8 @@ class FSDPBackend:
         """Every rank: its shards under `dcp/` (collective). Rank 0: the full adapter or weights, as
         backend=local writes them, and `local_state.json`."""
         self._sharded()
-        model_sd, optim_sd = state_dict_api.get_state_dict(self.trainee.policy, self.trainee.optimizer,
-                                                           options=self._options())
-        dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(path / SHARDS))
+        stepped = bool(self.trainee.optimizer.state)
+        dcp.save(self._state_dict(stepped), checkpoint_id=str(path / SHARDS))
         full = state_dict_api.get_model_state_dict(self.trainee.policy, options=self._options(full=True))
         if not self.world.is_main:
             return
@@ -244,7 +243,20 @@ class FSDPBackend:
         else:
             safetensors_torch.save_file(untied(full), str(path / "model.safetensors"))
             cast("PreTrainedModel", self.trainee.policy).config.save_pretrained(path)
-        (path / STATE_FILE).write_text(json.dumps({"train_steps": self.trainee.train_steps}) + "\n")
+        (path / STATE_FILE).write_text(json.dumps({"train_steps": self.trainee.train_steps, "optimizer": stepped})
+                                       + "\n")
+
+    def _state_dict(self, optimizer: bool) -> dict:
+        """The DCP state: the model's shards, and the optimizer's once it has stepped. Before its first step it
+        holds nothing, and asking DCP for its state makes one (torch's `_init_optim_state`: a step of zero
+        gradients at lr 0, which leaves AdamW's step count at 1), so a run continued from a checkpoint taken
+        before any update (a stop while the first evaluation or step scored) would bias-correct its first update
+        as a second one."""
+        state = {"model": state_dict_api.get_model_state_dict(self.trainee.policy, options=self._options())}
+        if optimizer:
+            state["optimizer"] = state_dict_api.get_optimizer_state_dict(self.trainee.policy, self.trainee.optimizer,
+                                                                         options=self._options())
+        return state
 
     def load(self, path: Path) -> None:
         """Restore `save`'s shards on this run's processes, however many wrote them."""
@@ -252,13 +264,14 @@ class FSDPBackend:
             raise ValueError(f"{path} has no {SHARDS}/ folder: it was written by backend=local, which backend=fsdp "
                              "cannot resume (continue it with backend=local)")
         self._sharded()
-        model_sd, optim_sd = state_dict_api.get_state_dict(self.trainee.policy, self.trainee.optimizer,
-                                                           options=self._options())
-        state = {"model": model_sd, "optimizer": optim_sd}
+        saved = json.loads((path / STATE_FILE).read_text())
+        state = self._state_dict(optimizer=saved.get("optimizer", True))  # checkpoints before the key: always
         dcp.load(state, checkpoint_id=str(path / SHARDS))
-        state_dict_api.set_state_dict(self.trainee.policy, self.trainee.optimizer, model_state_dict=state["model"],
-                                      optim_state_dict=state["optimizer"], options=self._options())
-        self.trainee.train_steps = int(json.loads((path / STATE_FILE).read_text())["train_steps"])
+        state_dict_api.set_model_state_dict(self.trainee.policy, state["model"], options=self._options())
+        if "optimizer" in state:
+            state_dict_api.set_optimizer_state_dict(self.trainee.policy, self.trainee.optimizer, state["optimizer"],
+                                                    options=self._options())
+        self.trainee.train_steps = int(saved["train_steps"])
 
 
 def rank_rows(sizes: list[int], W: int, packing: bool) -> list[list[int]]:
