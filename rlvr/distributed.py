@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlvr.lazy import lazy_import
+from rlvr.preemption import StepInterrupted
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -177,15 +178,22 @@ def on_main(fn, *args):
     return value
 
 
-def gather_step(world: World, rollouts: Rollouts, completions: list[str], scores: Scores, pad_id: int
+def gather_step(world: World, rollouts: Rollouts, completions: list[str], scores: Scores | None, pad_id: int
                 ) -> tuple[Rollouts, list[str], Scores]:
     """The whole step's rollouts, decoded completions and scores on every rank, from each rank's share (in a world
-    of one process: as given)."""
+    of one process: as given). `scores` is None on a rank whose scoring a stop signal interrupted: then every rank
+    raises StepInterrupted once all have come, so each drops the step and none waits in a collective the others
+    left (a rank going on to checkpoint while another gathers would hang both)."""
     from rlvr.types import Scores
 
     if world.size == 1:
+        if scores is None:
+            raise StepInterrupted("a stop signal while scoring")
         return rollouts, completions, scores
     parts = all_gather((completions, scores))
+    stopped = [rank for rank, (_, s) in enumerate(parts) if s is None]
+    if stopped:
+        raise StepInterrupted(f"a stop signal reached rank {stopped[0]} while it scored")
     merged = Scores(values=[v for _, s in parts for v in s.values], timeouts=sum(s.timeouts for _, s in parts),
                     errors=sum(s.errors for _, s in parts), parse_failures=sum(s.parse_failures for _, s in parts))
     return gather_rollouts(rollouts, pad_id), [c for cs, _ in parts for c in cs], merged

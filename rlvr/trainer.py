@@ -14,8 +14,9 @@ A step in which no token has a non-zero advantage trains nothing (the predecesso
 still writes its metrics row, with `skipped: true`, so the reward curve has no holes. A run that cannot learn
 fails instead of reporting success: `trainer.max_skipped_steps` consecutive skipped steps, or
 `trainer.max_failed_steps` consecutive steps on which every item's scoring failed, checkpoint and raise
-`RunFailed` naming the cause (status `failed`, exit 1). A stop signal while scoring drops the step in progress
-and checkpoints the steps done (rlvr/preemption.py), so a hung verifier never holds a stop.
+`RunFailed` naming the cause (status `failed`, exit 1). A stop signal while scoring drops the step (or evaluation)
+in progress, on every rank, and checkpoints the steps done (rlvr/preemption.py), so a hung verifier never holds a
+stop.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from rlvr.lazy import lazy_import
 from rlvr.model.base_folder import save_base
 from rlvr.model.prompt_encoding import eos_ids, token_pieces
 from rlvr.outputs import RunDir
-from rlvr.preemption import StepInterrupted, StopSignals
+from rlvr.preemption import Preempted, StepInterrupted, StopSignals
 from rlvr.progress import Progress, duration
 from rlvr.protocols import (
     Algorithm,
@@ -238,8 +239,9 @@ class Trainer:
 
     def _loop(self, live: Live, first: int, resume_from: Path | None, stop: StopSignals | None):
         out = live.out
-        if not resume_from:
-            self._evaluate(live, 0)
+        held = bool(live.evals) and live.evals[-1]["step"] == first  # the checkpoint's own evaluation
+        if not held and (first == 0 or self.eval_every and first % self.eval_every == 0) and first < self.max_steps:
+            self._evaluate_or_stop(live, first, stop)  # the run's first; or one a stop dropped, made now
         live.clock["t_rl"] = time.perf_counter()
         with Progress("rl", total=self.max_steps, done=first, lines=False) as progress:
             for step in range(first, self.max_steps):
@@ -247,12 +249,9 @@ class Trainer:
                 try:
                     row = self.step(live, step)
                 except StepInterrupted:  # a stop while scoring: the step is dropped, the steps done are kept
-                    assert stop is not None, "only a stop signal interrupts a step"
                     live.totals.update(before[0])
                     set_rng_state(before[1])
-                    saved = self._checkpoint(live, step)
-                    raise stop.stopped(f"while scoring step {step + 1} (dropped); checkpoint of the {step} steps done "
-                                       f"saved in {saved}; continue with: {resume_command()}") from None
+                    raise self._stop_now(live, stop, step, f"while scoring step {step + 1} (dropped)") from None
                 self._emit(live, row)
                 self._fail_if_cannot_learn(live, step, row)
                 progress.update()
@@ -260,7 +259,7 @@ class Trainer:
                 if done % self.log_every == 0 or done == self.max_steps:
                     log.info(console_line(row, progress.text()))
                 if self.eval_every and done % self.eval_every == 0 and done < self.max_steps:
-                    self._evaluate(live, done)
+                    self._evaluate_or_stop(live, done, stop)
                 if stop is not None and self._stopping(live, stop) and done < self.max_steps:
                     saved = self._checkpoint(live, done)
                     raise stop.stopped(f"after step {done}; checkpoint saved in {saved}; continue with: "
@@ -275,6 +274,26 @@ class Trainer:
         out.write_json("summary.json", summary)
         log.info(closing_line(summary, live.evals, out.path))
         return summary
+
+    def _evaluate_or_stop(self, live: Live, steps_done: int, stop: StopSignals | None) -> None:
+        """The evaluation after `steps_done` steps. A stop signal while it scores drops it: the checkpoint of the
+        steps done does not hold it, so the continued run makes it first (`_loop`)."""
+        before = rng_state()
+        try:
+            self._evaluate(live, steps_done)
+        except StepInterrupted:
+            set_rng_state(before)
+            raise self._stop_now(live, stop, steps_done, f"while evaluating after step {steps_done} (dropped)"
+                                 ) from None
+
+    def _stop_now(self, live: Live, stop: StopSignals | None, steps_done: int, where: str) -> Preempted:
+        """A stop signal interrupted scoring (on this rank or, told in the step's gather, another): every rank takes
+        the signal, checkpoints the steps done and returns the Preempted to raise."""
+        assert stop is not None, "only a stop signal interrupts scoring"
+        self._stopping(live, stop)  # a rank the signal did not reach takes it from the one it did
+        saved = self._checkpoint(live, steps_done)
+        return stop.stopped(f"{where}; checkpoint of the {steps_done} steps done saved in {saved}; continue with: "
+                            f"{resume_command()}")
 
     @staticmethod
     def _stopping(live: Live, stop: StopSignals) -> bool:

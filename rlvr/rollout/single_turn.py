@@ -8,7 +8,7 @@
 A group's completions depend only on its own seed, a function of the run seed, the step and the group's position
 in the data stream: not on the other groups of the step, nor on how many processes share it. Scoring runs inside
 `interruptible` (the trainer's StopSignals.interruptible): a stop signal then does not wait for a verifier that
-hangs.
+hangs. The interrupted rank still joins the step's gather, which tells every rank (`gather_step`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from rlvr.distributed import World, gather_step
 from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import decode_completions, encode_prompts
+from rlvr.preemption import StepInterrupted
 from rlvr.reward.guarded import guarded_score
 from rlvr.seeds import Seeds, group_sampling_seeds
 from rlvr.telemetry import Stopwatch
@@ -61,8 +62,12 @@ class SingleTurn:
                                       seeds=[seeds[i] for i in mine], with_entropy=with_entropy)
         sample_s = clock.lap()
         completions = decode_completions(self.tokenizer, rollouts)
-        with self.interruptible():
-            scores = guarded_score(self.reward, completions, [examples[i].reference for i in mine for _ in range(G)])
+        references = [examples[i].reference for i in mine for _ in range(G)]
+        try:
+            with self.interruptible():
+                scores = guarded_score(self.reward, completions, references)
+        except StepInterrupted:
+            scores = None  # the gather raises it again on every rank: all of them drop this step, none waits
         rollouts, completions, scores = gather_step(self.world, rollouts, completions, scores,
                                                     self.tokenizer.pad_token_id)
         fractions = scores.fractions("reward/")

@@ -93,7 +93,8 @@ def test_a_run_resumes_on_another_number_of_processes(one_rank, tmp_path, first,
 def test_a_killed_rank_takes_the_run_down_within_the_bound(tmp_path):
     folder = tmp_path / "run"
     proc = subprocess.Popen(command(2, folder, "trainer.max_steps=100000", "trainer.save_every=0"), cwd=REPO, env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while not ((folder / "metrics.jsonl").is_file() and len(rows(folder)) > 3) and time.monotonic() < deadline:
@@ -106,7 +107,7 @@ def test_a_killed_rank_takes_the_run_down_within_the_bound(tmp_path):
         took = time.monotonic() - killed
     finally:
         if proc.poll() is None:
-            os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)  # the run's own session, never pytest's group
     assert proc.returncode != 0 and took < DEATH_BOUND_S, (proc.returncode, took)
     status = json.loads((folder / "status.json").read_text())
     assert status["state"] == "failed" and "remote worker" in status["reason"], status
@@ -127,7 +128,8 @@ def test_a_stop_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
     folder = tmp_path / "run"
     steps = ["trainer.max_steps=30", "trainer.save_every=0", "trainer.eval_every=0"]
     proc = subprocess.Popen(command(2, folder, *steps), cwd=REPO, env=ENV, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while not ((folder / "metrics.jsonl").is_file() and len(rows(folder)) > 3) and time.monotonic() < deadline:
@@ -137,7 +139,7 @@ def test_a_stop_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
         _, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
-            os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)  # the run's own session, never pytest's group
     status = json.loads((folder / "status.json").read_text())
     assert status["state"] == "preempted", (status, stderr[-2000:])
     done = int((folder / "checkpoints" / "latest").read_text().strip().removeprefix("step_"))
@@ -147,6 +149,40 @@ def test_a_stop_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
     train(2, folder, *steps)
     assert [r["step"] for r in rows(folder) if "loss" in r] == list(range(30))
     assert json.loads((folder / "summary.json").read_text())["resumed_from_step"] == done
+
+
+def test_a_stop_signal_to_one_rank_while_it_scores_drops_the_evaluation_on_every_rank(one_rank, tmp_path):
+    """A stop signal interrupts a wait on the verifier at once (rlvr/preemption.py). The interrupted rank still
+    joins the gather, where every rank learns of it and drops the evaluation alike; before, rank 1 went on to
+    checkpoint while rank 0 waited in the gather, and both hung. Here the first evaluation hangs on both ranks and
+    rank 1 alone gets SIGUSR1; rank 0's verifier times out (reward.timeout_s); both checkpoint the 0 steps done and
+    exit. The same command then makes the dropped evaluation first and logs what the uninterrupted run logs."""
+    hang, folder = tmp_path / "hang", tmp_path / "run"
+    hang.touch()
+    steps = ["trainer.max_steps=4", "reward.function=tests.interrupt_rewards.parity_hangs_when_flagged",
+             "reward.timeout_s=5"]
+    env = {**ENV, "RLVR_TEST_HANG": str(hang)}
+    proc = subprocess.Popen(command(2, folder, *steps), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not Path(f"{hang}.hanging.1").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, "rank 1 waits on its verifier"
+        time.sleep(0.5)
+        os.kill(rank_pid(proc.pid, 1), signal.SIGUSR1)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the run's own session, never pytest's group
+    status = json.loads((folder / "status.json").read_text())
+    assert status["state"] == "preempted", (status, stderr[-2000:])
+    assert "while evaluating after step 0 (dropped); checkpoint of the 0 steps done" in status["reason"], status
+    hang.unlink()
+    proc = subprocess.run(command(2, folder, *steps), cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_same_metrics(rows(folder), rows(one_rank))
+    assert json.loads((folder / "summary.json").read_text())["resumed_from_step"] == 0
 
 
 def adapter(folder: Path, step: int) -> dict:
