@@ -35,6 +35,8 @@ from rlvr.lazy import lazy_import
 torch = lazy_import("torch")
 
 STATE_FILE = "trainer_state.json"
+PENDING_FILE = "pending.pt"
+"""trainer.off_policy_steps ≥ 1: the steps sampled ahead but not yet trained (rlvr/overlap.py Job list)."""
 STEP_DIR = re.compile(r"^step_(\d+)$")
 
 

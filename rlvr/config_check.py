@@ -114,7 +114,7 @@ def value_errors(cfg: DictConfig) -> list[str]:
                                            and budget > 0):
         errors.append(f"backend.max_tokens_per_micro_batch={budget!r}: backend.packing=true needs a token budget per "
                       "forward/backward > 0 (prompt + completion tokens)")
-    errors += check_backpressure(cfg)
+    errors += check_backpressure(cfg) + overlap_errors(cfg)
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**63:
         errors.append(f"seed={cfg.seed!r} must be an integer in [0, 2**63)")
     threads = cfg.get("threads")
@@ -140,6 +140,45 @@ def position_errors(cfg: DictConfig) -> list[str]:
     context = (cfg.get("env") or {}).get("max_context_tokens")
     if isinstance(context, int) and context > positions:
         errors.append(f"env.max_context_tokens={context} does not fit: {model}; at most {positions}")
+    return errors
+
+
+def overlap_errors(cfg: DictConfig) -> list[str]:
+    """trainer.off_policy_steps ≥ 1 (rlvr/overlap.py): the loss corrects for the stale sampler, the batch size is
+    fixed ahead, and the engine holds weights of its own that sampling may read while the trainer trains."""
+    t = cfg.trainer
+    k, mode = t.get("off_policy_steps", 0), t.get("off_policy_mode", "fixed")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+        return [f"trainer.off_policy_steps={k!r} must be an integer >= 0 (0 = the synchronous loop)"]
+    if mode not in ("fixed", "bounded"):
+        return [f"trainer.off_policy_mode={mode!r}: expected fixed or bounded"]
+    if k == 0:
+        return []
+    setting, errors = f"trainer.off_policy_steps={k}", []
+    correction = cfg.algorithm.get("loss", {}).get("correction") or {}
+    if correction.get("kind", "none") == "none" or correction.get("pi_old") != "decoupled":
+        errors.append(f"{setting} trains on rollouts sampled {k} update(s) behind: the loss must be the decoupled one "
+                      f"(π_old recomputed by the trainer, weighted by π_old/π_engine); add correction=token_tis "
+                      f"algorithm.loss.correction.pi_old=decoupled (now correction kind "
+                      f"{correction.get('kind', 'none')!r}, pi_old {correction.get('pi_old')!r})")
+    if "min_batch_size" in (cfg.get("backpressure") or {}):
+        errors.append(f"{setting}: backpressure=usl chooses each step's batch size from the steps before it, which "
+                      "have not trained when a step is sampled ahead; use backpressure=none")
+    target = str(cfg.backend.get("_target_", ""))
+    if target.endswith("FSDPBackend"):
+        errors.append(f"{setting}: backend=fsdp does not overlap yet (its engine samples from the sharded module the "
+                      "trainer trains); use backend=local, or trainer.off_policy_steps=0")
+    if target.endswith("TinkerBackend"):
+        errors.append(f"{setting}: backend=tinker samples on the service from saved weights; overlapping it through "
+                      "the SDK's asynchronous calls is not built; use trainer.off_policy_steps=0")
+    engine = cfg.get("engine") or {}
+    if sleep := engine.get("sleep_level", 0):
+        errors.append(f"{setting}: engine.sleep_level={sleep} puts vLLM to sleep while the trainer "
+                      "trains, when an overlapped run samples; use engine.sleep_level=0")
+    if str(engine.get("_target_", "")).endswith("PyTorchEngine") and not (cfg.model.get("lora") and
+                                                                         engine.get("merge_lora")):
+        errors.append(f"{setting}: engine=pytorch then samples from the very module the trainer updates; it keeps "
+                      "weights of its own only under LoRA with engine.merge_lora=true (or use engine=vllm)")
     return errors
 
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         Example,
         LoraSpec,
         Rollouts,
+        Sampled,
         SamplingParams,
         Scores,
         Step,
@@ -294,10 +295,15 @@ class PlanningDetector(Protocol):
 class Rollout(Protocol):
     """How a step's examples become scored rows (rlvr/rollout/): single-turn completions or episodes."""
 
-    def collect(self, examples: list[Example], step: int, position: int, group_size: int,
-                sampling: SamplingParams) -> StepBatch:
-        """The step's rows: `group_size` of each example (the data stream's from `position` on), scored, gathered
-        over the run's processes."""
+    def sample(self, examples: list[Example], step: int, position: int, group_size: int,
+               sampling: SamplingParams) -> Sampled:
+        """This process's share of the step's rows: `group_size` of each example (the data stream's from `position`
+        on). Only the engine (and an environment) is used: an overlapped run calls it in its sampler thread."""
+        ...
+
+    def finish(self, sampled: Sampled) -> StepBatch:
+        """The step's rows scored and gathered over the run's processes (the training thread: scoring may need the
+        main thread, and gathering is a collective)."""
         ...
 
     def evaluate(self, examples: list[Example], max_tokens: int) -> StepBatch:

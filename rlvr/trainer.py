@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from rlvr.backpressure import BackPressure
-from rlvr.checkpoint import Checkpoints, rng_state, set_rng_state
+from rlvr.checkpoint import PENDING_FILE, Checkpoints, rng_state, set_rng_state
 from rlvr.credit import assign_credit
 from rlvr.data.order import prompts_at
 from rlvr.distributed import World
@@ -40,6 +40,7 @@ from rlvr.lazy import lazy_import
 from rlvr.model.base_folder import save_base
 from rlvr.model.prompt_encoding import eos_ids, token_pieces
 from rlvr.outputs import RunDir
+from rlvr.overlap import Job, SampleAhead, SampleInline
 from rlvr.preemption import Preempted, StepInterrupted, StopSignals
 from rlvr.progress import Progress, duration
 from rlvr.protocols import (
@@ -73,7 +74,7 @@ from rlvr.telemetry import (
     sample_groups,
     step_row,
 )
-from rlvr.types import Demonstration, Rollouts, SamplingParams, StepBatch, TokenSignals, TrainBatch
+from rlvr.types import Demonstration, Example, Rollouts, Sampled, SamplingParams, StepBatch, TokenSignals, TrainBatch
 from rlvr.warmup import Warmup
 
 if TYPE_CHECKING:
@@ -177,6 +178,10 @@ class Live:
     """Steps in a row with nothing to train / on which every item's scoring failed (saved in checkpoints)."""
     clock: dict = field(default_factory=lambda: {"wall": 0.0, "rl": 0.0, "t_start": 0.0, "t_rl": None})
     """Seconds of the run's earlier segments (a resumed run's summary covers them all) and this one's starts."""
+    sampler: SampleInline | SampleAhead | None = None
+    """Where each step's rollouts come from (rlvr/overlap.py), from the first RL step on."""
+    restored_jobs: list[Job] = field(default_factory=list)
+    """A checkpoint's steps sampled but not yet trained (trainer.off_policy_steps ≥ 1)."""
 
 
 @dataclass
@@ -212,6 +217,12 @@ class Trainer:
     sync_check: SyncCheck = field(default_factory=SyncCheck)
     """Every `every` steps, after the sync: does the engine sample from the trainer's weights? (rlvr/engine/
     sync_check.py)"""
+    off_policy_steps: int = 0
+    """k: step n samples from the weights after n − k updates, in a sampler thread while earlier steps train
+    (rlvr/overlap.py); 0 = the synchronous loop."""
+    off_policy_mode: str = "fixed"
+    """fixed: exactly k behind, repeatable bit for bit; bounded: the newest weights the engine has, at most k
+    behind, never waiting for a sync (not repeatable)."""
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
@@ -238,11 +249,26 @@ class Trainer:
             c.logger.finish()
 
     def _loop(self, live: Live, first: int, resume_from: Path | None, stop: StopSignals | None):
-        out = live.out
         held = bool(live.evals) and live.evals[-1]["step"] == first  # the checkpoint's own evaluation
         if not held and (first == 0 or self.eval_every and first % self.eval_every == 0) and first < self.max_steps:
             self._evaluate_or_stop(live, first, stop)  # the run's first; or one a stop dropped, made now
         live.clock["t_rl"] = time.perf_counter()
+        live.sampler = self._sampler(live, first)
+        live.sampler.start(first, live.restored_jobs)
+        try:
+            self._steps(live, first, stop)
+        finally:
+            live.sampler.close()
+        if not live.evals or live.evals[-1]["step"] != self.max_steps:
+            self._evaluate(live, self.max_steps)
+        self._checkpoint(live, self.max_steps, final=True)
+        elapsed = self._elapsed(live)
+        summary = self._summary(live, first if resume_from else None, elapsed["wall"], elapsed["rl"])
+        live.out.write_json("summary.json", summary)
+        log.info(closing_line(summary, live.evals, live.out.path))
+        return summary
+
+    def _steps(self, live: Live, first: int, stop: StopSignals | None) -> None:
         with Progress("rl", total=self.max_steps, done=first, lines=False) as progress:
             for step in range(first, self.max_steps):
                 before = dict(live.totals), rng_state()
@@ -266,14 +292,6 @@ class Trainer:
                                        f"{resume_command()}")
                 if self.save_every and done % self.save_every == 0 and done < self.max_steps:
                     self._checkpoint(live, done)
-        if not live.evals or live.evals[-1]["step"] != self.max_steps:
-            self._evaluate(live, self.max_steps)
-        self._checkpoint(live, self.max_steps, final=True)
-        elapsed = self._elapsed(live)
-        summary = self._summary(live, first if resume_from else None, elapsed["wall"], elapsed["rl"])
-        out.write_json("summary.json", summary)
-        log.info(closing_line(summary, live.evals, out.path))
-        return summary
 
     def _evaluate_or_stop(self, live: Live, steps_done: int, stop: StopSignals | None) -> None:
         """The evaluation after `steps_done` steps. A stop signal while it scores drops it: the checkpoint of the
@@ -395,6 +413,8 @@ class Trainer:
         live.consecutive_failed = progress.get("consecutive_failed", 0)
         live.clock.update(wall=progress.get("wall_seconds", 0.0), rl=progress.get("rl_seconds", 0.0))
         set_rng_state(torch.load(path / "rng.pt", weights_only=False))
+        if (path / PENDING_FILE).is_file():
+            live.restored_jobs = torch.load(path / PENDING_FILE, weights_only=False)
         done = state["step"]
         live.out.truncate(done)
         log.info("resumed from %s: %d steps done, continuing to %d", path, done, self.max_steps)
@@ -449,18 +469,13 @@ class Trainer:
     def step(self, live: Live, step: int) -> dict:
         """One RL step; returns its metrics row (the caller writes it)."""
         c, G = live.c, self.group_size
-        P = c.backpressure.batch_size(step, self.batch_size)
-        position = live.totals["prompts"]
-        examples = prompts_at(c.data, step, position, P)
-        live.totals["prompts"] += P
         clock = Stopwatch()
-        live.backend.prepare_sampling()  # on every process (backend=fsdp: a collective)
-        synced = time.perf_counter()
-        written = live.engine.sync(live.backend.policy)
-        synced = time.perf_counter() - synced
-        checked = {**self._check_sync(live, step), "engine/sync_s": synced, "engine/sync_bytes_written": written}
-        sync_s = clock.lap()
-        batch = live.rollout.collect(examples, step, position, G, self.sampling)
+        job, synced = cast(SampleInline | SampleAhead, live.sampler).next(step)  # sampled now, or ahead
+        examples, _ = job.work
+        P = len(examples)
+        live.totals["prompts"] += P
+        wait_s = clock.lap()
+        batch = live.rollout.finish(job.sampled)
         clock.lap()
         self._warn_on_failures(step, batch)
         signals, pieces_PG = self._signals(live, step, batch.rollouts, batch.rewards_P_G)
@@ -470,7 +485,10 @@ class Trainer:
         if not credit.skipped:
             live.engine.sleep()  # sampling is over until the next sync: a sleeping vLLM gives the trainer its memory
             train = live.backend.train_step(TrainBatch(batch.rollouts, credit.adv_PG_T), c.algorithm.loss, self.lr)
-        times = StepTimes(sync_s + batch.sample_seconds, batch.score_seconds, credit_s, clock.lap())
+        # The step's time getting its rollouts: syncs and sampling (k ≥ 1: syncs and waiting for the sampler), less
+        # what an episode's environment and branch probes took, counted as scoring and credit
+        elsewhere = 0.0 if self.off_policy_steps else job.sampled.seconds - batch.sample_seconds
+        times = StepTimes(wait_s - elsewhere, batch.score_seconds, credit_s, clock.lap())
         self._guard_nonfinite(live, step, train)
         live.out.write_samples(step, sample_groups(examples[: self.samples_per_step], batch.completions,
                                                    batch.rewards_P_G, credit, signals, pieces_PG, batch.played))
@@ -478,12 +496,14 @@ class Trainer:
         for key, value in (("correct", counts.correct), ("completions", counts.completions), ("tokens", counts.tokens)):
             live.totals[key] += value
         row = step_row(step, c.condition, c.uncertainty_kind, batch.rollouts, batch.rewards_P_G, credit, train, times,
-                       counts, live.totals) | checked
+                       counts, live.totals) | synced
         pressure = c.backpressure.observe(  # its decision applies from the next step
             step=step, batch_size=P, group_size=G, tokens=counts.tokens, seconds=times.total, skipped=credit.skipped,
         )
         skip = {"skip_cause": skip_cause(batch.rewards_P_G)} if credit.skipped else {}
-        return {**row, **batch.metrics, **skip, "train/nonfinite_skips": float(live.totals["nonfinite"]), **pressure}
+        meter = live.sampler.meter() if isinstance(live.sampler, SampleAhead) else {}
+        return {**row, **batch.metrics, **skip, "train/nonfinite_skips": float(live.totals["nonfinite"]), **pressure,
+                **meter}
 
     def _signals(self, live: Live, step: int, rollouts: Rollouts, rewards_P_G: Tensor):
         """What the transform may read (planning marks only when it needs them; entropies from the backend's no-grad
@@ -532,6 +552,8 @@ class Trainer:
         """Greedy accuracy on the held-out set (unless trainer.evaluate=false); appends the evaluation row."""
         if not self.evaluate:
             return
+        if live.sampler is not None:
+            live.sampler.wait_idle()  # the engine's weights change: every step submitted is sampled first
         live.backend.prepare_sampling()  # on every process (backend=fsdp: a collective)
         row = held_out(live.rollout, live.engine, live.backend.policy, live.c.data, self.eval_max_tokens,
                        steps_done).row
@@ -559,7 +581,40 @@ class Trainer:
             "config_sha256": live.c.config_sha256,
             "config": live.c.config,
         }
-        return live.checkpoints.save(steps_done, live.backend.save, state, final=final)
+
+        def write(path: Path) -> None:
+            live.backend.save(path)
+            pending = live.sampler.pending(steps_done) if live.sampler is not None else []
+            if pending:
+                torch.save(pending, path / PENDING_FILE)
+
+        return live.checkpoints.save(steps_done, write, state, final=final)
+
+    def _sampler(self, live: Live, first: int) -> SampleInline | SampleAhead:
+        """Steps sampled in the step (k = 0) or ahead of it in a sampler thread (rlvr/overlap.py)."""
+        c = live.c
+
+        base = live.totals["prompts"]
+
+        def work(step: int) -> tuple[list[Example], int]:  # the step's examples, drawn in the main thread
+            P = c.backpressure.batch_size(step, self.batch_size)  # fixed under k ≥ 1 (refused otherwise at start)
+            position = base + (step - first) * P if self.off_policy_steps else live.totals["prompts"]
+            return prompts_at(c.data, step, position, P), position
+
+        def sample(job: Job) -> Sampled:
+            examples, position = job.work
+            return live.rollout.sample(examples, job.step, position, self.group_size, self.sampling)
+
+        def sync(step: int) -> dict:
+            live.backend.prepare_sampling()  # on every process (backend=fsdp: a collective)
+            synced = time.perf_counter()
+            written = live.engine.sync(live.backend.policy)
+            synced = time.perf_counter() - synced
+            return {**self._check_sync(live, step), "engine/sync_s": synced, "engine/sync_bytes_written": written}
+
+        if not self.off_policy_steps:
+            return SampleInline(work, sample, sync)
+        return SampleAhead(self.off_policy_steps, self.off_policy_mode, self.max_steps, work, sample, sync)
 
 
 def local_policy(c: Components, module, tokenizer) -> tuple[Backend, Engine]:

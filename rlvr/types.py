@@ -8,7 +8,7 @@ says which positions are real.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch and peft stay out of the composing/submitting process
     from peft import LoraConfig
@@ -219,8 +219,20 @@ class Played:
 
 
 @dataclass(frozen=True)
+class Sampled:
+    """A step as this process sampled it, not yet scored nor gathered: `Rollout.sample`'s result, which
+    `Rollout.finish` turns into the StepBatch. An overlapped run (trainer.off_policy_steps ≥ 1) holds steps in this
+    form between sampling and training, and checkpoints them (rlvr/overlap.py)."""
+
+    rows: Any
+    """The rollout's own: SingleTurn (rollouts, completions, references, P, G); Episodes (played, failures)."""
+    seconds: float
+    """Wall time of the sampling (an episode's: the environment's turns included)."""
+
+
+@dataclass(frozen=True)
 class StepBatch:
-    """A collected step (rlvr/protocols.py: Rollout.collect), the one shape every stage after the rollout reads:
+    """A collected step (rlvr/protocols.py: Rollout.finish), the one shape every stage after the rollout reads:
     P prompts × G rows (row p·G + g), sampled, scored and gathered over the run's processes."""
 
     rollouts: Rollouts

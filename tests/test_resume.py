@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from composing import MIXED
+from composing import MIXED, OVERLAP
 from rlvr.checkpoint import Checkpoints
 from rlvr.outputs import NONDETERMINISTIC_KEYS
 from rlvr.preemption import INTERRUPT_EXIT_CODE, REQUEUE_EXIT_CODE
@@ -32,6 +32,10 @@ VARIANTS = {
     # multi-turn episodes: the games are a function of the data stream's position, the sampling of the step;
     # tl_grpo's branch probes of the step's seed, its EMA baseline in the checkpoint
     "guess": ["env=guess", "turn_credit=tl_grpo", "trainer.sampling.max_tokens=2", "trainer.eval_max_tokens=2"],
+    # sampling ahead of training (rlvr/overlap.py): the steps sampled but not trained are checkpoint state
+    "ahead": ["trainer.off_policy_steps=2", *OVERLAP],
+    "ahead_guess": ["env=guess", "trainer.sampling.max_tokens=2", "trainer.eval_max_tokens=2",
+                    "trainer.off_policy_steps=1", *OVERLAP],
 }
 
 

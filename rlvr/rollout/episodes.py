@@ -48,12 +48,12 @@ from rlvr.rollout.branch_probes import Probed, probe
 from rlvr.rollout.chat_turns import end_of_turn_id, observation_ids
 from rlvr.seeds import Seeds, group_sampling_seeds, sub_seed
 from rlvr.turn_credit.played import turn_signals
-from rlvr.types import Played, Rollouts, SamplingParams, Scores, StepBatch
+from rlvr.types import Played, Rollouts, Sampled, SamplingParams, Scores, StepBatch
 
 if TYPE_CHECKING:
 
     from rlvr.distributed import World
-    from rlvr.env.guarded import EnvFailures, GuardedEnvironment
+    from rlvr.env.guarded import GuardedEnvironment
     from rlvr.protocols import Engine, Episode
     from rlvr.types import Branching, Example
 
@@ -107,52 +107,53 @@ class Episodes:
         self.engine, self.tokenizer, self.env, self.seeds, self.world = engine, tokenizer, env, seeds, world
         self.with_entropy, self.branching = with_entropy, branching
 
-    def collect(self, examples: list[Example], step: int, position: int, group_size: int,
-                sampling: SamplingParams) -> StepBatch:
-        """G episodes of each example's game, played with `sampling`, with what turn credit reads of them."""
-        from rlvr.telemetry import episode_metrics
-
-        t0 = time.perf_counter()
+    def sample(self, examples: list[Example], step: int, position: int, group_size: int,
+               sampling: SamplingParams) -> Sampled:
+        """This process's share of G episodes of each example's game, played with `sampling`; not yet gathered."""
         games = episode_seeds(self.seeds, position, len(examples))
         groups = group_sampling_seeds(self.seeds.sampler, step, position, len(examples))
-        played, failures = self._play(examples, group_size, sampling, games, groups, self.with_entropy, self.branching)
-        played_s = time.perf_counter() - t0
+        return self._play(examples, group_size, sampling, games, groups, self.with_entropy, self.branching)
+
+    def finish(self, sampled: Sampled) -> StepBatch:
+        """The step gathered, with what turn credit reads of it."""
+        from rlvr.telemetry import episode_metrics
+
+        played, failures = gather_played(self.world, sampled.rows[0], sampled.rows[1], self.tokenizer.pad_token_id)
         metrics = episode_metrics(played, failures)
         return StepBatch(
             rollouts=played.rollouts, rewards_P_G=played.rewards_P_G,
             completions=[transcript_text(t) for t in played.transcripts], scores=self._scores(played, failures),
             metrics=metrics, failures={k: metrics[k] for k in ("env/error_frac", "env/timeout_frac")},
             what="episodes", check="the environment, env.step_timeout_s and the server",
-            sample_seconds=played_s - played.env_seconds - played.probe_seconds, score_seconds=played.env_seconds,
-            credit_seconds=played.probe_seconds, turns=turn_signals(played), played=played,
+            sample_seconds=sampled.seconds - played.env_seconds - played.probe_seconds,
+            score_seconds=played.env_seconds, credit_seconds=played.probe_seconds, turns=turn_signals(played),
+            played=played,
         )
 
     def evaluate(self, examples: list[Example], max_tokens: int) -> StepBatch:
         """One greedy episode of each held-out example, on held-out games (the same for every run seed), with
         `max_tokens` per turn; accuracy counts the episodes whose reward is > 0.5."""
         self.env.failures.take()  # a training step's failures are that step's; count this evaluation's alone
-        t0 = time.perf_counter()
         greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_tokens)
-        played, failures = self._play(examples, 1, greedy, eval_episode_seeds(len(examples)), [0] * len(examples),
-                                      False, None)
-        played_s = time.perf_counter() - t0
-        scores = self._scores(played, failures)
+        sampled = self._play(examples, 1, greedy, eval_episode_seeds(len(examples)), [0] * len(examples), False, None)
+        played, failures = gather_played(self.world, sampled.rows[0], sampled.rows[1], self.tokenizer.pad_token_id)
         metrics = {"eval/turns_mean": float(played.turns_PG.float().mean()),
                    "eval/truncated_frac": float(played.truncated_PG.float().mean())}
         return StepBatch(
             rollouts=played.rollouts, rewards_P_G=played.rewards_P_G,
-            completions=[transcript_text(t) for t in played.transcripts], scores=scores, metrics=metrics,
-            failures=failures.fractions("env/"), what="episodes", check="the environment",
-            sample_seconds=played_s - played.env_seconds, score_seconds=played.env_seconds, played=played,
+            completions=[transcript_text(t) for t in played.transcripts], scores=self._scores(played, failures),
+            metrics=metrics, failures=failures.fractions("env/"), what="episodes", check="the environment",
+            sample_seconds=sampled.seconds - played.env_seconds, score_seconds=played.env_seconds, played=played,
         )
 
     def _play(self, examples: list[Example], G: int, sampling: SamplingParams, game_seeds: list[int],
-              sample_seeds: list[int], with_entropy: bool, branching: Branching | None) -> tuple[Played, EnvFailures]:
-        """This process's share of the groups played, then the whole batch and its failures gathered."""
+              sample_seeds: list[int], with_entropy: bool, branching: Branching | None) -> Sampled:
+        """This process's share of the groups played, with the environment failures they met."""
+        t0 = time.perf_counter()
         mine = self.world.share(len(examples))
         played = play(self.engine, self.tokenizer, self.env, [examples[i] for i in mine], G, sampling,
                       [game_seeds[i] for i in mine], [sample_seeds[i] for i in mine], with_entropy, branching)
-        return gather_played(self.world, played, self.env.failures.take(), self.tokenizer.pad_token_id)
+        return Sampled((played, self.env.failures.take()), time.perf_counter() - t0)
 
     @staticmethod
     def _scores(played: Played, failures) -> Scores:

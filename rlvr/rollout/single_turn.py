@@ -25,7 +25,7 @@ from rlvr.preemption import StepInterrupted
 from rlvr.reward.guarded import guarded_score
 from rlvr.seeds import Seeds, group_sampling_seeds
 from rlvr.telemetry import Stopwatch
-from rlvr.types import SamplingParams, StepBatch
+from rlvr.types import Sampled, SamplingParams, StepBatch
 
 if TYPE_CHECKING:
     from rlvr.protocols import Engine, Reward
@@ -42,27 +42,17 @@ class SingleTurn:
         self.with_entropy = with_entropy
         self.interruptible = interruptible
 
-    def collect(self, examples: list[Example], step: int, position: int, group_size: int,
-                sampling: SamplingParams) -> StepBatch:
-        """The step's rollouts of `examples` (the data stream's from `position` on), G completions each, scored."""
+    def sample(self, examples: list[Example], step: int, position: int, group_size: int,
+               sampling: SamplingParams) -> Sampled:
+        """This process's share of the step's rollouts of `examples` (the data stream's from `position` on), G
+        completions each, decoded; not yet scored."""
         seeds = group_sampling_seeds(self.seeds.sampler, step, position, len(examples))
-        return self._collect(examples, group_size, sampling, seeds, self.with_entropy)
+        return self._sample(examples, group_size, sampling, seeds, self.with_entropy)
 
-    def evaluate(self, examples: list[Example], max_tokens: int) -> StepBatch:
-        """One greedy (T=0) completion of each held-out example, scored."""
-        greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_tokens)
-        batch = self._collect(examples, 1, greedy, [0] * len(examples), False)
-        return replace(batch, metrics={})  # an evaluation row has its own eval/reward_*_frac (rlvr/telemetry.py)
-
-    def _collect(self, examples: list[Example], G: int, sampling: SamplingParams, seeds: list[int],
-                 with_entropy: bool) -> StepBatch:
+    def finish(self, sampled: Sampled) -> StepBatch:
+        """Score this process's share (interruptible by a stop signal), then gather the step."""
         clock = Stopwatch()
-        mine = self.world.share(len(examples))  # this process's groups (all of them in a world of one)
-        rollouts = self.engine.sample(encode_prompts(self.tokenizer, [examples[i].prompt for i in mine]), G, sampling,
-                                      seeds=[seeds[i] for i in mine], with_entropy=with_entropy)
-        sample_s = clock.lap()
-        completions = decode_completions(self.tokenizer, rollouts)
-        references = [examples[i].reference for i in mine for _ in range(G)]
+        rollouts, completions, references, P, G = sampled.rows
         try:
             with self.interruptible():
                 scores = guarded_score(self.reward, completions, references)
@@ -72,8 +62,24 @@ class SingleTurn:
                                                     self.tokenizer.pad_token_id)
         fractions = scores.fractions("reward/")
         return StepBatch(
-            rollouts=rollouts, rewards_P_G=torch.tensor(scores.values, dtype=torch.float32).view(len(examples), G),
+            rollouts=rollouts, rewards_P_G=torch.tensor(scores.values, dtype=torch.float32).view(P, G),
             completions=completions, scores=scores, metrics=fractions, failures=fractions, what="completions",
-            check="the verifier, its timeouts and the answer format", sample_seconds=sample_s,
+            check="the verifier, its timeouts and the answer format", sample_seconds=sampled.seconds,
             score_seconds=clock.lap(),
         )
+
+    def evaluate(self, examples: list[Example], max_tokens: int) -> StepBatch:
+        """One greedy (T=0) completion of each held-out example, scored."""
+        greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_tokens)
+        batch = self.finish(self._sample(examples, 1, greedy, [0] * len(examples), False))
+        return replace(batch, metrics={})  # an evaluation row has its own eval/reward_*_frac (rlvr/telemetry.py)
+
+    def _sample(self, examples: list[Example], G: int, sampling: SamplingParams, seeds: list[int],
+                with_entropy: bool) -> Sampled:
+        clock = Stopwatch()
+        mine = self.world.share(len(examples))  # this process's groups (all of them in a world of one)
+        rollouts = self.engine.sample(encode_prompts(self.tokenizer, [examples[i].prompt for i in mine]), G, sampling,
+                                      seeds=[seeds[i] for i in mine], with_entropy=with_entropy)
+        completions = decode_completions(self.tokenizer, rollouts)
+        references = [examples[i].reference for i in mine for _ in range(G)]
+        return Sampled((rollouts, completions, references, len(examples), G), clock.lap())

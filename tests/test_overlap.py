@@ -1,0 +1,181 @@
+"""Sampling ahead of training (rlvr/overlap.py, trainer.off_policy_steps).
+
+The scheduler alone, with a simulated trainer that sleeps (no model, no torch; as SkyRL tests its async generator):
+which version each step is sampled from, the bound, the idle fractions, errors, checkpointed jobs. Then real runs:
+the rows of a k = 1 run against the synchronous run of the same config, and the settings refused at start. Exact
+resume after SIGKILL, single-turn and env=guess: tests/test_resume.py (variants ahead, ahead_guess)."""
+
+import json
+import random
+import threading
+import time
+
+import pytest
+
+from composing import FAST, MIXED, OVERLAP, compose_config
+from rlvr.config_check import config_problems
+from rlvr.overlap import Job, SampleAhead
+
+
+class SimulatedTrainer:
+    """Steps that sleep `train_s` and bump the version; a sampler that sleeps `sample_s` and records the version
+    the engine held when it sampled (the engine's weights change only in `sync`)."""
+
+    def __init__(self, k: int, mode: str, steps: int, sample_s, train_s) -> None:
+        self.version, self.engine, self.sampling = 0, -1, 0
+        self.sample_s, self.train_s, self.steps = sample_s, train_s, steps
+        self.lock = threading.Lock()
+        self.syncs_while_sampling = 0
+        self.ahead = SampleAhead(k, mode, steps, work=lambda step: f"examples of step {step}", sample=self.sample,
+                                 sync=self.sync)
+
+    def sample(self, job: Job):
+        with self.lock:
+            self.sampling += 1
+        time.sleep(self.sample_s())
+        with self.lock:
+            self.sampling -= 1
+        return {"step": job.step, "engine": self.engine, "work": job.work}
+
+    def sync(self, version: int) -> dict:
+        assert version == self.version, "the trainer syncs the weights it holds"
+        with self.lock:
+            self.syncs_while_sampling += self.sampling
+        self.engine = version
+        return {"engine/sync_s": 0.0}
+
+    def run(self, first: int = 0, restored=(), until=None):
+        self.ahead.start(first, list(restored))
+        out = []
+        for step in range(first, until or self.steps):
+            job, fields = self.ahead.next(step)
+            out.append((step, job, fields))
+            time.sleep(self.train_s())
+            self.version += 1
+            fields.update(self.ahead.meter())
+        return out
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_fixed_samples_step_n_from_version_n_minus_k_whatever_the_timing(k):
+    rng = random.Random(k)
+    sim = SimulatedTrainer(k, "fixed", 12, lambda: rng.uniform(0, 0.02), lambda: rng.uniform(0, 0.02))
+    rows = sim.run()
+    sim.ahead.close()
+    for step, job, fields in rows:
+        assert job.sampled == {"step": step, "engine": max(0, step - k), "work": f"examples of step {step}"}
+        assert job.version == max(0, step - k) == fields["async/policy_version"]
+        assert fields["async/staleness_max"] == fields["async/staleness_mean"] == min(step, k)
+        assert fields["async/dropped_groups"] == 0
+    assert sim.syncs_while_sampling == 0, "the engine's weights never change while it samples"
+
+
+def test_bounded_takes_the_newest_weights_and_never_exceeds_the_bound():
+    rng = random.Random(0)
+    sim = SimulatedTrainer(2, "bounded", 30, lambda: rng.choice([0.0, 0.03]), lambda: rng.choice([0.0, 0.01]))
+    rows = sim.run()
+    sim.ahead.close()
+    staleness = [step - job.sampled["engine"] for step, job, _ in rows]
+    assert all(0 <= s <= 2 for s in staleness) and [f["async/staleness_max"] for *_, f in rows] == staleness
+    assert all(f["async/dropped_groups"] == 0 for *_, f in rows)  # never submitted beyond the bound
+    assert sim.syncs_while_sampling == 0
+
+
+def test_the_idle_fractions_say_which_side_waits():
+    """Sampling 4x faster than training: the trainer never waits, the sampler idles ~3/4 of each step; 4x slower:
+    the reverse. Bounds are loose (a busy machine stretches sleeps); the order of sides is what is asserted."""
+    fast = SimulatedTrainer(1, "fixed", 8, lambda: 0.01, lambda: 0.04)
+    slow = SimulatedTrainer(1, "fixed", 8, lambda: 0.04, lambda: 0.01)
+    for sim in (fast, slow):
+        sim.rows = sim.run()
+        sim.ahead.close()
+    mid = slice(2, 7)  # the first step waits for step 0's sampling, the last has nothing left to sample
+    fast_rows = [f for *_, f in fast.rows[mid]]
+    slow_rows = [f for *_, f in slow.rows[mid]]
+    assert max(f["async/trainer_idle_frac"] for f in fast_rows) < 0.3 < min(f["async/sampler_idle_frac"]
+                                                                             for f in fast_rows)
+    assert max(f["async/sampler_idle_frac"] for f in slow_rows) < 0.3 < min(f["async/trainer_idle_frac"]
+                                                                             for f in slow_rows)
+
+
+def test_pending_jobs_continue_a_run_as_if_never_stopped():
+    """After 5 steps (k = 2) the jobs of steps 5 and 6 are sampled (from versions 3 and 4) and pending; a new
+    scheduler started from them samples the rest exactly as the uninterrupted one did."""
+    whole = SimulatedTrainer(2, "fixed", 10, lambda: 0.0, lambda: 0.0)
+    reference = [job.sampled for _, job, _ in whole.run()]
+    whole.ahead.close()
+    first = SimulatedTrainer(2, "fixed", 10, lambda: 0.0, lambda: 0.0)
+    head = first.run(until=5)
+    pending = first.ahead.pending(5)
+    first.ahead.close()
+    assert [(j.step, j.version) for j in pending] == [(5, 3), (6, 4)]
+    second = SimulatedTrainer(2, "fixed", 10, lambda: 0.0, lambda: 0.0)
+    second.version = 5
+    tail = second.run(first=5, restored=pending)
+    second.ahead.close()
+    assert [job.sampled for _, job, _ in head + tail] == reference
+
+
+def test_a_sampling_error_reaches_the_trainer():
+    def sample(job):
+        if job.step == 2:
+            raise ValueError("engine died")
+        return job.step
+
+    ahead = SampleAhead(1, "fixed", 5, work=lambda s: s, sample=sample, sync=lambda v: {})
+    ahead.start(0, [])
+    ahead.next(0)
+    ahead.next(1)
+    with pytest.raises(RuntimeError, match="sampling step 2 ahead of training failed: ValueError"):
+        ahead.next(2)
+    ahead.close()
+
+
+# Real runs: the synchronous loop and k = 1 on one config.
+
+STEPS = ["trainer.max_steps=6", "data.eval_size=16", *FAST, *MIXED, *OVERLAP]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    from rlvr.run import run
+
+    out = {}
+    for k in (0, 1):
+        folder = tmp_path_factory.mktemp(f"k{k}")
+        run(compose_config([*STEPS, f"trainer.off_policy_steps={k}"]), folder)
+        out[k] = folder
+    return out
+
+
+def rows(folder):
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+
+
+def test_a_run_one_step_off_policy_trains_on_the_same_prompts_from_older_weights(runs):
+    sync, ahead = rows(runs[0]), rows(runs[1])
+    assert [r["step"] for r in ahead] == list(range(6))
+    assert [r["async/policy_version"] for r in ahead] == [0, 0, 1, 2, 3, 4]
+    assert [r["async/staleness_max"] for r in ahead] == [0, 1, 1, 1, 1, 1]
+    assert all(0 <= r["async/trainer_idle_frac"] <= 1 and 0 <= r["async/sampler_idle_frac"] <= 1 for r in ahead)
+    assert not any(k.startswith("async/") for r in sync for k in r), "the synchronous loop's rows are as before"
+    # step 0 is the same step in both; later steps sample the same prompts from weights one update older, which
+    # the decoupled correction sees: π_old (the trainer's weights) differs from π_engine (the sampler's)
+    assert ahead[0]["loss"] == pytest.approx(sync[0]["loss"], abs=1e-7)
+    assert ahead[0]["mismatch/kl"] < 1e-6 and all(r["mismatch/kl"] > 10 * ahead[0]["mismatch/kl"] for r in ahead[1:])
+    prompts = {k: [json.loads(line)["prompt"] for f in sorted((runs[k] / "samples").iterdir()) for line in f.open()]
+               for k in (0, 1)}
+    assert prompts[0] and prompts[0] == prompts[1]
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ([], "add correction=token_tis algorithm.loss.correction.pi_old=decoupled"),
+    ([*OVERLAP, "backpressure=usl"], "use backpressure=none"),
+    ([*OVERLAP, "backend=fsdp"], "backend=fsdp does not overlap yet"),
+    ([*OVERLAP, "model.lora=null"], "it keeps weights of its own only under LoRA with engine.merge_lora=true"),
+    ([*OVERLAP, "engine.merge_lora=false"], "engine.merge_lora=true"),
+    ([*OVERLAP, "trainer.off_policy_mode=eager"], "trainer.off_policy_mode='eager': expected fixed or bounded"),
+])
+def test_what_cannot_overlap_is_refused_at_start_naming_the_setting(overrides, message):
+    _, errors = config_problems(compose_config(["trainer.off_policy_steps=1", *overrides]), at_start=False)
+    assert any(message in e for e in errors), errors
