@@ -86,6 +86,9 @@ class Plan:
     memory: list[str] | None = None
     """What the engine takes of the GPU it shares with the trainer, phase by phase (`engine_memory`); None: the
     engine holds no GPU memory of its own."""
+    overlapped_s: float | None = None
+    """The step time sampling ahead of training would give (`overlapped_step_time`), when the pilot was
+    synchronous."""
 
     @property
     def total_steps(self) -> int:
@@ -109,6 +112,10 @@ class Plan:
             )
         else:
             lines.append("  estimated wall time: unknown (set campaign step_time_s from a 20–50 step pilot)")
+        if self.step_time_s and self.overlapped_s:
+            lines.append(f"  sampling ahead (trainer.off_policy_steps=1, docs/overlap.md): about "
+                         f"{self.overlapped_s:.3g} s a step ({self.overlapped_s / self.step_time_s:.2f}× the "
+                         "pilot's), the longer of its sampling and the rest of its step")
         lines += [f"  {line}" for line in self.memory or []]
         return "\n".join(lines)
 
@@ -132,7 +139,27 @@ def _duration(seconds: float) -> str:
 
 def measured_step_time(root: Path) -> float | None:
     """Median `step_time_s` over the training rows already in the campaign's run folders, if any."""
+    times = [row["step_time_s"] for row in _pilot_rows(root)]
+    return median(times) if times else None
+
+
+def overlapped_step_time(root: Path) -> float | None:
+    """What a synchronous pilot's steps would take sampling ahead of training (rlvr/overlap.py): per step the longer
+    of the sampler's side (sampling, less the sync) and the trainer's (sync, scoring, credit, training); the median
+    over the pilot's steps. None when no synchronous step was measured."""
     times = []
+    for row in _pilot_rows(root):
+        if "async/policy_version" in row or "sample_time_s" not in row:
+            continue
+        sync = row.get("engine/sync_s", 0.0)
+        trainer = sync + row.get("score_time_s", 0.0) + row.get("advantage_time_s", 0.0) + row.get("train_time_s", 0.0)
+        times.append(max(row["sample_time_s"] - sync, trainer))
+    return median(times) if times else None
+
+
+def _pilot_rows(root: Path) -> list[dict]:
+    """The training rows already in the campaign's run folders."""
+    rows = []
     for metrics in root.glob("*/seed=*/metrics.jsonl"):
         for line in metrics.read_text().splitlines():
             try:
@@ -140,8 +167,8 @@ def measured_step_time(root: Path) -> float | None:
             except ValueError:
                 continue
             if "step_time_s" in row:
-                times.append(row["step_time_s"])
-    return median(times) if times else None
+                rows.append(row)
+    return rows
 
 
 class ManifestCallback(Callback):

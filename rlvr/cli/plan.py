@@ -3,7 +3,8 @@
 Composes `conf/train.yaml` with the overrides exactly as `python train.py` would (Hydra's compose API,
 no model, no torch), expands the grid the way the multirun sweeper does, and prints runs, steps and an
 estimated wall time (total steps × median step time / runs at once; docs/predecessor.md#campaigns), and with
-engine=vllm what vLLM takes of the GPU beside the trainer while sampling and while training (engine.sleep_level).
+engine=vllm what vLLM takes of the GPU beside the trainer while sampling and while training (engine.sleep_level);
+from a synchronous pilot, the step time sampling ahead of training would give (trainer.off_policy_steps=1).
 The step time is `--step-time`, or the median `step_time_s` of runs already in the campaign's folders (a pilot, or an
 earlier launch of the same campaign).
 """
@@ -19,7 +20,7 @@ def run(overrides: list[str], conf: Path, step_time: float | None, parallel: int
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
 
-    from rlvr.campaign import Plan, engine_memory, expand_grid, measured_step_time
+    from rlvr.campaign import Plan, engine_memory, expand_grid, measured_step_time, overlapped_step_time
 
     if not (conf / "train.yaml").is_file():
         raise CliError(f"{conf}: no train.yaml there (run from the repository root or pass --conf)")
@@ -32,5 +33,6 @@ def run(overrides: list[str], conf: Path, step_time: float | None, parallel: int
     jobs = expand_grid(params, overrides)
     root = Path(cfg.hydra.sweep.dir)
     parallel = parallel or int(cfg.hydra.launcher.get("array_parallelism", 0) or 1)
-    plan = Plan(jobs, int(cfg.trainer.max_steps), step_time or measured_step_time(root), parallel, engine_memory(cfg))
+    plan = Plan(jobs, int(cfg.trainer.max_steps), step_time or measured_step_time(root), parallel, engine_memory(cfg),
+                overlapped_step_time(root))
     return f"{plan.describe()}\n  runs land in: {root}/<condition>/seed=<seed>"

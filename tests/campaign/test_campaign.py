@@ -8,7 +8,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from composing import compose_config
-from rlvr.campaign import Plan, engine_memory, expand_grid
+from rlvr.campaign import Plan, engine_memory, expand_grid, overlapped_step_time
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,3 +102,23 @@ def test_plan_names_no_gpu_memory_for_engines_without_their_own():
     assert plan.memory is None and "GPU memory" not in plan.describe()
     kv = engine_memory(compose_config(["engine=vllm", "engine.kv_cache_memory_bytes=1073741824"]))
     assert kv is not None and "vLLM holds its weights and a 1 GiB KV cache" in kv[1]
+
+
+def test_plan_estimates_the_step_sampling_ahead_would_give_from_a_synchronous_pilot(tmp_path):
+    """Per step the longer of the sampler's side (sampling less the sync) and the trainer's (sync + scoring +
+    credit + training); the median over the pilot's steps. Rows of an overlapped pilot are not such a measure."""
+    rows = [  # sampler side, trainer side: 0.05 vs 0.10 | 0.30 vs 0.05 | 0.12 vs 0.12
+        {"step_time_s": 0.15, "sample_time_s": 0.06, "engine/sync_s": 0.01, "score_time_s": 0.005,
+         "advantage_time_s": 0.005, "train_time_s": 0.08},
+        {"step_time_s": 0.34, "sample_time_s": 0.30, "score_time_s": 0.01, "advantage_time_s": 0.0,
+         "train_time_s": 0.04},
+        {"step_time_s": 0.24, "sample_time_s": 0.12, "score_time_s": 0.02, "advantage_time_s": 0.0,
+         "train_time_s": 0.10},
+        {"step_time_s": 9.0, "sample_time_s": 9.0, "train_time_s": 0.0, "async/policy_version": 0.0},
+    ]
+    (tmp_path / "grpo" / "seed=0").mkdir(parents=True)
+    (tmp_path / "grpo" / "seed=0" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert overlapped_step_time(tmp_path) == pytest.approx(0.12)
+    plan = Plan([["seed=0"]], 10, 0.24, 1, None, overlapped_step_time(tmp_path))
+    assert "sampling ahead (trainer.off_policy_steps=1, docs/overlap.md): about 0.12 s a step (0.50× the pilot's)" \
+        in plan.describe()

@@ -1,0 +1,79 @@
+"""Sampling ahead of training against the synchronous loop, side by side (trainer.off_policy_steps, rlvr/overlap.py).
+
+    .venv/bin/python -m bench.overlap                        # from the repository root; ~10 min on 2 cores
+    .venv/bin/python -m bench.overlap --steps 100 --tasks default
+
+Per task, the same command with trainer.off_policy_steps=0 and =1 (the decoupled correction on both, so only the
+overlap differs), one after the other, in alternating order per task so that load from other jobs hits both
+alike:
+  default  `python train.py` (the built-in arithmetic task, its cached SFT warm-up, threads=auto: 1 of 2 cores)
+  guess    `python train.py env=guess` (16 games × 8 episodes a step, its warm-up)
+Per run: the RL loop's wall per step (the run's RL seconds less its evaluations', over its steps), the held-out
+accuracy at the end, and the mean idle fractions (async/trainer_idle_frac, async/sampler_idle_frac). The ratio
+k=1 / k=0 of wall per step is the figure (the issue's goal: ≤ 0.7; 0.5 is the ceiling when sampling and training
+take equal time). The load average before and after is printed: these are a shared machine's numbers.
+
+Measured on the shared 2-core machine (300 steps each; the figures and the command live here only):
+  see CHANGELOG / issue 24's closing note until remeasured; the table this prints is the record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = {"default": [], "guess": ["env=guess"]}
+DECOUPLED = ["correction=token_tis", "algorithm.loss.correction.pi_old=decoupled"]
+
+
+def run(task: list[str], k: int, steps: int, folder: Path) -> dict:
+    argv = [sys.executable, "train.py", *task, *DECOUPLED, f"trainer.off_policy_steps={k}",
+            f"trainer.max_steps={steps}", f"hydra.run.dir={folder}"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(argv)} failed:\n{proc.stderr[-3000:]}")
+    summary = json.loads((folder / "summary.json").read_text())
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "eval/accuracy" in r]
+    steps_rows = [r for r in rows if "loss" in r]
+    eval_s = sum(r["eval_time_s"] for r in evals[1:])  # the first is before the RL clock starts
+    return {
+        "k": k,
+        "step_s": (summary["rl_seconds"] - eval_s) / len(steps_rows),
+        "accuracy": summary["eval_accuracy_final"],
+        "trainer_idle": statistics.fmean(r.get("async/trainer_idle_frac", 0.0) for r in steps_rows),
+        "sampler_idle": statistics.fmean(r.get("async/sampler_idle_frac", 0.0) for r in steps_rows),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=list(TASKS))
+    args = parser.parse_args()
+    print(f"load average before: {', '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
+    with tempfile.TemporaryDirectory(prefix="rlvr-bench-overlap-") as tmp:
+        for i, name in enumerate(args.tasks):
+            order = (0, 1) if i % 2 == 0 else (1, 0)
+            t0 = time.perf_counter()
+            results = {k: run(TASKS[name], k, args.steps, Path(tmp) / f"{name}-k{k}") for k in order}
+            print(f"\n{name} ({args.steps} steps; order k={order[0]}, k={order[1]}; {time.perf_counter() - t0:.0f} s)")
+            print(f"  {'k':>2} {'s/step':>8} {'accuracy':>9} {'trainer idle':>13} {'sampler idle':>13}")
+            for k in (0, 1):
+                r = results[k]
+                print(f"  {k:>2} {r['step_s']:>8.4f} {r['accuracy']:>9.3f} {r['trainer_idle']:>13.2f} "
+                      f"{r['sampler_idle']:>13.2f}")
+            print(f"  wall per step k=1 / k=0: {results[1]['step_s'] / results[0]['step_s']:.2f}×")
+    print(f"\nload average after: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
