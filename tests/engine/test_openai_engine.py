@@ -25,7 +25,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from vllm_server import SERVED_NAME, VllmServer
 
-from composing import CONF_DIR, FAST, compose_config
+from composing import CONF_DIR, FAST, OVERLAP, compose_config
 from rlvr.backend.local import LocalBackend
 from rlvr.engine.openai import OpenAIEngine, PolicySyncError, ServerError
 from rlvr.engine.policy_files import folder_bytes
@@ -299,14 +299,19 @@ def test_api_key_is_required_and_sent_as_bearer(server, lora_setup, monkeypatch)
         engine_for(backend, tok, server.base_url)
 
 
-def test_a_run_trains_with_engine_openai(server, tmp_path):
+@pytest.mark.parametrize("ahead", [[], ["trainer.off_policy_steps=1", *OVERLAP]], ids=["synchronous", "ahead"])
+def test_a_run_trains_with_engine_openai(server, tmp_path, ahead):
+    """Also sampling ahead of training (docs/overlap.md): the sampler thread's HTTP requests to the server while
+    the trainer trains, the adapter pushed between steps."""
     from rlvr.run import run
 
     overrides = ["engine=openai", f"engine.base_url={server.base_url}", f"engine.model={SERVED_NAME}",
-                 f"engine.api_key_env={KEY_ENV}", "trainer.max_steps=2"]
+                 f"engine.api_key_env={KEY_ENV}", "trainer.max_steps=3", "trainer.sync_check.every=1", *ahead]
     summary = run(compose_config(FAST + overrides), tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows if "loss" in r] == [0, 1] and summary
+    assert [r["step"] for r in rows if "loss" in r] == [0, 1, 2] and summary
+    assert [r.get("async/policy_version") for r in rows if "loss" in r] == ([0, 0, 1] if ahead else [None] * 3)
+    assert all(r["engine/sync_check_delta"] < 1e-3 for r in rows if "engine/sync_check_delta" in r)
     print("engine=openai run: sync+sample s", [round(r["sample_time_s"], 3) for r in rows if "loss" in r],
           "step s", [round(r["step_time_s"], 3) for r in rows if "loss" in r])
     for path in tmp_path.rglob("*"):  # the key is in no file of the run folder

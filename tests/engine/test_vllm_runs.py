@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from composing import compose_config
+from composing import OVERLAP, compose_config
 from rlvr.errors import ConfigError
 from rlvr.run import build_all, run
 
@@ -23,3 +23,17 @@ def test_an_entropy_transform_reads_the_backends_entropies(tmp_path):
     with pytest.raises(ConfigError, match=r"full-distribution entropy .* choose engine=pytorch, or backend=local"):
         build_all(compose_config(["engine=vllm", "backend=fsdp", "transform=gtpo",
                                   "transform.uncertainty=shannon_entropy"]))
+
+
+def test_vllm_samples_ahead_of_training_from_the_weights_it_was_synced(tmp_path):
+    """trainer.off_policy_steps=1 (docs/overlap.md): vLLM samples step n + 1 in the sampler thread while step n
+    trains, its adapter synced between steps in the trainer's thread; the sync check after each sync finds vLLM
+    serving the trainer's weights, and the trainer sees the stale sampler as π_old ≠ π_engine from step 1 on."""
+    cfg = compose_config(["engine=vllm", "trainer.off_policy_steps=1", *OVERLAP, "trainer.max_steps=4",
+                          "trainer.warmup.steps=0", "trainer.evaluate=false", "threads=1", "trainer.sync_check.every=1",
+                          "reward=function", "reward.function=tests.backpressure.mixed_rewards.parity"])
+    assert run(cfg, tmp_path)["steps"] == 4
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["async/policy_version"] for r in rows] == [0, 0, 1, 2]
+    assert all(r["engine/sync_check_delta"] < 1e-4 for r in rows if "engine/sync_check_delta" in r)
+    assert rows[0]["mismatch/kl"] < 1e-5 < min(r["mismatch/kl"] for r in rows[1:])
