@@ -1,7 +1,9 @@
 """The RL loop. `fit` is the run; `step` is one step:
 
-    examples    = data.batch(step)                           rlvr/data/order.py: prompts_at
-    batch       = rollout.collect(examples, …)                rlvr/rollout/: sampled, scored, gathered (StepBatch)
+    job         = sampler.next(step)                         rlvr/overlap.py: the step's examples (rlvr/data/order.py
+                                                             prompts_at) sampled now, or ahead while earlier steps
+                                                             trained (trainer.off_policy_steps); rollout.sample
+    batch       = rollout.finish(job.sampled)                rlvr/rollout/: scored, gathered (StepBatch)
     credit      = assign_credit(batch.rewards, token signals) rlvr/credit.py: episode (turn) → token advantages
     stats       = backend.train_step(batch.rollouts, credit.adv_PG_T, algorithm.loss)
     row         = step_row(...)                              rlvr/telemetry.py: metrics.jsonl, samples/, console
@@ -592,9 +594,7 @@ class Trainer:
 
     def _sampler(self, live: Live, first: int) -> SampleInline | SampleAhead:
         """Steps sampled in the step (k = 0) or ahead of it in a sampler thread (rlvr/overlap.py)."""
-        c = live.c
-
-        base = live.totals["prompts"]
+        c, base = live.c, live.totals["prompts"]
 
         def work(step: int) -> tuple[list[Example], int]:  # the step's examples, drawn in the main thread
             P = c.backpressure.batch_size(step, self.batch_size)  # fixed under k ≥ 1 (refused otherwise at start)

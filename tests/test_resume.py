@@ -110,10 +110,10 @@ def test_killed_while_writing_a_checkpoint_then_resumed_is_exact(reference, tmp_
     assert not list((tmp_path / "checkpoints").glob(".*.tmp"))
 
 
-def sigterm_after_step_2(run_dir):
+def sigterm_after_step_2(run_dir, overrides=()):
     """Start a run (stderr piped) and send it SIGTERM once its step 2 is logged."""
-    proc = subprocess.Popen(command(run_dir, []), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(command(run_dir, list(overrides)), cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
     metrics = run_dir / "metrics.jsonl"
     while proc.poll() is None and not (metrics.exists() and '"step": 2,' in metrics.read_text()):
         time.sleep(0.02)
@@ -121,16 +121,19 @@ def sigterm_after_step_2(run_dir):
     return proc
 
 
-def test_stop_signal_checkpoints_and_asks_for_a_requeue(reference, tmp_path):
-    proc = sigterm_after_step_2(tmp_path)
+@pytest.mark.parametrize("variant", ["lora", "ahead"])
+def test_stop_signal_checkpoints_and_asks_for_a_requeue(reference, tmp_path, variant):
+    proc = sigterm_after_step_2(tmp_path, VARIANTS[variant])
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == REQUEUE_EXIT_CODE, err[-3000:]
-    state = Checkpoints.read_state(Checkpoints(tmp_path / "checkpoints", 0).latest())
+    latest = Checkpoints(tmp_path / "checkpoints", 0).latest()
+    state = Checkpoints.read_state(latest)
     assert state["step"] == max(r["step"] + 1 for r in rows(tmp_path) if "loss" in r)  # the step it was in
+    assert (latest / "pending.pt").is_file() == (variant == "ahead"), "the steps sampled ahead are kept"
     assert json.loads((tmp_path / "status.json").read_text())["state"] == "preempted"
-    again = train(tmp_path, [])
+    again = train(tmp_path, VARIANTS[variant])
     assert again.returncode == 0, again.output[-3000:]
-    assert comparable(tmp_path) == reference["lora"]
+    assert comparable(tmp_path) == reference[variant]
 
 
 def test_a_signal_while_a_stopped_run_exits_does_not_change_its_exit_status(tmp_path):

@@ -1,8 +1,13 @@
 """The rollout: how a step's examples become scored rows, the one seam between what is sampled and what is
 trained. The trainer (rlvr/trainer.py) never asks which kind it has:
 
-    batch = rollout.collect(examples, step, position, G, sampling)     a StepBatch (rlvr/types.py)
-    eval  = rollout.evaluate(examples, max_tokens)                     the same, greedy, one row per example
+    sampled = rollout.sample(examples, step, position, G, sampling)   this process's share (engine, environment)
+    batch   = rollout.finish(sampled)                                  scored and gathered: a StepBatch (rlvr/types.py)
+    eval    = rollout.evaluate(examples, max_tokens)                   the same, greedy, one row per example
+
+`sample` uses only the engine (and an environment), so an overlapped run calls it in its sampler thread
+(rlvr/overlap.py); `finish` runs in the trainer's thread (a verifier may need the main thread; a gather is a
+collective).
 
     single_turn.py  SingleTurn: data → engine → reward; a row is one completion of its prompt
     episodes.py     Episodes: env → turns → turn signals; a row is one episode (branch_probes.py forks them for
