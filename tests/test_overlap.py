@@ -141,9 +141,9 @@ def runs(tmp_path_factory):
     from rlvr.run import run
 
     out = {}
-    for k in (0, 1):
+    for k, mode in ((0, "fixed"), (1, "fixed"), (2, "bounded")):
         folder = tmp_path_factory.mktemp(f"k{k}")
-        run(compose_config([*STEPS, f"trainer.off_policy_steps={k}"]), folder)
+        run(compose_config([*STEPS, f"trainer.off_policy_steps={k}", f"trainer.off_policy_mode={mode}"]), folder)
         out[k] = folder
     return out
 
@@ -166,6 +166,14 @@ def test_a_run_one_step_off_policy_trains_on_the_same_prompts_from_older_weights
     prompts = {k: [json.loads(line)["prompt"] for f in sorted((runs[k] / "samples").iterdir()) for line in f.open()]
                for k in (0, 1)}
     assert prompts[0] and prompts[0] == prompts[1]
+
+
+def test_a_bounded_run_trains_within_its_bound(runs):
+    """k = 2, bounded: which versions depends on timing; that none is more than 2 behind does not."""
+    ahead = rows(runs[2])
+    assert [r["step"] for r in ahead] == list(range(6))
+    assert all(0 <= r["step"] - r["async/policy_version"] == r["async/staleness_max"] <= 2 for r in ahead)
+    assert all(r["async/dropped_groups"] == 0 for r in ahead)
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
