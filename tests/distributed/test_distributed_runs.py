@@ -113,6 +113,25 @@ def test_a_killed_rank_takes_the_run_down_within_the_bound(tmp_path):
     assert status["state"] == "failed" and "remote worker" in status["reason"], status
 
 
+def usr1_to_rank_1(argv: list[str], env: dict, ready, settle_s: float = 0.0) -> str:
+    """Start a 2-rank run in its own session; once `ready()` (within 120 s) and `settle_s` later, send SIGUSR1 to
+    rank 1 alone; return the run's stderr once it ended (within 120 s). A run still going is killed with its
+    session, never pytest's process group."""
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, "the run is still going when rank 1 is signalled"
+        time.sleep(settle_s)
+        os.kill(rank_pid(proc.pid, 1), signal.SIGUSR1)
+        return proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def rank_pid(launcher: int, rank: int) -> int:
     """The pid of torchrun's worker of `rank` (its environment says RANK=<rank>)."""
     for child in Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split():
@@ -127,19 +146,8 @@ def test_a_stop_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
     after the same step: they agree at each step boundary, checkpoint together and exit; the same command continues."""
     folder = tmp_path / "run"
     steps = ["trainer.max_steps=30", "trainer.save_every=0", "trainer.eval_every=0"]
-    proc = subprocess.Popen(command(2, folder, *steps), cwd=REPO, env=ENV, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not ((folder / "metrics.jsonl").is_file() and len(rows(folder)) > 3) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert proc.poll() is None, "the run is training"
-        os.kill(rank_pid(proc.pid, 1), signal.SIGUSR1)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # the run's own session, never pytest's group
+    stderr = usr1_to_rank_1(command(2, folder, *steps), ENV,
+                            lambda: (folder / "metrics.jsonl").is_file() and len(rows(folder)) > 3)
     status = json.loads((folder / "status.json").read_text())
     assert status["state"] == "preempted", (status, stderr[-2000:])
     done = int((folder / "checkpoints" / "latest").read_text().strip().removeprefix("step_"))
@@ -162,19 +170,7 @@ def test_a_stop_signal_to_one_rank_while_it_scores_drops_the_evaluation_on_every
     steps = ["trainer.max_steps=4", "reward.function=tests.interrupt_rewards.parity_hangs_when_flagged",
              "reward.timeout_s=5"]
     env = {**ENV, "RLVR_TEST_HANG": str(hang)}
-    proc = subprocess.Popen(command(2, folder, *steps), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not Path(f"{hang}.hanging.1").exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert proc.poll() is None, "rank 1 waits on its verifier"
-        time.sleep(0.5)
-        os.kill(rank_pid(proc.pid, 1), signal.SIGUSR1)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # the run's own session, never pytest's group
+    stderr = usr1_to_rank_1(command(2, folder, *steps), env, Path(f"{hang}.hanging.1").exists, settle_s=0.5)
     status = json.loads((folder / "status.json").read_text())
     assert status["state"] == "preempted", (status, stderr[-2000:])
     assert "while evaluating after step 0 (dropped); checkpoint of the 0 steps done" in status["reason"], status
