@@ -73,6 +73,9 @@ class SampleInline:
     def wait_idle(self) -> None:
         pass
 
+    def synced_elsewhere(self, version: int) -> None:
+        pass
+
     def pending(self, steps_done: int) -> list[Job]:
         return []
 
@@ -171,6 +174,11 @@ class SampleAhead:
             self.cv.wait_for(lambda: not self.queue and not self.busy)
             self.waited_s += self.clock() - start
             self._raise(list(self.jobs.values()))
+
+    def synced_elsewhere(self, version: int) -> None:
+        """The engine was synced to `version` outside the sampler, while it was idle (an evaluation): later jobs
+        are sampled from that version."""
+        self.engine_version = version
 
     def pending(self, steps_done: int) -> list[Job]:
         """The jobs of steps not yet trained, all sampled (a checkpoint's state)."""

@@ -559,6 +559,8 @@ class Trainer:
         live.backend.prepare_sampling()  # on every process (backend=fsdp: a collective)
         row = held_out(live.rollout, live.engine, live.backend.policy, live.c.data, self.eval_max_tokens,
                        steps_done).row
+        if live.sampler is not None:
+            live.sampler.synced_elsewhere(steps_done)  # the evaluation synced the engine to these weights
         self._emit(live, row)
         live.evals.append(row)
         log.info(eval_line(row))
