@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from composing import OVERLAP
+
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "launchers" / "slurm-cluster.sh"
 TINY_RUN = ["trainer.warmup.steps=0", "data.eval_size=32", "trainer.eval_every=0", "threads=1",
@@ -176,11 +178,15 @@ def test_grid_is_one_job_array_and_every_run_completes(slurm_env, tmp_path):
 def test_a_stopped_task_is_requeued_and_resumes_without_repeating_a_step(slurm_env, tmp_path, stop):
     """scontrol-requeue: SLURM sends SIGTERM and requeues the task itself (as on preemption).
     time-limit-signal: SIGUSR1 to the job step, which SLURM sends `signal_delay_s` before the time limit; the
-    run checkpoints and exits 75, and the batch script's trap (slurm.yaml `setup`) requeues it."""
+    run checkpoints and exits 75, and the batch script's trap (slurm.yaml `setup`) requeues it; those runs also
+    sample a step ahead of training (trainer.off_policy_steps=1, docs/overlap.md), so what was sampled and not yet
+    trained travels in the checkpoint."""
     name = f"rlvr-requeue-{uuid.uuid4().hex[:8]}"
     sweep, steps = tmp_path / "sweep", 150  # ~0.08 s a step with a checkpoint every 2: ~12 s of training
     deadline = time.monotonic() + 150
-    process = submit(slurm_env, sweep, name, "seed=0,1", f"trainer.max_steps={steps}", "trainer.save_every=2")
+    ahead = ["trainer.off_policy_steps=1", *OVERLAP] if stop == "time-limit-signal" else []
+    process = submit(slurm_env, sweep, name, "seed=0,1", f"trainer.max_steps={steps}", "trainer.save_every=2",
+                     *ahead)
     try:
         run = sweep / "0"
         wait_until(
@@ -200,6 +206,8 @@ def test_a_stopped_task_is_requeued_and_resumes_without_repeating_a_step(slurm_e
         assert training_steps(sweep / "1") == list(range(steps))  # the other task ran undisturbed
         assert json.loads((run / "summary.json").read_text())["steps"] == steps
         assert "resumed from" in (run / "train.log").read_text()
+        trained = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+        assert [r.get("async/policy_version") for r in trained] == ([0, *range(steps - 1)] if ahead else [None] * steps)
         assert_requeued_then_completed(slurm_env, job_id, deadline)
     finally:
         cancel(slurm_env, name, process)
