@@ -35,8 +35,6 @@ from rlvr.lazy import lazy_import
 torch = lazy_import("torch")
 
 STATE_FILE = "trainer_state.json"
-PENDING_FILE = "pending.pt"
-"""trainer.off_policy_steps ≥ 1: the steps sampled ahead but not yet trained (rlvr/overlap.py Job list)."""
 STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
@@ -55,6 +53,12 @@ def _fsync(path: Path) -> None:
 def _fsync_tree(path: Path) -> None:
     for p in sorted(path.rglob("*")) + [path]:
         _fsync(p)
+
+
+def pending_file(rank: int) -> str:
+    """trainer.off_policy_steps ≥ 1: the steps this rank sampled ahead but had not trained (its shares, a list of
+    rlvr/overlap.py Jobs); `pending.pt` on rank 0 (one process), `pending.rank<r>.pt` on the others."""
+    return "pending.pt" if rank == 0 else f"pending.rank{rank}.pt"
 
 
 def _fault(name: str) -> None:

@@ -23,6 +23,7 @@ stop.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -32,12 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from rlvr.backpressure import BackPressure
-from rlvr.checkpoint import PENDING_FILE, Checkpoints, rng_state, set_rng_state
+from rlvr.checkpoint import Checkpoints, pending_file, rng_state, set_rng_state
 from rlvr.credit import assign_credit
 from rlvr.data.order import prompts_at
 from rlvr.distributed import World
 from rlvr.engine.sync_check import SyncCheck, check_sync
-from rlvr.errors import RunFailed
+from rlvr.errors import ConfigError, RunFailed
 from rlvr.lazy import lazy_import
 from rlvr.model.base_folder import save_base
 from rlvr.model.prompt_encoding import eos_ids, token_pieces
@@ -415,12 +416,24 @@ class Trainer:
         live.consecutive_failed = progress.get("consecutive_failed", 0)
         live.clock.update(wall=progress.get("wall_seconds", 0.0), rl=progress.get("rl_seconds", 0.0))
         set_rng_state(torch.load(path / "rng.pt", weights_only=False))
-        if (path / PENDING_FILE).is_file():
-            live.restored_jobs = torch.load(path / PENDING_FILE, weights_only=False)
+        live.restored_jobs = self._pending(live, path)
         done = state["step"]
         live.out.truncate(done)
         log.info("resumed from %s: %d steps done, continuing to %d", path, done, self.max_steps)
         return done
+
+    @staticmethod
+    def _pending(live: Live, path: Path) -> list[Job]:
+        """The checkpoint's steps this rank sampled ahead and had not trained; their shares are per rank, so a
+        checkpoint that holds some continues only on as many processes as wrote it."""
+        world = live.c.world
+        if not any(path.glob("pending*.pt")):
+            return []
+        if not (path / pending_file(world.size - 1)).is_file() or (path / pending_file(world.size)).is_file():
+            written = len(list(path.glob("pending*.pt")))
+            raise ConfigError(f"{path} holds steps sampled ahead of training by {written} process(es), each its "
+                              f"share; continue it on {written} (this run has {world.size})")
+        return torch.load(path / pending_file(world.rank), weights_only=False)
 
     def _warm_up(self, c: Components, module, tokenizer, out: RunDir, stop: StopSignals | None) -> dict | None:
         if self.warmup.steps <= 0:
@@ -590,7 +603,7 @@ class Trainer:
             live.backend.save(path)
             pending = live.sampler.pending(steps_done) if live.sampler is not None else []
             if pending:
-                torch.save(pending, path / PENDING_FILE)
+                torch.save(pending, path / pending_file(live.c.world.rank))
 
         return live.checkpoints.save(steps_done, write, state, final=final)
 
@@ -622,10 +635,28 @@ class Trainer:
 def local_policy(c: Components, module, tokenizer) -> tuple[Backend, Engine]:
     """The backend around `module` (LoRA attached, or all weights trained) and the engine that samples from it, not
     yet connected: the trainer's, and the checkpoint commands' (rlvr/cli/from_checkpoint.py), built alike."""
+    own = sampling_copy(c, module)
     backend = c.make_backend(model=module, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tokenizer.pad_token_id)
     backend.prepare_sampling()  # on every process (backend=fsdp: a collective)
     stops = eos_ids(tokenizer, module.generation_config.eos_token_id)
-    return backend, c.make_engine(module=backend.policy, eos_ids=stops, pad_id=tokenizer.pad_token_id)
+    if own is not None:
+        own.to(next(backend.policy.parameters()).device)
+    return backend, c.make_engine(module=own if own is not None else backend.policy, eos_ids=stops,
+                                  pad_id=tokenizer.pad_token_id)
+
+
+def sampling_copy(c: Components, module) -> Any:
+    """engine=pytorch sampling ahead of training (trainer.off_policy_steps ≥ 1) samples while the trainer changes
+    its module: it gets a copy of its own, made here before the backend wraps the module (FSDP's cannot be copied)
+    and adapted alike (the same LoRA draw; the global RNG ends as after one); its `sync` copies the trained weights
+    in. None otherwise."""
+    from rlvr.backend.local import prepare
+    from rlvr.engine.pytorch import PyTorchEngine
+
+    engine = (c.config.get("engine") or {}).get("_target_")
+    if not c.config["trainer"].get("off_policy_steps") or engine != f"{PyTorchEngine.__module__}.PyTorchEngine":
+        return None
+    return prepare(copy.deepcopy(module), c.preset.lora, c.seeds.lora, gradient_checkpointing=False)
 
 
 def make_rollout(c: Components, engine: Engine, tokenizer, stop: StopSignals | None = None) -> Rollout:

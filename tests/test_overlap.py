@@ -145,6 +145,8 @@ def runs(tmp_path_factory):
         folder = tmp_path_factory.mktemp(f"k{k}")
         run(compose_config([*STEPS, f"trainer.off_policy_steps={k}", f"trainer.off_policy_mode={mode}"]), folder)
         out[k] = folder
+    out["full"] = tmp_path_factory.mktemp("full")  # all weights trained: the engine samples from a copy of its own
+    run(compose_config([*STEPS, "trainer.off_policy_steps=1", "model.lora=null", "trainer.lr=1e-4"]), out["full"])
     return out
 
 
@@ -168,6 +170,14 @@ def test_a_run_one_step_off_policy_trains_on_the_same_prompts_from_older_weights
     assert prompts[0] and prompts[0] == prompts[1]
 
 
+def test_full_fine_tuning_samples_ahead_from_the_engines_own_copy(runs):
+    """engine=pytorch samples from the trainer's module in the synchronous loop; ahead of training it samples from
+    a copy made before the backend wrapped the module, into which each sync copies every trained weight."""
+    ahead = rows(runs["full"])
+    assert [r["async/policy_version"] for r in ahead] == [0, 0, 1, 2, 3, 4]
+    assert ahead[0]["mismatch/kl"] < 1e-6 and all(r["mismatch/kl"] > 10 * ahead[0]["mismatch/kl"] for r in ahead[1:])
+
+
 def test_a_bounded_run_trains_within_its_bound(runs):
     """k = 2, bounded: which versions depends on timing; that none is more than 2 behind does not."""
     ahead = rows(runs[2])
@@ -179,9 +189,9 @@ def test_a_bounded_run_trains_within_its_bound(runs):
 @pytest.mark.parametrize(("overrides", "message"), [
     ([], "add correction=token_tis algorithm.loss.correction.pi_old=decoupled"),
     ([*OVERLAP, "backpressure=usl"], "use backpressure=none"),
-    ([*OVERLAP, "backend=fsdp"], "backend=fsdp does not overlap yet"),
-    ([*OVERLAP, "model.lora=null"], "it keeps weights of its own only under LoRA with engine.merge_lora=true"),
-    ([*OVERLAP, "engine.merge_lora=false"], "engine.merge_lora=true"),
+    ([*OVERLAP, "backend=fsdp", "trainer.off_policy_mode=bounded"], "use trainer.off_policy_mode=fixed"),
+    ([*OVERLAP, "backend=tinker"], "backend=tinker samples on the service"),
+    ([*OVERLAP, "engine=vllm", "engine.sleep_level=1"], "use engine.sleep_level=0"),
     ([*OVERLAP, "trainer.off_policy_mode=eager"], "trainer.off_policy_mode='eager': expected fixed or bounded"),
 ])
 def test_what_cannot_overlap_is_refused_at_start_naming_the_setting(overrides, message):

@@ -34,7 +34,10 @@ every adapted Linear holds W0 + s·B·A, refreshed by `sync` after each optimize
 adapted layer). Decoding then runs no PEFT wrapper code, which on the tiny model is half of each decode
 forward; the price is a second copy of the adapted weights (all other weights are shared, not copied).
 With `merge_lora: false`, under full fine-tuning, or from a policy sharded by backend=fsdp (which cannot be
-copied), the engine samples from the backend's module itself and `sync` has nothing to copy.
+copied), the engine samples from the backend's module itself and `sync` has nothing to copy. When the trainer
+samples ahead of training (trainer.off_policy_steps ≥ 1, docs/overlap.md) the engine is built on a copy of the
+policy made before the backend wrapped it (`rlvr/trainer.py` local_policy), and `sync` copies the trainable
+weights into it: sampling then never reads a module the trainer is changing.
 """
 
 from __future__ import annotations
@@ -68,6 +71,17 @@ model with long contexts decodes few rows a chunk under it: raise `max_batch_mb`
 GPU_BUDGET_FRACTION = 0.5
 """`max_batch_mb: null` on a GPU: this share of the memory still available when `sample` is called (decoding and
 the training step do not overlap; the other half is the estimate's margin)."""
+
+
+@no_grad
+def copy_trainable(policy: nn.Module, copy_: nn.Module) -> None:
+    """`policy`'s trainable parameters into `copy_`, a module of the same structure, by name; a sharded parameter
+    (backend=fsdp, gathered for sampling) is read whole (on every rank: a collective)."""
+    into = dict(copy_.named_parameters())
+    for name, param in policy.named_parameters():
+        if param.requires_grad:
+            whole = param.full_tensor() if hasattr(param, "full_tensor") else param
+            into[name].copy_(whole.detach())
 
 
 @dataclass(frozen=True)
@@ -152,6 +166,8 @@ class PyTorchEngine:
         self.max_batch_mb = max_batch_mb
         """The activation budget of one chunk in MiB (`Activations.bytes`); None: auto (module docstring)."""
         self.activations = Activations.of(module)
+        self.source = module
+        """The module sampled from: the trainer's own, or a copy of it the engine was given (`sync`)."""
         self.merged = MergedLora.of(module) if merge_lora else None
         self.sync(module)
 
@@ -159,8 +175,12 @@ class PyTorchEngine:
         """Nothing to reach: the engine is ready once built."""
 
     def sync(self, policy: nn.Module) -> int:
-        """Sample from `policy` (its merged copy refreshed in memory under LoRA); writes nothing: 0 bytes."""
-        self.module = self.merged.refresh() if self.merged is not None else policy
+        """Sample from `policy` (its merged copy refreshed in memory under LoRA); writes nothing: 0 bytes. An engine
+        built on a copy of the policy (trainer.off_policy_steps ≥ 1: it samples while the trainer trains) first
+        copies the policy's trainable weights into it."""
+        if policy is not self.source:
+            copy_trainable(policy, self.source)
+        self.module = self.merged.refresh() if self.merged is not None else self.source
         return 0
 
     def sleep(self) -> None:

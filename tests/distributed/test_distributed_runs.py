@@ -181,6 +181,33 @@ def test_a_stop_signal_to_one_rank_while_it_scores_drops_the_evaluation_on_every
     assert json.loads((folder / "summary.json").read_text())["resumed_from_step"] == 0
 
 
+AHEAD = ["trainer.off_policy_steps=1", "correction=token_tis", "algorithm.loss.correction.pi_old=decoupled",
+         "trainer.max_steps=6"]
+
+
+def test_two_ranks_sample_ahead_as_one_rank_does_and_resume_on_as_many(tmp_path):
+    """trainer.off_policy_steps=1 (docs/overlap.md) on 2 ranks: each rank's engine samples its share from a copy of
+    its own while the ranks train, syncs between steps (a collective); the rows equal one process's. Killed while
+    writing its step-4 checkpoint (RLVR_FAULT), the run continues from step 2, whose checkpoint holds each rank's
+    share of step 2, sampled ahead: only on 2 processes (1 is refused, naming why), to the same rows."""
+    reference = tmp_path / "one"
+    train(1, reference, *AHEAD)
+    folder = tmp_path / "run"
+    died = subprocess.run(command(2, folder, *AHEAD), cwd=REPO, env={**ENV, "RLVR_FAULT": "checkpoint:2"},
+                          capture_output=True, text=True, timeout=300)
+    assert died.returncode != 0 and (folder / "checkpoints" / "latest").read_text().strip() == "step_2"
+    assert {p.name for p in (folder / "checkpoints" / "step_2").glob("pending*")} == {"pending.pt",
+                                                                                      "pending.rank1.pt"}
+    refused = subprocess.run(command(1, folder, *AHEAD), cwd=REPO, env=ENV, capture_output=True, text=True,
+                             timeout=300)
+    assert refused.returncode != 0
+    assert "holds steps sampled ahead of training by 2 process(es), each its share; continue it on 2 (this run " \
+           "has 1)" in refused.stderr, refused.stderr[-2000:]
+    train(2, folder, *AHEAD)
+    assert_same_metrics(rows(folder), rows(reference))
+    assert [r["async/policy_version"] for r in rows(folder) if "loss" in r] == [0, 0, 1, 2, 3, 4]
+
+
 def adapter(folder: Path, step: int) -> dict:
     from safetensors.torch import load_file
 
