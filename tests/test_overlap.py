@@ -116,6 +116,26 @@ def test_pending_jobs_continue_a_run_as_if_never_stopped():
     assert [job.sampled for _, job, _ in head + tail] == reference
 
 
+def test_a_step_dropped_by_a_stop_continues_with_the_same_syncs():
+    """A stop while step 5 scores: next(5) had already synced version 5 and submitted step 7, so the checkpoint of 5
+    steps holds steps 5, 6 and 7. The continued run syncs at step 5 all the same (the same weights), so every row
+    carries what the uninterrupted run's does (the sync's fields), and step 7 is not sampled twice."""
+    whole = SimulatedTrainer(2, "fixed", 10, lambda: 0.0, lambda: 0.0)
+    reference = [(job.sampled, set(fields)) for _, job, fields in whole.run()]
+    whole.ahead.close()
+    first = SimulatedTrainer(2, "fixed", 10, lambda: 0.0, lambda: 0.0)
+    head = first.run(until=5)
+    first.ahead.next(5)  # step 5 taken, then dropped
+    pending = first.ahead.pending(5)
+    first.ahead.close()
+    assert [(j.step, j.version) for j in pending] == [(5, 3), (6, 4), (7, 5)]
+    second = SimulatedTrainer(2, "fixed", 10, lambda: 0.0, lambda: 0.0)
+    second.version = 5
+    tail = second.run(first=5, restored=pending)
+    second.ahead.close()
+    assert [(job.sampled, set(fields)) for _, job, fields in head + tail] == reference
+
+
 def test_a_sampling_error_reaches_the_trainer():
     def sample(job):
         if job.step == 2:
