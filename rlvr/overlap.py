@@ -76,6 +76,9 @@ class SampleInline:
     def synced_elsewhere(self, version: int) -> None:
         pass
 
+    def meter(self) -> dict[str, float]:
+        return {}  # the synchronous loop's rows are as before: no async/* fields
+
     def pending(self, steps_done: int) -> list[Job]:
         return []
 

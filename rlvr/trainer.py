@@ -426,11 +426,10 @@ class Trainer:
     def _pending(live: Live, path: Path) -> list[Job]:
         """The checkpoint's steps this rank sampled ahead and had not trained; their shares are per rank, so a
         checkpoint that holds some continues only on as many processes as wrote it."""
-        world = live.c.world
-        if not any(path.glob("pending*.pt")):
+        world, written = live.c.world, len(list(path.glob("pending*.pt")))
+        if not written:
             return []
-        if not (path / pending_file(world.size - 1)).is_file() or (path / pending_file(world.size)).is_file():
-            written = len(list(path.glob("pending*.pt")))
+        if written != world.size:
             raise ConfigError(f"{path} holds steps sampled ahead of training by {written} process(es), each its "
                               f"share; continue it on {written} (this run has {world.size})")
         return torch.load(path / pending_file(world.rank), weights_only=False)
@@ -516,9 +515,8 @@ class Trainer:
             step=step, batch_size=P, group_size=G, tokens=counts.tokens, seconds=times.total, skipped=credit.skipped,
         )
         skip = {"skip_cause": skip_cause(batch.rewards_P_G)} if credit.skipped else {}
-        meter = live.sampler.meter() if isinstance(live.sampler, SampleAhead) else {}
         return {**row, **batch.metrics, **skip, "train/nonfinite_skips": float(live.totals["nonfinite"]), **pressure,
-                **meter}
+                **cast(SampleInline | SampleAhead, live.sampler).meter()}
 
     def _signals(self, live: Live, step: int, rollouts: Rollouts, rewards_P_G: Tensor):
         """What the transform may read (planning marks only when it needs them; entropies from the backend's no-grad
