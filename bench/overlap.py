@@ -13,17 +13,17 @@ accuracy at the end, and the mean idle fractions (async/trainer_idle_frac, async
 k=1 / k=0 of wall per step is the figure (the issue's goal: ≤ 0.7; 0.5 is the ceiling when sampling and training
 take equal time). The load average before and after is printed: these are a shared machine's numbers.
 
-Measured on the shared 2-core machine, 2026-12-03, default arguments (300 steps each), twice (load average 1.8
-and 1.3 before; nothing else of ours running):
-  default  k=0 0.0632 / 0.0579 s a step, k=1 0.0524 / 0.0436 s: 0.83× / 0.75× (goal ≤ 0.7 not met); held-out
-           accuracy 0.923 (k=0) and 0.918 (k=1) both times (goal ≥ 0.85). The synchronous step's halves are
-           about equal (sampling 0.026 s, the rest 0.028 s), so full overlap would give 0.52×.
-  guess    k=0 0.260 / 0.261 s, k=1 0.183 / 0.168 s: 0.70× / 0.64×; accuracy 0.445 both (the same value twice
-           for k=0 and k=1). Full overlap would give 0.52×.
-  Idle fractions (k=1): trainer 0.03-0.05, sampler 0.23 (default) and 0.08 (guess).
-The gap to the ceiling is the GIL: the sampler is a thread, and the tiny model's decoding is mostly Python (its
-matrices are 128 wide), which holds the interpreter lock that the trainer's Python needs too; a real model's
-kernels (and vLLM's, and a server's HTTP waits) release it.
+Measured on the shared 2-core machine, 2026-12-03, default arguments (300 steps each), engine=pytorch sampling in
+its forked worker process (rlvr/engine/sampler_process.py); load average 0.36 before, 1.07 after:
+  default  k=0 0.0705 s a step, k=1 0.0448 s: 0.64× (goal ≤ 0.7); held-out accuracy 0.923 (k=0) and 0.918 (k=1)
+           (goal ≥ 0.85). The synchronous step's halves are about equal (sampling 0.033 s, the rest 0.034 s), so
+           full overlap would give 0.51×.
+  guess    k=0 0.271 s, k=1 0.187 s: 0.69×; accuracy 0.445 both (the same value for k=0 and k=1). Full overlap
+           would give 0.53×: the episodes' turns are played in the sampler thread (the environment is Python, under
+           the trainer's GIL) and each turn's decoding is a call to the worker.
+  Idle fractions (k=1): trainer 0.06 (default) and 0.15 (guess), sampler 0.27 and 0.05.
+Before the worker process (the sampler a thread decoding under the trainer's GIL), the same script gave 0.83× and
+0.75× on the default task and 0.70× and 0.64× on guess (load average 1.8 and 1.3).
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def position_errors(cfg: DictConfig) -> list[str]:
 
 def overlap_errors(cfg: DictConfig) -> list[str]:
     """trainer.off_policy_steps ≥ 1 (rlvr/overlap.py): the loss corrects for the stale sampler, the batch size is
-    fixed ahead, the engine keeps its weights while the trainer trains, and every rank syncs at the same steps."""
+    fixed ahead, and the engine keeps its weights while the trainer trains."""
     t = cfg.trainer
     k, mode = t.get("off_policy_steps", 0), t.get("off_policy_mode", "fixed")
     if not isinstance(k, int) or isinstance(k, bool) or k < 0:
@@ -165,10 +165,6 @@ def overlap_errors(cfg: DictConfig) -> list[str]:
         errors.append(f"{setting}: backpressure=usl chooses each step's batch size from the steps before it, which "
                       "have not trained when a step is sampled ahead; use backpressure=none")
     target = str(cfg.backend.get("_target_", ""))
-    if target.endswith("FSDPBackend") and mode == "bounded":
-        errors.append(f"{setting}: trainer.off_policy_mode=bounded syncs when the sampler happens to be idle, which "
-                      "differs between ranks, and a sync is a collective under backend=fsdp; use "
-                      "trainer.off_policy_mode=fixed")
     if target.endswith("TinkerBackend"):
         errors.append(f"{setting}: backend=tinker samples on the service from saved weights; overlapping it through "
                       "the SDK's asynchronous calls is not built; use trainer.off_policy_steps=0")

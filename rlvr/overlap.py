@@ -9,7 +9,7 @@ the start of each step n, holding version n:
     job = take(n)                            wait for step n's sampled share (the trainer idles while it waits)
     fixed:    wait_idle(); sync(n)           the engine's weights become version n
               submit(n + k, version n)       exactly k behind, whatever the timing: repeatable bit for bit
-    bounded:  if the sampler is idle: sync(n)
+    bounded:  if the sampler is idle (on every rank): sync(n)
               submit every step up to n + k that the engine's version keeps within k
 
 The engine's weights change only in the main thread, between jobs, while the sampler thread is idle: a job is
@@ -90,11 +90,14 @@ class SampleAhead:
     """k ≥ 1: one sampler thread works through submitted steps in order (module docstring)."""
 
     def __init__(self, k: int, mode: str, max_steps: int, work: Callable[[int], Any], sample: Callable[[Job], Any],
-                 sync: Callable[[int], dict], clock: Callable[[], float] = time.perf_counter) -> None:
+                 sync: Callable[[int], dict], clock: Callable[[], float] = time.perf_counter,
+                 everywhere: Callable[[bool], bool] = lambda holds: holds) -> None:
+        """`everywhere(holds)`: whether `holds` is true on every process of the run (a collective under
+        backend=fsdp, where a sync is one too: `bounded` syncs only when every rank's sampler is idle)."""
         if k < 1 or mode not in MODES:
             raise ValueError(f"SampleAhead needs k >= 1 and a mode in {MODES}, not k={k}, mode={mode!r}")
         self.k, self.mode, self.max_steps = k, mode, max_steps
-        self.work, self.sample, self.sync, self.clock = work, sample, sync, clock
+        self.work, self.sample, self.sync, self.clock, self.everywhere = work, sample, sync, clock, everywhere
         self.jobs: dict[int, Job] = {}
         """Submitted jobs by step, kept until their step is trained (an interrupted step stays pending)."""
         self.queue: list[Job] = []
@@ -145,7 +148,7 @@ class SampleAhead:
             if step + self.k < self.max_steps:  # also when a checkpoint held step + k: its rows are the same then
                 self.wait_idle()
                 fields |= self._sync(step)
-        elif self.idle():
+        elif self.everywhere(self.idle()):
             fields |= self._sync(step)
         while self.last + 1 < self.max_steps and self.last + 1 - self.engine_version <= self.k:
             self._submit(self.last + 1, self.engine_version)

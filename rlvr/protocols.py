@@ -345,9 +345,16 @@ class Engine(Protocol):
         takes it again. Nothing for an engine that holds no such memory."""
         ...
 
+    def sample_beside_training(self, beside: bool) -> None:
+        """True: from now on `sample` is called in the trainer's sampler thread while the trainer trains
+        (trainer.off_policy_steps ≥ 1, rlvr/overlap.py). An engine whose sampling would hold Python's GIL moves it
+        out of the trainer's process (engine=pytorch on a CPU); nothing for one that waits on kernels or a server.
+        False: the sampler thread has ended (it may move back)."""
+        ...
+
     def close(self) -> None:
-        """Release what the engine holds (a vLLM instance, its weight folders); nothing for an engine that holds
-        only the policy."""
+        """Release what the engine holds (a vLLM instance, its weight folders, a worker process); nothing for an
+        engine that holds only the policy."""
         ...
 
 

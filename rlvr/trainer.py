@@ -262,6 +262,7 @@ class Trainer:
             self._steps(live, first, stop)
         finally:
             live.sampler.close()
+            live.engine.sample_beside_training(False)
         if not live.evals or live.evals[-1]["step"] != self.max_steps:
             self._evaluate(live, self.max_steps)
         self._checkpoint(live, self.max_steps, final=True)
@@ -627,7 +628,9 @@ class Trainer:
 
         if not self.off_policy_steps:
             return SampleInline(work, sample, sync)
-        return SampleAhead(self.off_policy_steps, self.off_policy_mode, self.max_steps, work, sample, sync)
+        live.engine.sample_beside_training(True)
+        return SampleAhead(self.off_policy_steps, self.off_policy_mode, self.max_steps, work, sample, sync,
+                           everywhere=lambda holds: all(c.world.gather(holds)))
 
 
 def local_policy(c: Components, module, tokenizer) -> tuple[Backend, Engine]:

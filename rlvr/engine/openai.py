@@ -346,6 +346,9 @@ class OpenAIEngine:
     def sleep(self) -> None:
         """Nothing to give back: the server holds its own memory, in another process."""
 
+    def sample_beside_training(self, beside: bool) -> None:
+        """Nothing to move: sampling is the server's, and waiting on it releases the GIL."""
+
     def _push(self, policy: nn.Module) -> int:
         """The policy to the server; the bytes written to files."""
         if is_lora(policy) != self.lora:

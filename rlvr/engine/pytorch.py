@@ -55,6 +55,8 @@ from rlvr.types import Rollouts, SamplingParams
 if TYPE_CHECKING:
     from torch import Generator, Tensor, nn
 
+    from rlvr.engine.sampler_process import SamplerProcess
+
     Generators = list[tuple[Generator, slice, int, slice]]
     """Per group a chunk holds: (its generator, its rows within the chunk, group_size, the same rows within the
     group). Empty when greedy."""
@@ -170,6 +172,8 @@ class PyTorchEngine:
         """The module sampled from: the trainer's own, or a copy of it the engine was given (`sync`)."""
         self.merged = MergedLora.of(module) if merge_lora else None
         self.sync(module)
+        self.worker: SamplerProcess | None = None
+        """Where `sample` runs once sampling runs beside training on a CPU (`sample_beside_training`)."""
 
     def connect(self) -> None:
         """Nothing to reach: the engine is ready once built."""
@@ -186,8 +190,26 @@ class PyTorchEngine:
     def sleep(self) -> None:
         """Nothing to give back: the engine decodes with the trainer's own module (and a merged copy it keeps)."""
 
+    def sample_beside_training(self, beside: bool) -> None:
+        """True: sampling now runs in the trainer's sampler thread while it trains (from a copy of the policy:
+        `sync`). On a CPU it moves to a worker process that reads this engine's weights in shared memory
+        (rlvr/engine/sampler_process.py: a small model's decoding is mostly Python, which a thread would run under
+        the trainer's GIL); on a GPU it stays in the thread (the kernels release the GIL). False: back here."""
+        if not beside:
+            self.close()
+        elif self.worker is None and next(self.module.parameters()).device.type == "cpu":
+            from rlvr.engine.sampler_process import SamplerProcess
+
+            self.worker = SamplerProcess(self.module, {
+                "eos_ids": self.eos_ids, "pad_id": self.pad_id, "max_batch_rows": self.max_batch_rows,
+                "max_batch_mb": self.max_batch_mb})
+
     def close(self) -> None:
-        """Nothing to release: the engine holds the policy (and its merged copy) only."""
+        """The worker process ends, if there is one; otherwise nothing to release: the engine holds the policy (and
+        its merged copy) only."""
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
 
     @no_grad
     def sample(
@@ -198,6 +220,8 @@ class PyTorchEngine:
         seeds: Sequence[int],
         with_entropy: bool = False,
     ) -> Rollouts:
+        if self.worker is not None:
+            return self.worker.sample(prompt_ids_P, group_size, params, seeds, with_entropy)
         rows = [ids for ids in prompt_ids_P for _ in range(group_size)]
         device = next(self.module.parameters()).device
         seeds = group_seeds(seeds, len(prompt_ids_P))

@@ -65,6 +65,9 @@ class TinkerEngine:
     def sleep(self) -> None:
         """Nothing to give back: the sampler runs on the service."""
 
+    def sample_beside_training(self, beside: bool) -> None:
+        """Never called: sampling ahead of training is refused with backend=tinker (rlvr/config_check.py)."""
+
     def close(self) -> None:
         """Nothing to release: the sampler belongs to the backend's service client."""
 

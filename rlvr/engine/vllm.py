@@ -347,6 +347,9 @@ class VLLMEngine:
             self.llm.sleep(level=self.sleep_level)
             self.asleep = True
 
+    def sample_beside_training(self, beside: bool) -> None:
+        """Nothing to move: vLLM's kernels (and its engine core's process) release the GIL while they run."""
+
     def sample(
         self,
         prompt_ids_P: list[list[int]],

@@ -208,6 +208,16 @@ def test_two_ranks_sample_ahead_as_one_rank_does_and_resume_on_as_many(tmp_path)
     assert [r["async/policy_version"] for r in rows(folder) if "loss" in r] == [0, 0, 1, 2, 3, 4]
 
 
+def test_two_ranks_sample_ahead_in_bounded_mode_syncing_at_the_same_steps(tmp_path):
+    """trainer.off_policy_mode=bounded syncs when the sampler is idle, which a rank alone cannot decide (a sync is a
+    collective): the ranks vote, and sync only when every sampler is idle. The run ends, within its bound."""
+    folder = tmp_path / "run"
+    train(2, folder, *AHEAD, "trainer.off_policy_mode=bounded")
+    steps = [r for r in rows(folder) if "loss" in r]
+    assert [r["step"] for r in steps] == [0, 1, 2, 3, 4, 5]
+    assert all(0 <= r["step"] - r["async/policy_version"] == r["async/staleness_max"] <= 1 for r in steps)
+
+
 def adapter(folder: Path, step: int) -> dict:
     from safetensors.torch import load_file
 
