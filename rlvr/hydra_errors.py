@@ -108,7 +108,8 @@ def explain(err: BaseException, argv: list[str], conf: Path, multirun: bool) -> 
         if "." not in key:
             return unknown_top_level_key(key, value, conf).replace(key, given, 1)
         parent, _, leaf = key.rpartition(".")
-        suggestion = closest(leaf, keys_under(conf, parent))
+        choices = [a for a in argv if re.match(r"^[\w/]+=[^,]*$", a)]  # the groups chosen (algorithm=maxrl)
+        suggestion = closest(leaf, keys_under(conf, parent, choices))
         hint = f" (did you mean {parent}.{suggestion}={value}?)" if suggestion else ""
         return f"{given}: {parent} has no key {leaf!r}{hint}"
     if isinstance(err, (HydraException, OmegaConfBaseException)):
@@ -116,8 +117,9 @@ def explain(err: BaseException, argv: list[str], conf: Path, multirun: bool) -> 
     return None
 
 
-def keys_under(conf: Path, dotted: str) -> list[str]:
-    """The keys of node `dotted` in the default composed config (empty when it cannot be composed)."""
+def keys_under(conf: Path, dotted: str, choices: list[str]) -> list[str]:
+    """The keys of node `dotted` in the config composed with the group `choices` the command made (empty when it
+    cannot be composed)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import DictConfig
@@ -125,7 +127,7 @@ def keys_under(conf: Path, dotted: str) -> list[str]:
     try:
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(conf.resolve()), version_base="1.3"):
-            node = compose("train")
+            node = compose("train", overrides=choices)
         for part in dotted.split("."):
             node = node[part]
     except Exception:  # noqa: BLE001 - a suggestion is a courtesy: without one the message still names the key

@@ -1,6 +1,6 @@
 """What a run is, in two names read from its composed config: the condition label and the task.
 
-    label = <algorithm>+<transform>[,loss=<mode>][,corr=<correction>[/decoupled]][,turn=<turn credit>]
+    label = <algorithm>+<transform>[,scale=<scale>][,loss=<mode>][,corr=<correction>[/decoupled]][,turn=<turn credit>]
             [,backend=<backend>]
     task  = [<env>-]<data>[-<reward>]-<model>
 
@@ -11,12 +11,12 @@ runs are labelled `reinforce_pp+none` (and refused at start, rlvr/config_check.p
 label is what `metrics.jsonl`, `summary.json`, `rlvr status`, `rlvr compare` and `rlvr plot` show; the
 default run folder is `outputs/<task>/<label>/<time>` (conf/train.yaml).
 
-Every choice that changes the objective or the task shows: the algorithm, the transform, a loss mode other than
-`standard`, a mismatch correction (or a decoupled π_old), the turn credit of multi-turn episodes, a backend that
-samples elsewhere (`tinker`; fsdp samples the same rollouts as one process), the environment, the data (with its
-file or task), the verifier (single turn: an environment scores its own episodes) and the model. Everything else
-(learning rate, group size, …) is the same within a comparison by rule: `rlvr compare` refuses cells whose configs
-differ.
+Every choice that changes the objective or the task shows: the algorithm, the transform, GRPO's advantage scale
+other than `none`, a loss mode other than `standard`, a mismatch correction (or a decoupled π_old), the turn credit
+of multi-turn episodes, a backend that samples elsewhere (`tinker`; fsdp samples the same rollouts as one process),
+the environment, the data (with its file or task), the verifier (single turn: an environment scores its own
+episodes) and the model. Everything else (learning rate, group size, …) is the same within a comparison by rule:
+`rlvr compare` refuses cells whose configs differ.
 
 Names are the familiar option names (`sepa_amp_c`, not `SEPAAmpClamped`): `NAMES` maps each built-in
 class; a class of your own is named by its module and class (tests/test_labels.py checks that every option
@@ -97,6 +97,9 @@ def name(node: Mapping | None) -> str:
 def condition_label(config: Mapping) -> str:
     """`<algorithm>+<transform>`, then the other objective-changing choices that are not the default."""
     label = f"{name(config.get('algorithm'))}+{name(config.get('transform'))}"
+    scale = (config.get("algorithm") or {}).get("scale", "none")
+    if scale != "none":
+        label += f",scale={scale}"
     mode = ((config.get("algorithm") or {}).get("loss") or {}).get("mode", "standard")
     if mode != "standard":
         label += f",loss={mode}"

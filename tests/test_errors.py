@@ -174,6 +174,8 @@ def test_an_unwritable_run_folder_is_named(tmp_path):
     ("algorithm=grpoo", "algorithm=grpoo: no option 'grpoo' in group algorithm (did you mean algorithm=grpo? options: "
                         "discover_entropic, grpo, maxrl, reinforce_pp)"),
     ("trainer.lrr=1e-3", "trainer.lrr=1e-3: trainer has no key 'lrr' (did you mean trainer.lr=1e-3?)"),
+    # a key of the default algorithm (grpo) but not of the one chosen: no did-you-mean naming the key itself
+    ("algorithm=maxrl algorithm.scale=std", "algorithm.scale=std: algorithm has no key 'scale'\n"),
     ("trainer.lr=[", "cannot parse an override: no viable alternative at input '['"),
     ("hydra/launcher=slurmm", "hydra/launcher=slurmm: no option 'slurmm' in group hydra/launcher (did you mean "
                               "hydra/launcher=slurm?"),
@@ -185,8 +187,8 @@ def test_an_unwritable_run_folder_is_named(tmp_path):
 def test_hydras_own_errors_exit_2_in_rlvrs_words(override, expected, tmp_path):
     """Mistakes Hydra finds while composing: exit status 2 (not Hydra's 1), rlvr's wording, a did-you-mean, and never
     Hydra's advice to append the key with `+` (followed, it trained plain GRPO and exited 0)."""
-    proc = subprocess.run([sys.executable, "train.py", override, f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "train.py", *override.split(), f"hydra.run.dir={tmp_path / 'run'}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.startswith("rlvr.errors.ConfigError: invalid config:\n  ") and expected in proc.stderr, (
         proc.stderr[-2000:])

@@ -18,7 +18,43 @@ def test_grpo_subtracts_group_mean_without_std():
 
 
 def test_grpo_all_equal_rewards_give_zeros():
-    assert GRPO(LOSS).advantages(torch.full((2, 4), 0.7)).abs().max() == 0
+    for scale in ("none", "std", "batch_std"):
+        assert GRPO(LOSS, scale=scale).advantages(torch.full((2, 4), 0.7)).abs().max() == 0
+
+
+def test_grpo_scale_std_divides_by_the_groups_sample_std_as_deepseekmath():
+    # group 0: [1,0,0,1]: mean 0.5, centred [0.5,-0.5,-0.5,0.5], sample std sqrt(4·0.25/3) = sqrt(1/3) ≈ 0.57735
+    #          → ±0.5/(0.57735 + 1e-6) ≈ ±0.86602
+    # group 1: [1,0,0,0]: mean 0.25, centred [0.75,-0.25,-0.25,-0.25], sample std sqrt((0.5625+3·0.0625)/3) = 0.5
+    #          → [0.75, -0.25, -0.25, -0.25]/(0.5 + 1e-6) ≈ [1.5, -0.5, -0.5, -0.5]
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    adv = GRPO(LOSS, scale="std").advantages(rewards)
+    s0 = (1 / 3) ** 0.5
+    expected = torch.tensor([[0.5, -0.5, -0.5, 0.5], [0.75, -0.25, -0.25, -0.25]], dtype=torch.float64)
+    expected /= torch.tensor([[s0 + 1e-6], [0.5 + 1e-6]], dtype=torch.float64)
+    assert torch.allclose(adv, expected, rtol=0, atol=1e-12)
+
+
+def test_grpo_scale_batch_std_divides_by_the_steps_reward_std_as_scalerl():
+    # the same rewards, 8 values [1,0,0,1,1,0,0,0]: mean 3/8, sample std sqrt((3·(5/8)² + 5·(3/8)²)/7)
+    #   = sqrt((75/64 + 45/64)/7) = sqrt(120/448) ≈ 0.51755; each group's centred rewards / (0.51755 + 1e-6)
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    adv = GRPO(LOSS, scale="batch_std").advantages(rewards)
+    centred = torch.tensor([[0.5, -0.5, -0.5, 0.5], [0.75, -0.25, -0.25, -0.25]], dtype=torch.float64)
+    assert torch.allclose(adv, centred / ((120 / 448) ** 0.5 + 1e-6), rtol=0, atol=1e-12)
+
+
+def test_grpo_scale_of_a_single_completion_is_zero_not_nan():
+    # G = 1: r − mean = 0 and a sample std of one value is undefined (taken as 0): 0 / (0 + eps) = 0
+    for scale in ("std", "batch_std"):
+        assert GRPO(LOSS, scale=scale).advantages(torch.tensor([[1.0]])).tolist() == [[0.0]]
+
+
+def test_grpo_scale_names_the_setting_when_unknown():
+    with pytest.raises(ValueError, match=r"algorithm.scale='group': expected none, std or batch_std"):
+        GRPO(LOSS, scale="group")
+    with pytest.raises(ValueError, match=r"algorithm.scale_eps=-1.0 must be > 0"):
+        GRPO(LOSS, scale="std", scale_eps=-1.0)
 
 
 def test_maxrl_divides_by_success_rate():
