@@ -43,6 +43,7 @@ weights into it: sampling then never reads a module the trainer is changing.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -200,9 +201,9 @@ class PyTorchEngine:
         elif self.worker is None and next(self.module.parameters()).device.type == "cpu":
             from rlvr.engine.sampler_process import SamplerProcess
 
-            self.worker = SamplerProcess(self.module, {
-                "eos_ids": self.eos_ids, "pad_id": self.pad_id, "max_batch_rows": self.max_batch_rows,
-                "max_batch_mb": self.max_batch_mb})
+            self.worker = SamplerProcess(self.module, functools.partial(
+                PyTorchEngine, eos_ids=self.eos_ids, pad_id=self.pad_id, max_batch_rows=self.max_batch_rows,
+                merge_lora=False, max_batch_mb=self.max_batch_mb))
 
     def close(self) -> None:
         """The worker process ends, if there is one; otherwise nothing to release: the engine holds the policy (and

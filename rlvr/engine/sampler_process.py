@@ -34,6 +34,7 @@ import pickle
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rlvr.lazy import lazy_import
@@ -52,14 +53,14 @@ STOPS = {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1}
 class SamplerProcess:
     """`sample` calls of an engine=pytorch engine, made in a worker process on `module`'s shared weights."""
 
-    def __init__(self, module: nn.Module, settings: dict[str, Any]) -> None:
-        """`settings`: the engine's constructor arguments other than the module."""
+    def __init__(self, module: nn.Module, engine: Callable[[nn.Module], Any]) -> None:
+        """`engine(module)`: the engine the worker samples with (engine=pytorch's, on the shared module)."""
         import multiprocessing
 
         module.share_memory()  # in place: every module holding these tensors (the engine's source) keeps them
         ctx = multiprocessing.get_context("fork")  # module docstring: why fork
         self.conn, theirs = ctx.Pipe()
-        self.process = ctx.Process(target=serve, args=(theirs, self.conn, module, settings), name="rlvr-sampler",
+        self.process = ctx.Process(target=serve, args=(theirs, self.conn, module, engine), name="rlvr-sampler",
                                    daemon=True)
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # else the worker would write what was buffered again when it ends
@@ -72,7 +73,7 @@ class SamplerProcess:
         atexit.register(self.close)  # before multiprocessing's own exit hook, which would wait on a daemon forever
 
     def sample(self, *args: Any) -> Any:
-        """`PyTorchEngine.sample(*args)` in the worker."""
+        """The worker's engine's `sample(*args)`."""
         try:
             self.conn.send_bytes(pickle.dumps(args))
             ok, result = pickle.loads(self.conn.recv_bytes())
@@ -94,7 +95,7 @@ class SamplerProcess:
             self.process.join()
 
 
-def serve(conn: Connection, trainers: Connection, module: nn.Module, settings: dict[str, Any]) -> None:
+def serve(conn: Connection, trainers: Connection, module: nn.Module, build: Callable[[nn.Module], Any]) -> None:
     """The worker: answer `sample` calls until the pipe closes (`trainers`, the trainer's end, is closed here: held
     open, the pipe would not close when the trainer's process ends)."""
     trainers.close()
@@ -102,9 +103,7 @@ def serve(conn: Connection, trainers: Connection, module: nn.Module, settings: d
         signal.signal(signum, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
     torch.set_num_threads(1)  # module docstring: an OpenMP team would hang here
-    from rlvr.engine.pytorch import PyTorchEngine
-
-    engine = PyTorchEngine(module, merge_lora=False, **settings)
+    engine = build(module)
     while True:
         try:
             args = pickle.loads(conn.recv_bytes())
