@@ -1,6 +1,7 @@
 """What a run is, in two names read from its composed config: the condition label and the task.
 
-    label = <algorithm>+<transform>[,scale=<scale>][,loss=<mode>][,corr=<correction>[/decoupled]][,turn=<turn credit>]
+    label = <algorithm>+<transform>[,scale=<scale>][,loss=<mode>][,agg=<aggregation>][,corr=<correction>[/decoupled]]
+            [,turn=<turn credit>]
             [,backend=<backend>]
     task  = [<env>-]<data>[-<reward>]-<model>
 
@@ -12,11 +13,11 @@ label is what `metrics.jsonl`, `summary.json`, `rlvr status`, `rlvr compare` and
 default run folder is `outputs/<task>/<label>/<time>` (conf/train.yaml).
 
 Every choice that changes the objective or the task shows: the algorithm, the transform, GRPO's advantage scale
-other than `none`, a loss mode other than `standard`, a mismatch correction (or a decoupled π_old), the turn credit
-of multi-turn episodes, a backend that samples elsewhere (`tinker`; fsdp samples the same rollouts as one process),
-the environment, the data (with its file or task), the verifier (single turn: an environment scores its own
-episodes) and the model. Everything else (learning rate, group size, …) is the same within a comparison by rule:
-`rlvr compare` refuses cells whose configs differ.
+other than `none`, a loss mode other than `standard`, a loss aggregation other than `token_mean`, a mismatch
+correction (or a decoupled π_old), the turn credit of multi-turn episodes, a backend that samples elsewhere
+(`tinker`; fsdp samples the same rollouts as one process), the environment, the data (with its file or task), the
+verifier (single turn: an environment scores its own episodes) and the model. Everything else (learning rate, group
+size, …) is the same within a comparison by rule: `rlvr compare` refuses cells whose configs differ.
 
 Names are the familiar option names (`sepa_amp_c`, not `SEPAAmpClamped`): `NAMES` maps each built-in
 class; a class of your own is named by its module and class (tests/test_labels.py checks that every option
@@ -103,6 +104,9 @@ def condition_label(config: Mapping) -> str:
     mode = ((config.get("algorithm") or {}).get("loss") or {}).get("mode", "standard")
     if mode != "standard":
         label += f",loss={mode}"
+    aggregation = ((config.get("algorithm") or {}).get("loss") or {}).get("aggregation", "token_mean")
+    if aggregation != "token_mean":
+        label += f",agg={aggregation}"
     correction = ((config.get("algorithm") or {}).get("loss") or {}).get("correction") or {}
     if correction.get("kind", "none") != "none" or correction.get("pi_old", "bypass") != "bypass":
         label += f",corr={correction.get('kind', 'none')}" + ("/decoupled" if correction.get("pi_old") == "decoupled"

@@ -26,28 +26,35 @@ covariance of its advantage and its new log-probability (no gradient; means over
               (−clip(r)·A > −r·A), n = max(int(clip_cov_ratio·valid), 1) drawn at random (at most all of
               them) get ℓ = 0 (no gradient; they still count in the token count below)
 
-Every mode: loss = Σ ℓ / (number of tokens with A ≠ 0 in the whole step)
+Every mode: loss = Σ w·ℓ over the step's tokens with A ≠ 0, the weights w set by `aggregation`
+(docs/algorithms.md#loss-aggregation), each from the whole step (every micro-batch, pass and process together):
 
-i.e. one token-level mean over the step (DAPO-style): long completions carry proportionally more weight,
-and micro-batching changes memory, not the objective. Tokens whose advantage is exactly 0 are left out of
-both the sum and the count. Both log-probabilities are of the temperature-scaled distribution the
+    token_mean               w = 1 / n                      n: the step's tokens with A ≠ 0 (the default; DAPO)
+    seq_mean_token_mean      w = 1 / (S · n_i)              S: rows with any such token, n_i: row i's (GRPO's paper)
+    seq_mean_token_sum       w = 1 / S
+    seq_mean_token_sum_norm  w = 1 / (S · aggregation_norm) (Dr. GRPO: a constant, the longest completion allowed)
+    prompt_mean              w = 1 / (P · n_p)              P: prompts with any such token, n_p: their group's tokens
+
+token_mean: long completions carry proportionally more weight, and the loss is the mean per token. Micro-batching,
+packing and the number of processes change memory, never the objective, under every aggregation. Tokens whose
+advantage is exactly 0 are left out of both the sums and the counts (a row or prompt without one counts in no
+denominator). Both log-probabilities are of the temperature-scaled distribution the
 sampler drew from (see rlvr/types.py Rollouts), so an on-policy step has r = 1 and the gradient is
 REINFORCE's. There is no KL term (kl_cov's |δ| penalty on its selected tokens aside).
 
-Covariance selection (kl_cov, clip_cov), a deliberate departure from the predecessor
-(docs/algorithms.md#kl_cov): the tokens are chosen over the **whole step** (every micro-batch together), so
-`backend.micro_batch_size` still never changes the objective; the predecessor chose them inside each
-micro-batch (means, k and the random draw per micro-batch), so its loss depended on the micro-batch size. The
-local backend gets the step's new log-probabilities from a no-grad forward pass before the gradient pass (the
-parameters do not change between micro-batches of a step, so they are the values the gradient pass sees): one
-extra forward pass per step in these modes, none in `standard`. clip_cov's draw uses a generator the backend
-seeds from the run's seed and its step counter, so a resumed run draws the same tokens. Edge cases: a step with
-no valid token selects nothing; kl_cov_percent = 0 or clip_cov_ratio = 0 still selects one token (the
-predecessor's max(1, …)); clip_cov with no token inside (clip_cov_min, clip_cov_max) selects nothing. On-policy
-(r = 1 up to float noise, this trainer's single update per batch) kl_cov's |δ| is ≈ 0 in value, and its
-gradient's sign is the noise's: the penalty bites once the policy moves off the sampler's. Metrics:
-`policy/cov_fraction` = selected / valid (both modes, absent in standard); `clip_fraction` is 0 under kl_cov
-and the selected fraction under clip_cov.
+Covariance selection (kl_cov, clip_cov), a deliberate departure from the predecessor (docs/algorithms.md#kl_cov):
+the tokens are chosen over the **whole step** (every micro-batch together), so `backend.micro_batch_size` still
+never changes the objective; the predecessor chose them inside each micro-batch (means, k and the random draw per
+micro-batch), so its loss depended on the micro-batch size. The local backend gets the step's new log-probabilities
+from a no-grad forward pass before the gradient pass (the parameters do not change between micro-batches of a step,
+so they are the values the gradient pass sees): one extra forward pass per step in these modes, none in `standard`.
+clip_cov's draw uses a generator the backend seeds from the run's seed and its step counter, so a resumed run draws
+the same tokens. Edge cases: a step with no valid token selects nothing; kl_cov_percent = 0 or clip_cov_ratio = 0
+still selects one token (the spec's max(1, …); the predecessor's code selects none at kl_cov_percent = 0,
+docs/predecessor.md); clip_cov with no token inside (clip_cov_min, clip_cov_max) selects nothing. On-policy (r = 1
+up to float noise, this trainer's single update per batch) kl_cov's |δ| is ≈ 0 in value, and its gradient's sign is
+the noise's: the penalty bites once the policy moves off the sampler's. Metrics: `policy/cov_fraction` = selected /
+valid (both modes, absent in standard); `clip_fraction` is 0 under kl_cov and the selected fraction under clip_cov.
 
 `adv_clip_max` > 0 caps non-zero token advantages to [−cap, cap] before the loss (not ratio clipping;
 docs/algorithms.md#advantage-cap). Metrics: adv_cap_fraction (capped / non-zero), adv_cap_magnitude
@@ -70,6 +77,7 @@ if TYPE_CHECKING:
 torch = lazy_import("torch")
 
 MODES = ("standard", "kl_cov", "clip_cov")
+AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "prompt_mean")
 COVARIANCE_MODES = ("kl_cov", "clip_cov")
 """The modes that select tokens by covariance over the whole step (only the local backend computes them)."""
 
@@ -89,6 +97,10 @@ class PolicyLoss:
     clip_cov_max: float = 5.0
     correction: Correction = NO_CORRECTION
     """The engine/trainer mismatch correction (`correction=`, rlvr/algorithm/correction.py)."""
+    aggregation: str = "token_mean"
+    """How the step's per-token losses become one number (module docstring)."""
+    aggregation_norm: int = 0
+    """seq_mean_token_sum_norm's constant divisor of each row's sum (Dr. GRPO: the longest completion allowed)."""
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
@@ -117,6 +129,12 @@ class PolicyLoss:
             raise ValueError(f"algorithm.loss.kl_cov_coef={self.kl_cov_coef} must be >= 0")
         if not 0 <= self.clip_cov_ratio <= 1:
             raise ValueError(f"algorithm.loss.clip_cov_ratio={self.clip_cov_ratio} must be in [0, 1] (a fraction)")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"algorithm.loss.aggregation={self.aggregation!r} must be one of "
+                             f"{', '.join(AGGREGATIONS)}")
+        if self.aggregation == "seq_mean_token_sum_norm" and not self.aggregation_norm > 0:
+            raise ValueError(f"algorithm.loss.aggregation=seq_mean_token_sum_norm divides each row's sum by "
+                             f"algorithm.loss.aggregation_norm, which must be > 0 (now {self.aggregation_norm})")
         if not self.clip_cov_min < self.clip_cov_max:
             raise ValueError(f"algorithm.loss.clip_cov_min={self.clip_cov_min} must be < "
                              f"algorithm.loss.clip_cov_max={self.clip_cov_max}")
@@ -125,6 +143,26 @@ class PolicyLoss:
     def selects_tokens(self) -> bool:
         """Whether `token_losses` needs `select_tokens`' mask, chosen over the whole step."""
         return self.mode in COVARIANCE_MODES
+
+    def token_weights(self, signal_N_T: Tensor, prompt_N: Tensor) -> Tensor | None:
+        """[N, T] float: each token's weight w in the step's loss Σ w·ℓ (module docstring), from the whole step's
+        tokens with A ≠ 0 (`signal_N_T`; `prompt_N`: each row's prompt index); None for token_mean, whose sum is
+        divided by the count instead."""
+        if self.aggregation == "token_mean":
+            return None
+        n_N = signal_N_T.sum(-1).double()
+        rows = int((n_N > 0).sum())
+        if self.aggregation == "prompt_mean":
+            n_P = torch.zeros(int(prompt_N.max()) + 1 if len(prompt_N) else 0, dtype=torch.float64,
+                              device=n_N.device).index_add_(0, prompt_N.to(n_N.device), n_N)
+            w_N = 1.0 / (int((n_P > 0).sum()) * n_P[prompt_N.to(n_N.device)])
+        elif self.aggregation == "seq_mean_token_mean":
+            w_N = 1.0 / (rows * n_N)
+        elif self.aggregation == "seq_mean_token_sum":
+            w_N = torch.full_like(n_N, 1.0 / max(rows, 1))
+        else:
+            w_N = torch.full_like(n_N, 1.0 / (max(rows, 1) * self.aggregation_norm))
+        return torch.where(signal_N_T, w_N[:, None], 0.0).float()
 
     def cap(self, adv_PG_T: Tensor) -> tuple[Tensor, dict[str, float]]:
         if self.adv_clip_max <= 0:

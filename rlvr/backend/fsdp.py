@@ -171,7 +171,7 @@ class FSDPBackend:
     def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]:
         t0, t = time.perf_counter(), self.trainee
         self._sharded()
-        rows = t.step_rows(batch)
+        rows = t.step_rows(batch, loss)
         N, W = len(rows.prompts), self.world.size
         plans = [t.micro_batches(rows, share) for share in rank_rows(rows.sizes, W, t.packing)]
         real = plans[self.world.rank]

@@ -89,6 +89,9 @@ class StepRows:
     total: int
     """The divisor of the token-level mean: the whole step's count of such tokens (at least 1)."""
     tokens_with_signal: int
+    weight: Tensor | None = None
+    """[N, T] each token's weight in the step's loss under an aggregation other than token_mean
+    (`PolicyLoss.token_weights`, from the whole step); None: Σ ℓ / `total`."""
 
     @property
     def Lp(self) -> int:
@@ -137,8 +140,8 @@ class Trainee:
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.params)
 
-    def step_rows(self, batch: TrainBatch) -> StepRows:
-        """The step's rows that carry signal (every rank holds all of them)."""
+    def step_rows(self, batch: TrainBatch, loss: PolicyLoss | None = None) -> StepRows:
+        """The step's rows that carry signal (every rank holds all of them), with `loss`'s token weights."""
         ro = batch.rollouts
         action_PG_T = (batch.adv_PG_T != 0) & ro.action_mask_PG_T
         keep = action_PG_T.any(-1).nonzero().squeeze(-1)  # rows with any signal, in order
@@ -146,9 +149,10 @@ class Trainee:
         T = int(lengths.max()) if len(keep) else 0
         engine_lp, adv, action, sampled = (x[keep, :T].to(self.device) for x in (
             ro.logprobs_PG_T, batch.adv_PG_T, action_PG_T, ro.action_mask_PG_T))
+        weight = None if loss is None else loss.token_weights(action[:, :T], keep // ro.group_size)
         return StepRows([ro.prompt_ids_P[i // ro.group_size] for i in keep.tolist()], ro.tokens_PG_T[keep, :T],
                         lengths.tolist(), engine_lp, adv, action, sampled, ro.temperature,
-                        max(int(action_PG_T.sum()), 1), int(action_PG_T.sum()))
+                        max(int(action_PG_T.sum()), 1), int(action_PG_T.sum()), weight)
 
     def micro_batches(self, rows: StepRows, share: Sequence[int]) -> list[list[int]]:
         """The forward/backward passes over the rows `share` (indices into `rows`). Padded: consecutive runs of
@@ -189,7 +193,10 @@ class Trainee:
                 tok_loss, m = tok_loss * factor, m & keep
             else:
                 keep = torch.ones_like(m)
-            mb_loss = (tok_loss * m).sum() / rows.total
+            if rows.weight is None:
+                mb_loss = (tok_loss * m).sum() / rows.total
+            else:
+                mb_loss = (tok_loss * m * rows.weight[b]).sum()
             (mb_loss * scale if scale != 1.0 else mb_loss).backward()
             with torch.no_grad():
                 delta = (new_lp - old_lp)[m]
@@ -203,9 +210,10 @@ class Trainee:
 
     @staticmethod
     def kept_scale(sums: dict[str, float], rows: StepRows) -> float:
-        """What the gradients are multiplied by once every micro-batch is in, so that the loss is divided by the
-        tokens the correction kept, not the step's count (1.0 when it masked nothing)."""
-        return rows.total / max(sums["kept"], 1.0) if sums["masked"] else 1.0
+        """What the gradients are multiplied by once every micro-batch is in, so that a token mean is divided by the
+        tokens the correction kept, not the step's count (1.0 when it masked nothing, and under another aggregation:
+        the tokens it masks leave the sums, the weights stay)."""
+        return rows.total / max(sums["kept"], 1.0) if sums["masked"] and rows.weight is None else 1.0
 
     def update(self, lr: float, loss_sum: float, as_float: Callable[[Tensor], float] = float,
                grad_scale: float = 1.0) -> tuple[float, bool]:
@@ -384,7 +392,7 @@ class LocalBackend:
 
     def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]:
         t0, t = time.perf_counter(), self.trainee
-        rows = t.step_rows(batch)
+        rows = t.step_rows(batch, loss)
         N = len(rows.prompts)
         batches = t.micro_batches(rows, range(N))
         if not t.policy.training:

@@ -17,8 +17,9 @@ sequence (tinker docs "Loss functions"; tinker-cookbook `trajectory_to_data`):
     logprobs      = 0 ×(L−1),     ℓ_0 … ℓ_{n−1}                  (float32)
     advantages    = 0 ×(L−1),     a_0/N … a_{n−1}/N              (float32)
 
-N = the step's tokens with a non-zero advantage (over all rows). Prompt positions carry advantage 0 and
-so add nothing to the loss. The 1/N makes the service's summed loss the local backend's token-level mean
+N = the step's tokens with a non-zero advantage (over all rows); under an `algorithm.loss.aggregation` other than
+token_mean, a_t·w_t instead, w_t the token's weight (`PolicyLoss.token_weights`). Prompt positions carry advantage 0
+and so add nothing to the loss. The 1/N makes the service's summed loss the local backend's token-level mean
 (rlvr/algorithm/loss.py; the predecessor sent raw advantages and divided the reported loss by the number of
 datums, docs/predecessor.md#tinker): `grad_clip_norm` and the learning rate mean what they mean locally,
 and the reported `loss` is the service's `loss:sum`. (This holds for losses linear in the advantages:
@@ -297,7 +298,7 @@ class TinkerBackend:
             self._warned_temperature = True
             log.warning("trainer.sampling.temperature=%g: the Tinker service computes training log-probabilities at "
                         "temperature 1, so the importance ratio is not 1 on-policy", batch.rollouts.temperature)
-        datums, tokens = datums_of(batch)
+        datums, tokens = datums_of(batch, loss)
         fwd = self.calls.call("forward_backward", lambda: self.training.forward_backward(
             datums, loss_fn=self.loss_fn, loss_fn_config=config), idempotent=False)
         adam = tinker.types.AdamParams(learning_rate=lr, beta1=self.betas[0], beta2=self.betas[1], eps=self.eps,
@@ -350,13 +351,15 @@ class TinkerBackend:
         log.info("tinker state %s loaded (%d optimizer steps)", record["state_path"], self.steps)
 
 
-def datums_of(batch: TrainBatch) -> tuple[list[Datum], int]:
+def datums_of(batch: TrainBatch, loss: PolicyLoss | None = None) -> tuple[list[Datum], int]:
     """One Datum per completion row with a non-zero advantage (alignment in the module docstring), and N,
     the number of completion tokens with a non-zero advantage."""
     ro = batch.rollouts
     action_PG_T = (batch.adv_PG_T != 0) & ro.action_mask_PG_T
     total = int(action_PG_T.sum())
-    adv_PG_T = batch.adv_PG_T.masked_fill(~ro.action_mask_PG_T, 0.0) / max(total, 1)
+    weight = None if loss is None else loss.token_weights(action_PG_T, torch.arange(len(action_PG_T)) // ro.group_size)
+    adv_PG_T = batch.adv_PG_T.masked_fill(~ro.action_mask_PG_T, 0.0)
+    adv_PG_T = adv_PG_T / max(total, 1) if weight is None else adv_PG_T * weight
     datums = []
     for r in action_PG_T.any(-1).nonzero().squeeze(-1).tolist():
         prompt = ro.prompt_ids_P[r // ro.group_size]

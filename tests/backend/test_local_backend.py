@@ -77,13 +77,40 @@ def test_loss_is_a_token_mean_over_nonzero_advantages():
     assert stats["loss"] == pytest.approx(-2.0, abs=1e-4)
 
 
-def test_micro_batches_change_memory_not_the_update():
+@pytest.mark.parametrize("aggregation", ["seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm",
+                                         "prompt_mean"])
+def test_each_aggregation_is_its_formula_on_policy(aggregation):
+    # on-policy ℓ = −A per token. Row i (of 12: 3 prompts × 4) gets A_i = (i + 1)/10 on its n_i completion tokens,
+    # but rows 4..7 (prompt 1) get 0: S = 8 rows, P = 2 prompts count. Then, by the formulas:
+    #   seq_mean_token_mean      −(1/S) Σ_i A_i                 (each row's token mean is A_i)
+    #   seq_mean_token_sum       −(1/S) Σ_i A_i·n_i
+    #   seq_mean_token_sum_norm  −(1/S) Σ_i A_i·n_i / 6        (aggregation_norm = 6, the sampler's max_tokens)
+    #   prompt_mean              −(1/P) Σ_p Σ_{i∈p} A_i·n_i / Σ_{i∈p} n_i
+    backend, engine = make()
+    ro = rollouts(engine)
+    A = torch.tensor([(i + 1) / 10 if not 4 <= i < 8 else 0.0 for i in range(12)])
+    n = ro.mask_PG_T.sum(-1).float()
+    signal = A != 0
+    expected = {
+        "seq_mean_token_mean": -A[signal].mean(),
+        "seq_mean_token_sum": -(A * n)[signal].mean(),
+        "seq_mean_token_sum_norm": -(A * n)[signal].mean() / 6,
+        "prompt_mean": -sum((A * n)[p * 4:(p + 1) * 4].sum() / n[p * 4:(p + 1) * 4].sum() for p in (0, 2)) / 2,
+    }[aggregation]
+    loss = PolicyLoss(0.0, 0.0, 0.0, aggregation=aggregation, aggregation_norm=6)
+    stats = backend.train_step(TrainBatch(ro, A[:, None] * ro.mask_PG_T), loss, lr=0.0)
+    assert stats["loss"] == pytest.approx(float(expected), abs=1e-5)
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean", "prompt_mean"])
+def test_micro_batches_change_memory_not_the_update(aggregation):
     whole, engine = make(micro_batch_size=0)
     split, _ = make(micro_batch_size=3)
     ro = rollouts(engine)
     adv = torch.randn(ro.tokens_PG_T.shape[0], 1) * ro.mask_PG_T
-    a = whole.train_step(TrainBatch(ro, adv), PG, lr=1e-3)
-    b = split.train_step(TrainBatch(ro, adv), PG, lr=1e-3)
+    loss = PolicyLoss(0.0, 0.0, 0.0, aggregation=aggregation)
+    a = whole.train_step(TrainBatch(ro, adv), loss, lr=1e-3)
+    b = split.train_step(TrainBatch(ro, adv), loss, lr=1e-3)
     assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
     assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
     for n, p in params(whole, True).items():

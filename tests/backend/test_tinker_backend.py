@@ -79,6 +79,15 @@ def test_datums_are_shifted_by_one_with_zero_prompt_credit_and_token_mean_advant
     assert {d.loss_fn_inputs["advantages"].dtype for d in datums} == {"float32"}
 
 
+def test_an_aggregation_other_than_token_mean_weighs_the_advantages_it_sends():
+    # prompt_mean on known_batch: prompt 0 has 3 + 2 = 5 tokens with signal, prompt 1 has 1; P = 2. Each token's
+    # advantage is sent times w = 1/(P·n_p): row 0 1/10, row 1 −1/10, row 3 0.5/2 (its EOS token still 0).
+    datums, n = datums_of(known_batch(), PolicyLoss(0.0, 0.0, 0.0, aggregation="prompt_mean"))
+    f32 = lambda xs: torch.tensor(xs, dtype=torch.float32).tolist()  # noqa: E731 - float32 on the wire
+    assert n == 6 and [as_lists(d)[3] for d in datums] == [f32([0, 0, 0.1, 0.1, 0.1]), f32([0, 0, -0.1, -0.1]),
+                                                           f32([0, 0.25, 0])]
+
+
 def test_start_opens_a_lora_run_with_the_key_rank_and_seed():
     backend()
     service = fake_tinker.SERVICES[-1]

@@ -1,7 +1,7 @@
 """Three train steps of backend=fsdp on fixed rollouts, for tests/distributed/test_fsdp_backend.py; run by torchrun:
 
     torchrun --nproc-per-node 2 tests/distributed/steps_worker.py OUT.pt [--full] [--micro-batch-size N] [--clip 0.2]
-        [--mode kl_cov] [--correction token_mask] [--packing 24]
+        [--mode kl_cov] [--correction token_mask] [--packing 24] [--aggregation prompt_mean]
 
 Rank 0 saves {"params": the full trainable weights after the steps, "stats": each step's train_step dict} to OUT.pt.
 `steps(backend)` is the loop both sides run (the test runs it on backend=local in its own process)."""
@@ -34,7 +34,8 @@ KNOBS = {"device": "cpu", "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0
          "gradient_checkpointing": False}
 
 
-def steps(backend, clip: float, mode: str = "standard", n: int = 3, correction: str = "none") -> list[dict]:
+def steps(backend, clip: float, mode: str = "standard", n: int = 3, correction: str = "none",
+          aggregation: str = "token_mean") -> list[dict]:
     """`n` steps on one set of rollouts sampled before the first (so the later steps' ratios are not 1), 11 of its
     12 rows with an advantage (the row with 0 is dropped: an odd count splits unevenly over 2 ranks). AdamW divides
     each gradient element by its running RMS, so float noise in a near-zero element moves its weight by up to ~lr:
@@ -47,7 +48,8 @@ def steps(backend, clip: float, mode: str = "standard", n: int = 3, correction: 
     # kl_cov: the 10 % of tokens of largest covariance; clip_cov: 20 % drawn among all (a band wide enough for any)
     # token_mask: a band narrow enough that the later steps' stale ratios leave it (tokens masked on every rank)
     loss = PolicyLoss(clip, clip, 0.0, mode=mode, kl_cov_percent=10.0, clip_cov_ratio=0.2, clip_cov_min=-1e3,
-                      clip_cov_max=1e3, correction=Correction(correction, low=0.999, high=1.001))
+                      clip_cov_max=1e3, correction=Correction(correction, low=0.999, high=1.001),
+                      aggregation=aggregation)
     return [backend.train_step(batch, loss, lr=1e-3) for _ in range(n)]  # trainer.lr's default
 
 
@@ -69,6 +71,7 @@ def main() -> None:
     parser.add_argument("--mode", default="standard", help="algorithm.loss.mode")
     parser.add_argument("--correction", default="none", help="algorithm.loss.correction.kind")
     parser.add_argument("--packing", type=int, default=0, help="backend.packing with this token budget (0: padded)")
+    parser.add_argument("--aggregation", default="token_mean", help="algorithm.loss.aggregation")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model, tok = TINY.load(0)
@@ -76,7 +79,7 @@ def main() -> None:
                           micro_batch_size=args.micro_batch_size, reshard_after_forward=True, timeout_s=120,
                           world=World.from_env(), packing=args.packing > 0, max_tokens_per_micro_batch=args.packing,
                           **KNOBS)
-    stats = steps(backend, args.clip, args.mode, correction=args.correction)
+    stats = steps(backend, args.clip, args.mode, correction=args.correction, aggregation=args.aggregation)
     full = get_model_state_dict(backend.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True,
                                                                          ignore_frozen_params=True))
     names = {n for n, p in backend.policy.named_parameters() if p.requires_grad}  # (a tied frozen head shows up too)

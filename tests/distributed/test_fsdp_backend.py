@@ -28,17 +28,22 @@ def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.Complet
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-@pytest.mark.parametrize(("full", "micro_batch_size", "clip", "mode", "correction", "packing"), [
-    (False, 0, 0.0, "standard", "none", 0), (False, 5, 0.001, "standard", "none", 0),
-    (True, 0, 0.001, "standard", "none", 0), (False, 5, 0.0, "kl_cov", "none", 0),
-    (False, 5, 0.2, "clip_cov", "none", 0), (False, 5, 0.0, "standard", "token_mask", 0),
-    (True, 5, 0.0, "standard", "token_mask", 24),
+@pytest.mark.parametrize(("full", "micro_batch_size", "clip", "mode", "correction", "packing", "aggregation"), [
+    (False, 0, 0.0, "standard", "none", 0, "token_mean"),
+    (False, 5, 0.001, "standard", "none", 0, "seq_mean_token_mean"),
+    (True, 0, 0.001, "standard", "none", 0, "token_mean"),
+    (False, 5, 0.0, "kl_cov", "none", 0, "token_mean"),
+    (False, 5, 0.2, "clip_cov", "none", 0, "token_mean"),
+    (False, 5, 0.0, "standard", "token_mask", 0, "token_mean"),
+    (True, 5, 0.0, "standard", "token_mask", 24, "prompt_mean"),
 ])
 def test_two_ranks_update_the_weights_as_one_process_does(tmp_path, full, micro_batch_size, clip, mode, correction,
-                                                          packing):
+                                                          packing, aggregation):
+    """Each case as one process and as two: the same weights and statistics. The aggregations other than token_mean
+    weigh rows by counts over the whole step, which each rank must see whole."""
     out = tmp_path / "fsdp.pt"
     args = [str(WORKER), str(out), "--micro-batch-size", str(micro_batch_size), "--clip", str(clip), "--mode", mode,
-            "--correction", correction, "--packing", str(packing)]
+            "--correction", correction, "--packing", str(packing), "--aggregation", aggregation]
     proc = torchrun(2, *args, *(["--full"] if full else []))
     assert proc.returncode == 0, proc.stderr[-3000:]
     fsdp = torch.load(out, weights_only=False)
@@ -48,7 +53,7 @@ def test_two_ranks_update_the_weights_as_one_process_does(tmp_path, full, micro_
     local = LocalBackend(model, None if full else LORA, 0, tok.pad_token_id, micro_batch_size=micro_batch_size,
                          **KNOBS)
     before = trainable(local.policy)
-    stats = steps(local, clip, mode, correction=correction)
+    stats = steps(local, clip, mode, correction=correction, aggregation=aggregation)
     weights = trainable(local.policy)
     assert set(fsdp["params"]) == set(weights)
     assert max(float((weights[n] - before[n]).abs().max()) for n in weights) > 1e-3, "the steps moved the weights"
