@@ -26,8 +26,9 @@ rlvr.transform.uncertainty_stats): `dg_gate_mean, dg_gate_std` (population), `dg
 `_neg` parts (below), `dg_lambda` (the λ used; 1 for delight), `dg_net_advantage_bias` (Σ_t A'_t − Σ_t A_t over
 the group: Σ A_i·n_i for episode advantages), `dg_net_advantage_bias_per_token` (that over the group's real
 tokens), `dg_token_adv_std` (population std of A' over the group's real tokens), `dg_within_rollout_adv_var`
-(the population variance of A' within a completion, averaged over the group's non-empty completions), and the
-η metrics of rlvr.transform.delight_eta.
+(the population variance of A' within a completion, averaged over the group's non-empty completions), the
+η metrics of rlvr.transform.delight_eta, and the uncertainty statistics (rlvr.transform.uncertainty_stats) of
+s = min(−logprob, 50) before any normalisation, every token exec (Delight reads no planning mask), post = pre.
 
 Ordering gap: per completion with A ≠ 0 and n ≥ 2 — with token advantages, per completion and sign of A_t —
 rank its tokens by sign(A)·s̃ (by s̃ for A > 0, by −s̃ for A < 0); the lower half is the ⌊n/2⌋ lowest
@@ -46,10 +47,14 @@ Deliberate departures from retrain, which ran Delight one prompt group at a time
 [P·G, T] with the same per-group η and per-group metrics (a group counts when one of its advantages is
 non-zero — retrain processed every group it did not skip as tied, including non-tied groups whose MaxRL
 advantages are all 0); token advantages from a multi-turn turn credit are gated token by token with their own
-A_t (retrain had one advantage per completion); the ordering-gap halves for odd n and ties are defined above
-(retrain's spec leaves them open); retrain's boolean alias `delight_normalize` is not accepted; the adaptive η
-is kept inside [eta_min, eta_max] after its EMA (rlvr.transform.delight_eta). The gate reads sampled-token
-surprisal only (no `uncertainty` knob), as retrain's did.
+A_t (retrain had one advantage per completion); an odd n's middle token counts with the upper half of the
+ordering gap, where retrain's code took ⌊n/2⌋ tokens for each half and left the middle one out — with one
+advantage per completion the middle token's gate is the lowest of the upper half, so the gap here is at most
+retrain's, and with eta_target_ordering_gap > 0 the adaptive η at most retrain's (ties change no gap: tied s̃,
+tied gates); retrain's boolean alias `delight_normalize` is not accepted; the adaptive η is kept inside
+[eta_min, eta_max] after its EMA (rlvr.transform.delight_eta); retrain left the post_* uncertainty statistics of
+its Delight transforms at 0, here they equal the pre values. The gate reads sampled-token surprisal only (no
+`uncertainty` knob), as retrain's did.
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ from rlvr.transform.delight_eta import DelightEta
 from rlvr.transform.order_stats import Work, kth, lowest, scratch
 from rlvr.transform.signals import as_weights, check_step, per_token
 from rlvr.transform.uncertainty import token_uncertainty
-from rlvr.transform.uncertainty_stats import groups_with_signal
+from rlvr.transform.uncertainty_stats import groups_with_signal, uncertainty_stats
 from rlvr.types import TokenSignals
 
 if TYPE_CHECKING:
@@ -94,12 +99,11 @@ def row_median(values_R_T: Tensor, valid_R_T: Tensor, work: Work) -> Tensor:
     return torch.where(n_R % 2 == 1, lower_R, (lower_R + upper_R) / 2)
 
 
-def delight_surprisal(signals: TokenSignals, norm: str, work: Work) -> tuple[Tensor, Tensor]:
-    """(s̃ [P·G, T], 0 at padding; the completion mask as 0/1 floats), in the logprobs' dtype."""
-    weights = as_weights(signals.mask_PG_T, signals.logprobs_PG_T.dtype)
-    s = token_uncertainty("surprisal", signals, weights)
+def delight_surprisal(s: Tensor, weights: Tensor, norm: str, work: Work) -> Tensor:
+    """s̃ [P·G, T] from the surprisals s = min(−logprob, 50) (0 at padding; divided in place unless norm is none),
+    `weights` the completion mask as 0/1 floats of s's dtype."""
     if norm == "none":
-        return s, weights
+        return s
     n_R = weights.sum(-1)
     mean_R = s.sum(-1) / n_R.clamp(min=1)
     deviation = torch.mul(weights, mean_R[:, None], out=work[0])
@@ -110,7 +114,7 @@ def delight_surprisal(signals: TokenSignals, norm: str, work: Work) -> tuple[Ten
         spread = torch.sub(s, median_R[:, None], out=work[0]).abs_().mul_(weights)
         mad_R = MAD_CONSISTENCY * row_median(spread, weights, work)
         divisor_R = torch.where(mad_R >= SCALE_EPS, mad_R, divisor_R)
-    return s.div_(divisor_R[:, None]), weights
+    return s.div_(divisor_R[:, None])
 
 
 def delight_gate(logit: Tensor, work_R_T: Tensor | None = None) -> Tensor:
@@ -318,7 +322,10 @@ def delight_advantages(adv_PG: Tensor, signals: TokenSignals, *, norm: str, eta:
     check_step(adv_PG, signals)
     group_size = signals.group_size
     work = scratch(signals.logprobs_PG_T)
-    s, weights = delight_surprisal(signals, norm, work)
+    weights = as_weights(signals.mask_PG_T, signals.logprobs_PG_T.dtype)
+    s = token_uncertainty("surprisal", signals, weights)
+    stats = uncertainty_stats(s, s, weights, None, adv_PG, group_size)  # of s itself, before any normalisation
+    s = delight_surprisal(s, weights, norm, work)
     adv = per_token(adv_PG, s.dtype)
     num_groups = weights.shape[0] // group_size
     units = units_of(adv, s, weights)
@@ -350,6 +357,7 @@ def delight_advantages(adv_PG: Tensor, signals: TokenSignals, *, norm: str, eta:
     metrics = out.result()
     metrics.update(eta.metrics(metrics["dg_eta"], metrics.get("dg_eta_raw")))
     eta.observe(metrics["dg_eta"])
+    metrics.update(stats)
     return new, metrics
 
 

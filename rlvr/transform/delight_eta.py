@@ -30,6 +30,10 @@ Departure from retrain (deliberate): retrain did not clamp after the EMA, so an 
 eta_max] — from fixed-mode steps, or bounds changed on a resume — carried the adaptive η out of its bounds; here
 the final η is clamped again, so an adaptive η always lies in [eta_min, eta_max]. retrain's aliases
 (`delight_eta_adaptive = true` for the mode) are not accepted; its knobs are named without the `delight_` prefix.
+Out-of-range knobs are refused at construction (the ranges below), where retrain floored any `eta` below 1e-8 (0 and
+negatives included) to 1e-8, floored `eta_min` at 1e-8, raised `eta_max` to `eta_min`, clamped
+`eta_target_neutral_frac` into [0, 1] and took a negative `eta_target_ordering_gap` as 0; a positive `eta` below
+1e-8 is still floored.
 
 Knobs (retrain defaults): `eta` 1.0 (> 0), `eta_mode` fixed | adaptive, `eta_min` 0.05 (> 0), `eta_max` 5.0
 (≥ eta_min), `eta_target_neutral_frac` 0.5 ([0, 1]), `eta_target_ordering_gap` 0.0 ([0, 1]; 0 = off),

@@ -5,9 +5,10 @@ docs/algorithms.md#delight_sepa).
 
 with s̃, σ and η exactly as in rlvr.transform.delight (default norm here: scale). λ ∈ [0, 1] is the SEPA
 controller's (rlvr.transform.sepa_controller: linear ramp after a delay, correctness gate, optional auto
-schedule), or `transform.schedule.fixed_lambda` when set (retrain's `delight_lambda` override). λ = 0 gives every
-token its plain A_t (exactly: 1 − 0 + 0·σ = 1); λ = 1 is `delight`. e.g. A = 1, s̃ = [0.1, 2.0], η = 1, λ = 0.5: gate =
-[0.52498, 0.88080] → A' = 0.5 + 0.5·gate = [0.76249, 0.94040]. The weight lies in [1 − λ, 1]: signs are kept,
+schedule), or `transform.schedule.fixed_lambda` when set (retrain's `delight_lambda` override, which retrain clamped
+into [0, 1]; a value outside is refused here at construction). λ = 0 gives every token its plain A_t (exactly:
+1 − 0 + 0·σ = 1); λ = 1 is `delight`. e.g. A = 1, s̃ = [0.1, 2.0], η = 1, λ = 0.5: gate = [0.52498, 0.88080] →
+A' = 0.5 + 0.5·gate = [0.76249, 0.94040]. The weight lies in [1 − λ, 1]: signs are kept,
 A = 0 gives zeros, padding is exactly 0.
 
 The controller steps as in SEPA (rlvr/transform/sepa.py): λ is resolved from the state left by earlier steps,

@@ -23,9 +23,16 @@ own A_t — for one advantage per completion this is the rule above. (retrain ha
 
 Knobs: `k_frac` ∈ [0, 1] (retrain default 0.2) and `schedule` (transform.schedule, conf/lambda_schedule.yaml: the
 λ schedule sepa* and delight_sepa share, with `fixed_lambda`: null, or λ ∈ [0, 1]; retrain's `delight_lambda`).
+retrain accepted any `k_frac` (above 1 kept every token, below 0 one) and clamped `delight_lambda` into [0, 1]; here
+either outside [0, 1] is refused at construction.
 Metrics (retrain's names; per prompt group, then the mean over the groups with a non-zero advantage):
 `hard_dg_active_frac` (kept tokens / tokens with A_t ≠ 0), `hard_dg_k_frac`, `hard_dg_lambda` (the λ used),
-`hard_dg_net_bias` (Σ_t A'_t − Σ_t A_t), plus `sepa_lambda` (the controller's λ) and `sepa_gate_open`.
+`hard_dg_net_bias` (Σ_t A'_t − Σ_t A_t), plus `sepa_lambda` (the controller's λ) and `sepa_gate_open`, and the
+uncertainty statistics (rlvr.transform.uncertainty_stats) of s, every token exec, post = pre (retrain left post_*
+at 0). `hard_dg_active_frac` is not retrain's quantity of that name: retrain's was the group's tokens whose new
+advantage is non-zero / all of the group's tokens, which for λ < 1 is the share of tokens on completions with
+A ≠ 0 (1 when every completion has one), whatever k_frac; the two agree only for λ = 1 in a group whose
+completions all have A ≠ 0.
 `state_dict()`: {"transform": "hard_delight", "sepa": the controller's state}. retrain's `hard_delight` is itself the
 SEPA-blended hard gate: there is no separate "hard delight without λ" (schedule.fixed_lambda = 1 is that) nor a
 `hard_delight_sepa`.
@@ -44,7 +51,7 @@ from rlvr.transform.order_stats import Work, highest, scratch
 from rlvr.transform.sepa_controller import LambdaSchedule, SEPAController
 from rlvr.transform.signals import as_weights, check_step, per_token
 from rlvr.transform.uncertainty import token_uncertainty
-from rlvr.transform.uncertainty_stats import groups_with_signal
+from rlvr.transform.uncertainty_stats import groups_with_signal, uncertainty_stats
 from rlvr.types import TokenSignals
 
 if TYPE_CHECKING:
@@ -83,6 +90,7 @@ class HardDelight:
         dtype = signals.logprobs_PG_T.dtype
         weights = as_weights(signals.mask_PG_T, dtype)
         s = token_uncertainty("surprisal", signals, weights)
+        stats = uncertainty_stats(s, s, weights, None, adv_PG, signals.group_size)
         adv = per_token(adv_PG, dtype)
         units = units_of(adv, s, weights)
         work = scratch(units.key_U_T)
@@ -90,7 +98,7 @@ class HardDelight:
         kept_R = kept.sum(-1)
         new = kept.mul_(lam).add_(1.0 - lam).mul_(weights).mul_(adv)  # A·((1 − λ) + λ·[kept]), 0 at padding
         counted_P = groups_with_signal(adv_PG, signals.group_size)
-        metrics = self._metrics(new, adv, weights, kept_R, units, lam, counted_P, signals.group_size)
+        metrics = self._metrics(new, adv, weights, kept_R, units, lam, counted_P, signals.group_size) | stats
         self.controller.observe_correct_rate(signals.correct_rate)
         self.controller.update_auto_state(signals.logprobs_PG_T, signals.mask_PG_T)
         metrics["sepa_lambda"] = controller_lambda

@@ -95,14 +95,33 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def uncertainty_stats(groups: list[list[list[float]]]) -> dict[str, float]:
+    """The uncertainty statistics (docs/metrics.md#uncertainty-statistics) of the counted groups, each given as its
+    rows' surprisals min(−logprob, 50) before any normalisation: every token exec (no planning mask), post = pre,
+    plan 0; per group the mean and population variance, then the mean over the groups that have tokens."""
+    if not groups:
+        return {}
+    present = [[x for row in group for x in row] for group in groups]
+    present = [values for values in present if values]
+    mean = _mean([statistics.fmean(values) for values in present]) or 0.0
+    var = _mean([statistics.pvariance(values) for values in present]) or 0.0
+    out = {"exec_surprisal_mean": mean, "exec_surprisal_var": var, "plan_surprisal_mean": 0.0,
+           "plan_surprisal_var": 0.0}
+    out |= {f"post_{k}": v for k, v in out.items()}
+    out |= {k.replace("surprisal", "entropy"): out[k] for k in list(out) if not k.startswith("post_")}
+    return out
+
+
 def delight_step(adv_PG: list, logprobs_PG: list[list[float]], group_size: int, *, norm: str, eta: Eta,
                  lam: float | None) -> tuple[list[list[float]], dict[str, float]]:
     """(new token advantages per row, metrics); advances eta.prev."""
     rows_out: list[list[float]] = []
     per_group: list[dict[str, float]] = []
+    counted_surprisals: list[list[list[float]]] = []
     for start in range(0, len(adv_PG), group_size):
         rows = range(start, start + group_size)
-        s_rows = [normalize([min(-lp, MAX) for lp in logprobs_PG[i]], norm) for i in rows]
+        raw_rows = [[min(-lp, MAX) for lp in logprobs_PG[i]] for i in rows]
+        s_rows = [normalize(raw, norm) for raw in raw_rows]
         a_rows = [token_advantages(adv_PG[i], len(logprobs_PG[i])) for i in rows]
         counted = any(a != 0 for advs in a_rows for a in advs) or any(
             not isinstance(adv_PG[i], list) and adv_PG[i] != 0 for i in rows)
@@ -139,6 +158,7 @@ def delight_step(adv_PG: list, logprobs_PG: list[list[float]], group_size: int, 
         rows_out.extend(new_rows)
         if not counted:
             continue
+        counted_surprisals.append(raw_rows)
         gated = [(g, a) for advs, gates in zip(a_rows, gate_rows, strict=True)
                  for a, g in zip(advs, gates, strict=True) if a != 0]
         values = [g for g, _ in gated]
@@ -175,18 +195,21 @@ def delight_step(adv_PG: list, logprobs_PG: list[list[float]], group_size: int, 
         if eta.prev is not None:
             metrics["dg_eta_prev"] = eta.prev
         eta.prev = metrics["dg_eta"]
-    return rows_out, metrics
+    return rows_out, metrics | uncertainty_stats(counted_surprisals)
 
 
 def hard_delight_step(adv_PG: list, logprobs_PG: list[list[float]], group_size: int, *, k_frac: float,
                       lam: float) -> tuple[list[list[float]], dict[str, float]]:
     rows_out: list[list[float]] = []
     per_group: list[dict[str, float]] = []
+    counted_surprisals: list[list[list[float]]] = []
     for start in range(0, len(adv_PG), group_size):
         kept_count = gated_count = 0
         bias = 0.0
+        raw_rows = []
         for i in range(start, start + group_size):
             s = [min(-lp, MAX) for lp in logprobs_PG[i]]
+            raw_rows.append(s)
             advs = token_advantages(adv_PG[i], len(s))
             kept: set[int] = set()
             for sign, positions in units_of(advs):
@@ -203,5 +226,6 @@ def hard_delight_step(adv_PG: list, logprobs_PG: list[list[float]], group_size: 
             if gated_count:
                 group["hard_dg_active_frac"] = kept_count / gated_count
             per_group.append(group)
+            counted_surprisals.append(raw_rows)
     metrics = {key: _mean([g[key] for g in per_group if key in g]) for key in {k for g in per_group for k in g}}
-    return rows_out, metrics
+    return rows_out, metrics | uncertainty_stats(counted_surprisals)

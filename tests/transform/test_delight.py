@@ -318,7 +318,24 @@ def test_zero_advantages_and_empty_completions_give_zeros_and_padding_is_zero(ma
     assert adv[:3].abs().sum().item() == 0.0 and adv[3, 1:].tolist() == [0.0, 0.0, 0.0]
     assert adv[3, 0].item() > 0
     _, none = run(make(), [0.0, 0.0], [[1.0, 2.0], [3.0]], group_size=2)
-    assert not any(k.startswith(("dg_", "hard_dg_")) for k in none)  # no group with signal: no Delight metrics
+    # no group with signal: no Delight metrics, no uncertainty statistics
+    assert not any(k.startswith(("dg_", "hard_dg_", "exec_", "plan_", "post_")) for k in none)
+
+
+@pytest.mark.parametrize("make", [lambda: delight(norm="scale"), lambda: delight_sepa(fixed_lambda=0.5),
+                                  lambda: hard(fixed_lambda=1.0)])
+def test_table_each_arm_reports_the_uncertainty_statistics_of_the_surprisal(make):
+    # group 0: s = [1, 3] and [2] (A = +1, −1) → mean 2, population var ((1 − 2)² + (3 − 2)² + 0²)/3 = 2/3;
+    # group 1: s = [60] (clipped at 50) and [4] (A = 0.5, 0) → mean 27, var 23² = 529; group 2 ties (A = 0): left out.
+    # Step values: the mean over the counted groups, (2 + 27)/2 = 14.5 and (2/3 + 529)/2. Delight reads no planning
+    # mask, so every token is exec and plan_* is 0; post = pre; the legacy names alias them. They are statistics
+    # of s itself: norm = scale, which divides s for the gate, leaves them alone.
+    _, m = run(make(), [1.0, -1.0, 0.5, 0.0, 0.0, 0.0], [[1.0, 3.0], [2.0], [60.0], [4.0], [9.0], [7.0]],
+               group_size=2)
+    want = {"exec_surprisal_mean": 14.5, "exec_surprisal_var": (2 / 3 + 529) / 2, "plan_surprisal_mean": 0.0,
+            "plan_surprisal_var": 0.0}
+    want |= {f"post_{k}": v for k, v in want.items()} | {k.replace("surprisal", "entropy"): v for k, v in want.items()}
+    assert {k: m.get(k) for k in want} == pytest.approx(want, rel=1e-12)
 
 
 def token_signals(case: StepCase) -> tuple[torch.Tensor, TokenSignals]:
@@ -398,7 +415,7 @@ def test_matches_the_reference(case: StepCase):
             want, want_metrics = ref.hard_delight_step(adv_PG, logprobs, case.group_size, k_frac=k_frac, lam=lam)
             for row, expected in zip(unpad(got, logprobs), want, strict=True):
                 assert row == pytest.approx(expected, rel=1e-12, abs=1e-15)
-            assert not close({k: v for k, v in metrics.items() if k.startswith("hard_")}, want_metrics)
+            assert not close({k: v for k, v in metrics.items() if not k.startswith("sepa_")}, want_metrics)
 
 
 # ---- the selections without sorting ---------------------------------------------------------------------
