@@ -1,6 +1,7 @@
 """What a run is, in two names read from its composed config: the condition label and the task.
 
-    label = <algorithm>+<transform>[,scale=<scale>][,loss=<mode>][,agg=<aggregation>][,corr=<correction>[/decoupled]]
+    label = <algorithm>+<transform>[,scale=<scale>][,form=<form>][,loss=<mode>][,agg=<aggregation>]
+            [,corr=<correction>[/decoupled]]
             [,turn=<turn credit>]
             [,backend=<backend>]
     task  = [<env>-]<data>[-<reward>]-<model>
@@ -13,11 +14,12 @@ label is what `metrics.jsonl`, `summary.json`, `rlvr status`, `rlvr compare` and
 default run folder is `outputs/<task>/<label>/<time>` (conf/train.yaml).
 
 Every choice that changes the objective or the task shows: the algorithm, the transform, GRPO's advantage scale
-other than `none`, a loss mode other than `standard`, a loss aggregation other than `token_mean`, a mismatch
-correction (or a decoupled π_old), the turn credit of multi-turn episodes, a backend that samples elsewhere
-(`tinker`; fsdp samples the same rollouts as one process), the environment, the data (with its file or task), the
-verifier (single turn: an environment scores its own episodes) and the model. Everything else (learning rate, group
-size, …) is the same within a comparison by rule: `rlvr compare` refuses cells whose configs differ.
+other than `none`, a loss form other than `ppo`, a loss mode other than `standard`, a loss aggregation other than
+`token_mean`, a mismatch correction (or a decoupled π_old), the turn credit of multi-turn episodes, a backend that
+samples elsewhere (`tinker`; fsdp samples the same rollouts as one process), the environment, the data (with its
+file or task), the verifier (single turn: an environment scores its own episodes) and the model. Everything else
+(learning rate, group size, …) is the same within a comparison by rule: `rlvr compare` refuses cells whose configs
+differ.
 
 Names are the familiar option names (`sepa_amp_c`, not `SEPAAmpClamped`): `NAMES` maps each built-in
 class; a class of your own is named by its module and class (tests/test_labels.py checks that every option
@@ -101,6 +103,9 @@ def condition_label(config: Mapping) -> str:
     scale = (config.get("algorithm") or {}).get("scale", "none")
     if scale != "none":
         label += f",scale={scale}"
+    form = ((config.get("algorithm") or {}).get("loss") or {}).get("form", "ppo")
+    if form != "ppo":
+        label += f",form={form}"
     mode = ((config.get("algorithm") or {}).get("loss") or {}).get("mode", "standard")
     if mode != "standard":
         label += f",loss={mode}"

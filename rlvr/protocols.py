@@ -54,8 +54,8 @@ CAPABILITIES: dict[str, Capability] = {
     "ratio_clipping": Capability("PPO ratio clipping in the loss",
                                  "choose backend=local, or backend=tinker with backend.loss_fn=ppo or cispo"),
     "local_loss": Capability("the local loss, computed token by token in this process",
-                             "choose backend=local (backend=tinker computes its loss on the service, whose loss_fn's "
-                             "have no kl_cov or clip_cov)"),
+                             "choose backend=local (backend=tinker computes its loss on the service with its own "
+                             "loss_fn: no kl_cov or clip_cov, no gspo; its own cispo is backend.loss_fn=cispo)"),
     "distributed": Capability("training over several processes (torchrun, SLURM tasks)", "choose backend=fsdp"),
     "group_seeds": Capability("sampling that draws each prompt group from its own seeded generator",
                               "choose engine=pytorch"),

@@ -42,7 +42,9 @@ def test_models_are_named_by_their_weights():
     (["algorithm=maxrl", "transform=gtpo_sepa"], "maxrl+sepa", "arithmetic-exact-tiny"),  # an alias: the same config
     (["transform=sepa_amp_c"], "grpo+sepa_amp_c", "arithmetic-exact-tiny"),
     (["algorithm.scale=batch_std", "algorithm.loss.mode=kl_cov", "algorithm.loss.aggregation=prompt_mean"],
-     "grpo+none,scale=batch_std,loss=kl_cov,agg=prompt_mean",
+     "grpo+none,scale=batch_std,loss=kl_cov,agg=prompt_mean", "arithmetic-exact-tiny"),
+    (["algorithm.loss.form=gspo", "algorithm.loss.aggregation=seq_mean_token_mean"],
+     "grpo+none,form=gspo,agg=seq_mean_token_mean",
      "arithmetic-exact-tiny"),
     (["algorithm=reinforce_pp", "algorithm.loss.mode=kl_cov"], "reinforce_pp+none,loss=kl_cov",
      "arithmetic-exact-tiny"),

@@ -8,9 +8,14 @@ Per completion token t with advantage A ≠ 0 (a "valid" token):
 trainer's own before the update (`decoupled`); `correction` (rlvr/algorithm/correction.py) then weighs or masks
 tokens for the engine/trainer mismatch.
 
-mode=standard (the default):
-    clip_eps = 0:   ℓ = −r·A                                   (importance-sampled REINFORCE)
-    clip_eps > 0:   ℓ = −min(r·A, clip(r, 1−ε, 1+ε_high)·A)    (PPO clip; ε_high = clip_eps_high or ε)
+mode=standard (the default), by `form`:
+    ppo (the default)
+      clip_eps = 0:   ℓ = −r·A                                   (importance-sampled REINFORCE)
+      clip_eps > 0:   ℓ = −min(r·A, clip(r, 1−ε, 1+ε_high)·A)    (PPO clip; ε_high = clip_eps_high or ε)
+    gspo              r replaced by the row's s = exp(mean of δ over its sampled tokens), the geometric mean of its
+                      token ratios (GSPO, arXiv 2507.18071; gradient through every token's δ), clipped alike
+    cispo             ℓ = −sg(min(r, cispo_max))·A·log π_θ       (ScaleRL's CISPO, arXiv 2510.13786; MiniMax-M1's
+                      clipped IS weight: every token keeps a gradient, the weight has none; clip_eps must be 0)
 
 mode=kl_cov and mode=clip_cov (arXiv 2505.22617, "The Entropy Mechanism of RL for Reasoning LMs";
 docs/algorithms.md#kl_cov, docs/algorithms.md#clip_cov) first score every valid token of the step by the
@@ -77,6 +82,7 @@ if TYPE_CHECKING:
 torch = lazy_import("torch")
 
 MODES = ("standard", "kl_cov", "clip_cov")
+FORMS = ("ppo", "gspo", "cispo")
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "prompt_mean")
 COVARIANCE_MODES = ("kl_cov", "clip_cov")
 """The modes that select tokens by covariance over the whole step (only the local backend computes them)."""
@@ -101,6 +107,10 @@ class PolicyLoss:
     """How the step's per-token losses become one number (module docstring)."""
     aggregation_norm: int = 0
     """seq_mean_token_sum_norm's constant divisor of each row's sum (Dr. GRPO: the longest completion allowed)."""
+    form: str = "ppo"
+    """The ratio and loss form (module docstring): ppo, gspo (sequence ratio), cispo (clipped weight × log π)."""
+    cispo_max: float = 5.0
+    """cispo: the cap of the stop-gradient importance weight (ScaleRL's ε_max)."""
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
@@ -111,6 +121,8 @@ class PolicyLoss:
         mode = settings.get("mode", "standard")
         if mode in COVARIANCE_MODES:
             requires["local_loss"] = f"algorithm.loss.mode={mode}"
+        if settings.get("form", "ppo") != "ppo":
+            requires["local_loss"] = f"algorithm.loss.form={settings['form']}"
         return Needs(requires=requires)
 
     def __post_init__(self) -> None:
@@ -129,6 +141,17 @@ class PolicyLoss:
             raise ValueError(f"algorithm.loss.kl_cov_coef={self.kl_cov_coef} must be >= 0")
         if not 0 <= self.clip_cov_ratio <= 1:
             raise ValueError(f"algorithm.loss.clip_cov_ratio={self.clip_cov_ratio} must be in [0, 1] (a fraction)")
+        if self.form not in FORMS:
+            raise ValueError(f"algorithm.loss.form={self.form!r} must be one of {', '.join(FORMS)}")
+        if self.form != "ppo" and self.mode != "standard":
+            raise ValueError(f"algorithm.loss.mode={self.mode} selects tokens by a per-token covariance and replaces "
+                             f"the per-token ratio; it applies to algorithm.loss.form=ppo only (now {self.form})")
+        if self.form == "cispo" and (self.clip_eps or self.clip_eps_high):
+            raise ValueError(f"algorithm.loss.form=cispo caps its weight at algorithm.loss.cispo_max instead of "
+                             f"clipping the ratio: set algorithm.loss.clip_eps=0 and clip_eps_high=0 (now "
+                             f"{self.clip_eps}, {self.clip_eps_high})")
+        if not self.cispo_max > 0:
+            raise ValueError(f"algorithm.loss.cispo_max={self.cispo_max} must be > 0")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"algorithm.loss.aggregation={self.aggregation!r} must be one of "
                              f"{', '.join(AGGREGATIONS)}")
@@ -208,14 +231,27 @@ class PolicyLoss:
         return lo, self.clip_eps_high or lo
 
     def token_losses(
-        self, new_lp: Tensor, old_lp: Tensor, adv: Tensor, selected: Tensor | None = None
+        self, new_lp: Tensor, old_lp: Tensor, adv: Tensor, selected: Tensor | None = None,
+        sampled: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Per-token loss ℓ and a bool per token counted in `clip_fraction` (clipped tokens in standard, none in
-        kl_cov, the selected ones in clip_cov). `selected` is this micro-batch's rows of `select_tokens`'
-        whole-step mask (required by kl_cov and clip_cov, unused by standard)."""
+        """Per-token loss ℓ and a bool per token counted in `clip_fraction` (clipped tokens in standard — a
+        clipped sequence's every token under gspo, weights at the cap under cispo —, none in kl_cov, the selected
+        ones in clip_cov). `selected` is this micro-batch's rows of `select_tokens`' whole-step mask (required by
+        kl_cov and clip_cov, unused by standard); `sampled` its rows' sampled tokens (required by gspo: the tokens
+        each row's ratio is the geometric mean over)."""
         if self.selects_tokens and selected is None:
             raise ValueError(f"algorithm.loss.mode={self.mode}: token_losses needs select_tokens' whole-step mask")
-        ratio = torch.exp(new_lp - old_lp)
+        if self.form == "cispo":
+            weight = torch.exp(new_lp - old_lp).detach()
+            return -weight.clamp(max=self.cispo_max) * adv * new_lp, weight > self.cispo_max
+        if self.form == "gspo":
+            if sampled is None:
+                raise ValueError("algorithm.loss.form=gspo: token_losses needs the rows' sampled tokens")
+            delta = torch.where(sampled, new_lp - old_lp, 0.0)
+            ratio = torch.exp(delta.sum(-1, keepdim=True) / sampled.sum(-1, keepdim=True).clamp(min=1))
+            ratio = ratio.expand_as(adv)
+        else:
+            ratio = torch.exp(new_lp - old_lp)
         if self.mode == "kl_cov":
             penalty = self.kl_cov_coef * (new_lp - old_lp).abs()
             return -ratio * adv + torch.where(selected, penalty, 0.0), torch.zeros_like(adv, dtype=torch.bool)

@@ -187,7 +187,7 @@ class Trainee:
             m, log_rho = rows.action[b], new_lp.detach() - rows.engine_lp[b]  # log π_train − log π_engine
             old_lp = rows.engine_lp[b] if correction.pi_old == "bypass" else new_lp.detach()
             tok_loss, clipped = loss.token_losses(new_lp, old_lp, rows.adv[b],
-                                                  None if selected is None else selected[b])
+                                                  None if selected is None else selected[b], rows.sampled[b])
             if correction.active:
                 factor, keep = correction.factors(log_rho, rows.sampled[b])
                 tok_loss, m = tok_loss * factor, m & keep
