@@ -14,14 +14,15 @@ k=1 / k=0 of wall per step is the figure (the issue's goal: ≤ 0.7; 0.5 is the 
 take equal time). The load average before and after is printed: these are a shared machine's numbers.
 
 Measured on the shared 2-core machine, 2026-12-03, default arguments (300 steps each), engine=pytorch sampling in
-its forked worker process (rlvr/engine/sampler_process.py); load average 0.36 before, 1.07 after:
-  default  k=0 0.0705 s a step, k=1 0.0448 s: 0.64× (goal ≤ 0.7); held-out accuracy 0.923 (k=0) and 0.918 (k=1)
-           (goal ≥ 0.85). The synchronous step's halves are about equal (sampling 0.033 s, the rest 0.034 s), so
-           full overlap would give 0.51×.
-  guess    k=0 0.271 s, k=1 0.187 s: 0.69×; accuracy 0.445 both (the same value for k=0 and k=1). Full overlap
-           would give 0.53×: the episodes' turns are played in the sampler thread (the environment is Python, under
-           the trainer's GIL) and each turn's decoding is a call to the worker.
-  Idle fractions (k=1): trainer 0.06 (default) and 0.15 (guess), sampler 0.27 and 0.05.
+its forked worker process (rlvr/engine/sampler_process.py), twice: load average 0.36 before the first run (1.07
+after), 0.99 before the second (just after a test suite; 1.21 after):
+  default  k=0 0.0705 / 0.0791 s a step, k=1 0.0448 / 0.0534 s: 0.64× / 0.68× (goal ≤ 0.7); held-out accuracy
+           0.923 (k=0) and 0.918 (k=1) both times (goal ≥ 0.85). The synchronous step's halves are about equal
+           (sampling 0.033–0.037 s, the rest 0.034–0.037 s), so full overlap would give 0.51×.
+  guess    k=0 0.271 / 0.273 s, k=1 0.187 / 0.191 s: 0.69× / 0.70×; accuracy 0.445 for k=0 and k=1 both times.
+           Full overlap would give 0.53×: the episodes' turns are played in the sampler thread (the environment is
+           Python, under the trainer's GIL) and each turn's decoding is a call to the worker.
+  Idle fractions (k=1): trainer 0.06 (default) and 0.12–0.15 (guess), sampler 0.27 and 0.05–0.07.
 Before the worker process (the sampler a thread decoding under the trainer's GIL), the same script gave 0.83× and
 0.75× on the default task and 0.70× and 0.64× on guess (load average 1.8 and 1.3).
 """
