@@ -149,7 +149,7 @@ class Trainee:
         T = int(lengths.max()) if len(keep) else 0
         engine_lp, adv, action, sampled = (x[keep, :T].to(self.device) for x in (
             ro.logprobs_PG_T, batch.adv_PG_T, action_PG_T, ro.action_mask_PG_T))
-        weight = None if loss is None else loss.token_weights(action[:, :T], keep // ro.group_size)
+        weight = None if loss is None else loss.token_weights(action, keep // ro.group_size)
         return StepRows([ro.prompt_ids_P[i // ro.group_size] for i in keep.tolist()], ro.tokens_PG_T[keep, :T],
                         lengths.tolist(), engine_lp, adv, action, sampled, ro.temperature,
                         max(int(action_PG_T.sum()), 1), int(action_PG_T.sum()), weight)

@@ -102,13 +102,14 @@ def test_each_aggregation_is_its_formula_on_policy(aggregation):
     assert stats["loss"] == pytest.approx(float(expected), abs=1e-5)
 
 
-@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean", "prompt_mean"])
-def test_micro_batches_change_memory_not_the_update(aggregation):
+@pytest.mark.parametrize("settings", [{}, {"aggregation": "seq_mean_token_mean"}, {"aggregation": "prompt_mean"},
+                                      {"form": "gspo", "aggregation": "seq_mean_token_mean"}, {"form": "cispo"}])
+def test_micro_batches_change_memory_not_the_update(settings):
     whole, engine = make(micro_batch_size=0)
     split, _ = make(micro_batch_size=3)
     ro = rollouts(engine)
     adv = torch.randn(ro.tokens_PG_T.shape[0], 1) * ro.mask_PG_T
-    loss = PolicyLoss(0.0, 0.0, 0.0, aggregation=aggregation)
+    loss = PolicyLoss(0.0, 0.0, 0.0, **settings)
     a = whole.train_step(TrainBatch(ro, adv), loss, lr=1e-3)
     b = split.train_step(TrainBatch(ro, adv), loss, lr=1e-3)
     assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)

@@ -47,12 +47,17 @@ def step(prompt_lengths: list[int], completion_lengths: list[int], seed: int) ->
 
 
 def losses() -> list[PolicyLoss]:
-    """Every loss mode (clipping on, so stale ratios clip) and every correction (bands the mismatch crosses)."""
+    """Every loss mode (clipping on, so stale ratios clip), every correction (bands the mismatch crosses), every
+    loss form and every aggregation (weights from the whole step, whatever the passes)."""
     modes = [PolicyLoss(0.1, 0.1, 0.0, mode=m, kl_cov_percent=20.0, clip_cov_ratio=0.3, clip_cov_min=-1e3,
                         clip_cov_max=1e3) for m in ("standard", "kl_cov", "clip_cov")]
     corrections = [PolicyLoss(0.0, 0.0, 0.0, correction=Correction(k, pi_old, cap=1.1, low=0.9, high=1.1))
                    for k in KINDS for pi_old in ("bypass", "decoupled")]
-    return modes + corrections
+    forms = [PolicyLoss(0.1, 0.1, 0.0, form="gspo", aggregation="seq_mean_token_mean"),
+             PolicyLoss(0.0, 0.0, 0.0, form="cispo", cispo_max=1.05, aggregation="prompt_mean")]
+    aggregations = [PolicyLoss(0.1, 0.1, 0.0, aggregation=a, aggregation_norm=30)
+                    for a in ("seq_mean_token_sum", "seq_mean_token_sum_norm")]
+    return modes + corrections + forms + aggregations
 
 
 def trained(b: LocalBackend, batch: TrainBatch, loss: PolicyLoss) -> tuple[torch.Tensor, dict, dict]:
@@ -60,7 +65,7 @@ def trained(b: LocalBackend, batch: TrainBatch, loss: PolicyLoss) -> tuple[torch
     `train_step` hands the optimizer: AdamW's first step moves a near-zero gradient element by ~lr whatever its float
     noise, so the update is compared through its gradients)."""
     t = b.trainee
-    rows = t.step_rows(batch)
+    rows = t.step_rows(batch, loss)
     batches = t.micro_batches(rows, range(len(rows.prompts)))
     lp = t.step_logprobs(rows, batches)
     selected = t.selection(loss, rows, batches)
