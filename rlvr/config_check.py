@@ -101,6 +101,7 @@ def value_errors(cfg: DictConfig) -> list[str]:
         errors.append(f"trainer.sampling.top_p={t.sampling.top_p} must be in (0, 1]")
     if not 0 <= t.reward_warn_frac <= 1:
         errors.append(f"trainer.reward_warn_frac={t.reward_warn_frac} must be in [0, 1]")
+    errors += eval_errors(cfg)
     if t.warmup.steps > 0 and t.warmup.batch_size <= 0:
         errors.append(f"trainer.warmup.batch_size={t.warmup.batch_size} must be > 0 when trainer.warmup.steps > 0")
     rows = t.batch_size * t.group_size
@@ -124,6 +125,20 @@ def value_errors(cfg: DictConfig) -> list[str]:
     if cfg.resume not in ("auto", "never", "must"):
         errors.append(f"resume={cfg.resume!r}: expected auto, never or must")
     return errors
+
+
+def eval_errors(cfg: DictConfig) -> list[str]:
+    """trainer.eval_samples (0 or 1: greedy; k >= 2: sampled at trainer.eval_temperature, rlvr/rollout/
+    sampled_eval.py). A config stored before they existed has neither: greedy."""
+    t = cfg.trainer
+    k, temperature = t.get("eval_samples", 0), t.get("eval_temperature", 1.0)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        return [f"trainer.eval_samples={k!r} must be an integer >= 0 (0 or 1: greedy evaluation; k >= 2: k samples "
+                "per held-out example)"]
+    if k >= 2 and not temperature > 0:
+        return [f"trainer.eval_temperature={temperature} must be > 0 with trainer.eval_samples={k}: k samples at "
+                "T=0 would be k copies of the greedy one (for greedy evaluation leave trainer.eval_samples=0)"]
+    return []
 
 
 def position_errors(cfg: DictConfig) -> list[str]:

@@ -219,6 +219,16 @@ class Reward(Protocol):
         ...
 
 
+class AnswerReward(Reward, Protocol):
+    """A reward that can say which answer a completion gives, as it compares it with the reference (reward=exact,
+    match, math, reasoning_gym): a sampled evaluation's majority vote (`eval/maj@k`, rlvr/rollout/sampled_eval.py)
+    reads it. Rewards without it (function, judge) get no maj@k."""
+
+    def answer(self, completion: str) -> str | None:
+        """The answer as the reward reads it (None: no answer to read); equal strings are the same answer."""
+        ...
+
+
 class Loss(Protocol):
     """The policy loss an algorithm trains with (`algorithm.loss`, rlvr/algorithm/loss.py: PolicyLoss), as a
     backend computes it token by token (backend=local, fsdp) or hands its settings to a service (backend=tinker)."""
@@ -306,8 +316,11 @@ class Rollout(Protocol):
         main thread, and gathering is a collective)."""
         ...
 
-    def evaluate(self, examples: list[Example], max_tokens: int) -> StepBatch:
-        """One greedy row of each held-out example, scored."""
+    def evaluate(self, examples: list[Example], max_tokens: int, samples: int = 1,
+                 temperature: float = 0.0) -> StepBatch:
+        """One greedy row of each held-out example, scored; with `temperature` > 0, `samples` rows of each (top_p
+        1, each example's group from rlvr/seeds.py's eval_sampling_seeds), plus the rollout's own `eval/…`
+        metrics (single turn: `eval/maj@k` where the reward reads answers, rlvr/rollout/sampled_eval.py)."""
         ...
 
 

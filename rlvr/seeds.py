@@ -45,6 +45,14 @@ def group_sampling_seeds(sampler: int, step: int, position: int, count: int) -> 
     return [sub_seed(step_seed, f"group/{position + i}") for i in range(count)]
 
 
+def eval_sampling_seeds(sampler: int, count: int) -> list[int]:
+    """The sampling seeds of the held-out set's `count` groups in a sampled evaluation (trainer.eval_samples ≥ 2):
+    `sub_seed(sub_seed(sampler, "eval"), "example/<i>")`, the same at every evaluation of a run (the weights alone
+    change the draws) and in `rlvr eval` of its checkpoints, apart from every training step's."""
+    eval_seed = sub_seed(sampler, "eval")
+    return [sub_seed(eval_seed, f"example/{i}") for i in range(count)]
+
+
 def prompt_seeds(seed: int, count: int) -> list[int]:
     """`count` prompts' sampling seeds from one int (`rlvr sample --seed`, the benchmarks): `sub_seed(seed,
     "prompt/<p>")` for prompt p."""

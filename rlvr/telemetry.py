@@ -116,15 +116,18 @@ def gpu_memory() -> dict[str, float]:
     return {"gpu_max_allocated_mb": torch.cuda.max_memory_allocated() / 2**20}
 
 
-def eval_row(steps_done: int, scores: Scores, rollouts: Rollouts, seconds: float) -> dict:
-    """One evaluation's row (`step` = optimizer steps done)."""
+def eval_row(steps_done: int, scores: Scores, rollouts: Rollouts, seconds: float,
+             sampled: dict[str, float] | None = None) -> dict:
+    """One evaluation's row (`step` = optimizer steps done); `sampled`: a sampled evaluation's avg@k and pass@j
+    (rlvr/rollout/sampled_eval.py), the first fields being then over all k rows of each example."""
     rewards = scores.values
     return {
         "step": steps_done,
         "eval/accuracy": sum(r > CORRECT_THRESHOLD for r in rewards) / len(rewards),
         "eval/mean_reward": sum(rewards) / len(rewards),
         "eval/mean_completion_length": float(rollouts.lengths_PG.float().mean()),
-        "eval/examples": len(rewards),
+        "eval/examples": len(rewards) // rollouts.group_size,
+        **(sampled or {}),
         **scores.fractions("eval/reward_"),
         "eval_time_s": seconds,
     }
@@ -199,10 +202,18 @@ def console_line(row: dict, progress: str) -> str:
 
 
 def eval_line(row: dict) -> str:
-    """`eval after step 25: accuracy 0.612 | mean reward 0.612 | 1000 prompts in 2.1s`."""
+    """`eval after step 25: accuracy 0.612 | mean reward 0.612 | 1000 prompts in 2.1s`; a sampled evaluation
+    (trainer.eval_samples = k ≥ 2): `eval after step 25: avg@4 0.612 | pass@4 0.810 | maj@4 0.700 | mean reward
+    0.612 | 1000 prompts × 4 samples in 7.9s`."""
     when = "before training" if row["step"] == 0 else f"after step {row['step']}"
-    return (f"eval {when}: accuracy {row['eval/accuracy']:.3f} | mean reward {row['eval/mean_reward']:.3f} | "
-            f"{row['eval/examples']} prompts in {row['eval_time_s']:.1f}s")
+    k = next((key.removeprefix("eval/avg@") for key in row if key.startswith("eval/avg@")), None)
+    if k is None:
+        return (f"eval {when}: accuracy {row['eval/accuracy']:.3f} | mean reward {row['eval/mean_reward']:.3f} | "
+                f"{row['eval/examples']} prompts in {row['eval_time_s']:.1f}s")
+    sampled = " | ".join(f"{name}@{k} {row[f'eval/{name}@{k}']:.3f}" for name in ("avg", "pass", "maj")
+                         if f"eval/{name}@{k}" in row)
+    return (f"eval {when}: {sampled} | mean reward {row['eval/mean_reward']:.3f} | "
+            f"{row['eval/examples']} prompts × {k} samples in {row['eval_time_s']:.1f}s")
 
 
 def closing_line(summary: dict, evals: list[dict], folder: Path) -> str:

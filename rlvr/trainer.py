@@ -202,7 +202,7 @@ class Trainer:
     """Groups per step written to samples/."""
     sampling: SamplingParams
     eval_max_tokens: int
-    """Evaluation decodes greedily (T=0) up to this many tokens."""
+    """Evaluation decodes greedily (T=0; or samples, `eval_samples`) up to this many tokens."""
     warmup: Warmup
     keep_last: int
     """Checkpoints kept besides the final one; 0 keeps all."""
@@ -213,6 +213,11 @@ class Trainer:
     evaluate: bool = True
     """Evaluate on the held-out set at the start, every `eval_every` steps and at the end; false: never (no
     evaluation rows; summary.json's eval_accuracy_* are null)."""
+    eval_samples: int = 0
+    """k ≥ 2: each evaluation samples k rows of every held-out example at `eval_temperature` and adds eval/avg@k,
+    eval/pass@j and eval/maj@k (rlvr/rollout/sampled_eval.py); 0 or 1: greedy (T=0), one row each."""
+    eval_temperature: float = 1.0
+    """The sampling temperature of a sampled evaluation (eval_samples ≥ 2; top_p 1); unused when greedy."""
     max_skipped_steps: int = 50
     """Consecutive steps with nothing to train (every group's rewards tied, …) after which the run fails; 0 = never."""
     max_failed_steps: int = 5
@@ -563,14 +568,15 @@ class Trainer:
             )
 
     def _evaluate(self, live: Live, steps_done: int) -> None:
-        """Greedy accuracy on the held-out set (unless trainer.evaluate=false); appends the evaluation row."""
+        """Greedy (or, trainer.eval_samples ≥ 2, sampled) accuracy on the held-out set (unless
+        trainer.evaluate=false); appends the evaluation row."""
         if not self.evaluate:
             return
         if live.sampler is not None:
             live.sampler.wait_idle()  # the engine's weights change: every step submitted is sampled first
         live.backend.prepare_sampling()  # on every process (backend=fsdp: a collective)
         row = held_out(live.rollout, live.engine, live.backend.policy, live.c.data, self.eval_max_tokens,
-                       steps_done).row
+                       steps_done, self.eval_samples, self.eval_temperature).row
         if live.sampler is not None:
             live.sampler.synced_elsewhere(steps_done)  # the evaluation synced the engine to these weights
         self._emit(live, row)

@@ -3,12 +3,15 @@
 
 Files, in the checkpoint folder: `eval.json` (the metrics row, the overrides, the row the run logged at that
 step when there is one, and whether they agree) and `eval.completions.jsonl` (prompt, reference, greedy
-completion, reward per held-out example). With overrides the names carry a tag, `eval-<8 hex>.json`, the
-first 8 hex digits of the sha256 of the overrides as given: one pair of files per distinct override set.
+completion, reward per held-out example; a sampled evaluation, `trainer.eval_samples` = k ≥ 2: one line per
+sample, k per example, each with its `sample` index 0 … k − 1). With overrides the names carry a tag,
+`eval-<8 hex>.json`, the first 8 hex digits of the sha256 of the overrides as given: one pair of files per
+distinct override set.
 
 On the run's own config (no overrides) the numbers equal the run's evaluation at that step, field for field
 (`eval_time_s` aside), on the same kind of machine with the same thread count (`threads`, which the stored
-config carries).
+config carries); a sampled evaluation too (its seeds come from the run seed: rlvr/seeds.py eval_sampling_seeds).
+`trainer.eval_samples=8` (and `trainer.eval_temperature`) as overrides give a greedy run's checkpoint pass@k.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def run(path: Path, overrides: list[str], conf: Path, as_json: bool) -> str:
         c, state = opened.components, opened.state
         rollout = make_rollout(c, opened.engine, opened.tokenizer)
         result = evaluate(rollout, opened.engine, opened.backend.policy, c.data, opened.trainer.eval_max_tokens,
-                          state["step"])
+                          state["step"], opened.trainer.eval_samples, opened.trainer.eval_temperature)
     finally:
         opened.close()
     logged = next((e for e in reversed(state.get("evals", [])) if e["step"] == state["step"]), None)
@@ -56,21 +59,24 @@ def run(path: Path, overrides: list[str], conf: Path, as_json: bool) -> str:
         "same_as_logged": same_numbers(result.row, logged) if logged is not None and not overrides else None,
         "completions": f"{name}.completions.jsonl",
     }
+    k = result.samples
     with open(opened.checkpoint / f"{name}.completions.jsonl", "w") as f:
-        for example, completion, reward in zip(result.examples, result.completions, result.scores.values,
-                                               strict=True):
-            f.write(json.dumps({"prompt": example.prompt, "reference": example.reference, "completion": completion,
-                                "reward": reward}) + "\n")
+        for i, (completion, reward) in enumerate(zip(result.completions, result.scores.values, strict=True)):
+            example = result.examples[i // k]
+            line = {"prompt": example.prompt, "reference": example.reference, "completion": completion,
+                    "reward": reward}
+            f.write(json.dumps({**line, "sample": i % k} if k > 1 else line) + "\n")
     write_json(opened.checkpoint / f"{name}.json", record)
     if as_json:
         return json.dumps(record, indent=2)
+    how = (f"{k} samples each at temperature {opened.trainer.eval_temperature:g}" if k > 1 else "greedy")
     return render(record, opened.checkpoint / f"{name}.json", checkpoint_label(opened.checkpoint, state),
-                  opened.trainer.eval_max_tokens)
+                  opened.trainer.eval_max_tokens, how)
 
 
-def render(record: dict, written: Path, label: str, max_tokens: int) -> str:
+def render(record: dict, written: Path, label: str, max_tokens: int, how: str = "greedy") -> str:
     row, logged = record["metrics"], record["logged"]
-    lines = [f"rlvr eval: {label}, {row['eval/examples']} held-out examples, greedy, up to {max_tokens} tokens"
+    lines = [f"rlvr eval: {label}, {row['eval/examples']} held-out examples, {how}, up to {max_tokens} tokens"
              + (f", overrides: {' '.join(record['overrides'])}" if record["overrides"] else "")]
     width = max(len(k) for k in row)
     for key, value in row.items():

@@ -25,6 +25,10 @@ class ExactMatch:
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         return Needs()
 
+    def answer(self, completion: str) -> str | None:
+        """The stripped completion (None when empty): the answer a sampled evaluation's maj@k votes on."""
+        return completion.strip() or None
+
     def score(self, completions: Sequence[str], references: Sequence[str]) -> Scores:
         check_pairs(completions, references)
         return Scores(

@@ -28,6 +28,10 @@ class BoxedMatch:
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         return Needs()
 
+    def answer(self, completion: str) -> str | None:
+        """The last boxed answer (None when there is none): what a sampled evaluation's maj@k votes on."""
+        return extract_boxed(completion) or None
+
     def score(self, completions: Sequence[str], references: Sequence[str]) -> Scores:
         check_pairs(completions, references)
         answers = [extract_boxed(comp) for comp in completions]

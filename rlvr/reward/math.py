@@ -417,6 +417,11 @@ class MathVerify:
         self.pool = GradingPool(grade, pool_workers or available_cores(), item_timeout_s, worker_memory_mb,
                                 chunk_items=chunk_items, prefetch_items=prefetch_items, warm_up=warm_up)
 
+    def answer(self, completion: str) -> str | None:
+        """The last boxed answer as written (None when there is none): what a sampled evaluation's maj@k votes on,
+        as a string (equivalent forms vote apart; rlvr/rollout/sampled_eval.py)."""
+        return extract_boxed(completion) or None
+
     def score(self, completions: Sequence[str], references: Sequence[str]) -> Scores:
         check_pairs(completions, references)
         items = [(c, r, *self.timeouts, self.guards) for c, r in zip(completions, references)]

@@ -46,7 +46,7 @@ from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import encode_prompts
 from rlvr.rollout.branch_probes import Probed, probe
 from rlvr.rollout.chat_turns import end_of_turn_id, observation_ids
-from rlvr.seeds import Seeds, group_sampling_seeds, sub_seed
+from rlvr.seeds import Seeds, eval_sampling_seeds, group_sampling_seeds, sub_seed
 from rlvr.turn_credit.played import turn_signals
 from rlvr.types import Played, Rollouts, Sampled, SamplingParams, Scores, StepBatch
 
@@ -130,12 +130,17 @@ class Episodes:
             played=played,
         )
 
-    def evaluate(self, examples: list[Example], max_tokens: int) -> StepBatch:
+    def evaluate(self, examples: list[Example], max_tokens: int, samples: int = 1,
+                 temperature: float = 0.0) -> StepBatch:
         """One greedy episode of each held-out example, on held-out games (the same for every run seed), with
-        `max_tokens` per turn; accuracy counts the episodes whose reward is > 0.5."""
+        `max_tokens` per turn; accuracy counts the episodes whose reward is > 0.5. With `temperature` > 0:
+        `samples` episodes of each game at that temperature (top_p 1), each group's sampling seed from
+        rlvr/seeds.py's eval_sampling_seeds (each episode's, as in training, from its group's). No maj@k: an
+        environment's reward has no answer to compare (rlvr/rollout/sampled_eval.py)."""
         self.env.failures.take()  # a training step's failures are that step's; count this evaluation's alone
-        greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_tokens)
-        sampled = self._play(examples, 1, greedy, eval_episode_seeds(len(examples)), [0] * len(examples), False, None)
+        sampling = SamplingParams(temperature=temperature, top_p=1.0, max_tokens=max_tokens)
+        seeds = eval_sampling_seeds(self.seeds.sampler, len(examples)) if temperature > 0 else [0] * len(examples)
+        sampled = self._play(examples, samples, sampling, eval_episode_seeds(len(examples)), seeds, False, None)
         played, failures = gather_played(self.world, sampled.rows[0], sampled.rows[1], self.tokenizer.pad_token_id)
         metrics = {"eval/turns_mean": float(played.turns_PG.float().mean()),
                    "eval/truncated_frac": float(played.truncated_PG.float().mean())}

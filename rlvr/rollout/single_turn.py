@@ -23,7 +23,8 @@ from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import decode_completions, encode_prompts
 from rlvr.preemption import StepInterrupted
 from rlvr.reward.guarded import guarded_score
-from rlvr.seeds import Seeds, group_sampling_seeds
+from rlvr.rollout.sampled_eval import majority_metric
+from rlvr.seeds import Seeds, eval_sampling_seeds, group_sampling_seeds
 from rlvr.telemetry import Stopwatch
 from rlvr.types import Sampled, SamplingParams, StepBatch
 
@@ -68,11 +69,23 @@ class SingleTurn:
             score_seconds=clock.lap(),
         )
 
-    def evaluate(self, examples: list[Example], max_tokens: int) -> StepBatch:
-        """One greedy (T=0) completion of each held-out example, scored."""
-        greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_tokens)
-        batch = self.finish(self._sample(examples, 1, greedy, [0] * len(examples), False))
-        return replace(batch, metrics={})  # an evaluation row has its own eval/reward_*_frac (rlvr/telemetry.py)
+    def evaluate(self, examples: list[Example], max_tokens: int, samples: int = 1,
+                 temperature: float = 0.0) -> StepBatch:
+        """One greedy (T=0) completion of each held-out example, scored; or `samples` of each at `temperature`
+        (top_p 1), each group from its own seed (rlvr/seeds.py: eval_sampling_seeds), with `eval/maj@k` when the
+        reward reads answers (rlvr/rollout/sampled_eval.py)."""
+        if temperature == 0:
+            greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_tokens)
+            batch = self.finish(self._sample(examples, samples, greedy, [0] * len(examples), False))
+            return replace(batch, metrics={})  # an evaluation row has its own eval/reward_*_frac (rlvr/telemetry.py)
+        sampling = SamplingParams(temperature=temperature, top_p=1.0, max_tokens=max_tokens)
+        seeds = eval_sampling_seeds(self.seeds.sampler, len(examples))
+        batch = self.finish(self._sample(examples, samples, sampling, seeds, False))
+        answer = getattr(self.reward, "answer", None)  # rlvr/protocols.py: AnswerReward
+        if answer is None or samples < 2:
+            return replace(batch, metrics={})
+        return replace(batch, metrics=majority_metric([answer(c) for c in batch.completions], batch.scores.values,
+                                                      samples))
 
     def _sample(self, examples: list[Example], G: int, sampling: SamplingParams, seeds: list[int],
                 with_entropy: bool) -> Sampled:
