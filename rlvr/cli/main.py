@@ -28,7 +28,9 @@ def _parser() -> argparse.ArgumentParser:
 
     compare = sub.add_parser("compare", help="a metric per condition over seeds, paired Δ, 95%% t-intervals (≥3 seeds)")
     compare.add_argument("path", type=Path, metavar="PATH")
-    compare.add_argument("--metric", default="eval/accuracy")
+    compare.add_argument("--metric", default="eval/accuracy",
+                         help="a metrics.jsonl name (default eval/accuracy; e.g. mean_reward, or a sampled "
+                              "evaluation's eval/pass@4, eval/avg@4, eval/maj@4); an unknown one lists the runs' names")
     compare.add_argument("--at", choices=("final", "last-k"), default="final",
                          help="per run: the last value, or the mean of the last --k values")
     compare.add_argument("--k", type=int, default=10)
