@@ -115,7 +115,7 @@ def value_errors(cfg: DictConfig) -> list[str]:
                                            and budget > 0):
         errors.append(f"backend.max_tokens_per_micro_batch={budget!r}: backend.packing=true needs a token budget per "
                       "forward/backward > 0 (prompt + completion tokens)")
-    errors += check_backpressure(cfg) + overlap_errors(cfg)
+    errors += check_backpressure(cfg) + overlap_errors(cfg) + dynamic_sampling_errors(cfg)
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**63:
         errors.append(f"seed={cfg.seed!r} must be an integer in [0, 2**63)")
     threads = cfg.get("threads")
@@ -187,6 +187,25 @@ def overlap_errors(cfg: DictConfig) -> list[str]:
     if sleep := engine.get("sleep_level", 0):
         errors.append(f"{setting}: engine.sleep_level={sleep} puts vLLM to sleep while the trainer "
                       "trains, when an overlapped run samples; use engine.sleep_level=0")
+    return errors
+
+
+def dynamic_sampling_errors(cfg: DictConfig) -> list[str]:
+    """trainer.dynamic_sampling and trainer.overlong (rlvr/rollout/dynamic_sampling.py, rlvr/reward/overlong.py) read
+    single-turn completions' groups and lengths; refill draws its later rounds in the step."""
+    t, errors = cfg.trainer, []
+    mode, overlong = t.get("dynamic_sampling", "off"), t.get("overlong") or {}
+    if mode == "refill" and t.get("off_policy_steps", 0):
+        errors.append(f"trainer.dynamic_sampling=refill samples more prompts in the step until batch_size groups "
+                      f"differ; a step sampled ahead (trainer.off_policy_steps={t.off_policy_steps}) cannot know where "
+                      "the data stream will be: use trainer.off_policy_steps=0, or trainer.dynamic_sampling=filter")
+    if cfg.get("env") is not None:
+        used = [f"trainer.dynamic_sampling={mode}"] if mode != "off" else []
+        used += [f"trainer.overlong.{k}={overlong.get(k)}" for k in ("buffer", "filter") if overlong.get(k)]
+        if used:
+            errors.append(f"{', '.join(used)}: built for single-turn completions (a group's rewards, a completion's "
+                          f"length and EOS); env={cfg.env._target_.rsplit('.', 1)[-1]} plays episodes: leave "
+                          "trainer.dynamic_sampling=off and trainer.overlong off")
     return errors
 
 
@@ -313,7 +332,8 @@ def check_types(node: DictConfig, key: str) -> list[str]:
             if str(value._target_).startswith("rlvr."):  # a library's callable (tinker.ServiceClient) is built as
                 errors += check_types(value, f"{key}.{name}")  # given: importing it here would cost its import
         elif name in hints and not fits(value, hints[name]):
-            errors.append(f"{key}.{name}={_show(value)} must be {_describe(hints[name])}")
+            quote = " (YAML reads off, no, yes, on as booleans: quote the word)" if isinstance(value, bool) else ""
+            errors.append(f"{key}.{name}={_show(value)} must be {_describe(hints[name])}{quote}")
     return errors
 
 

@@ -233,29 +233,9 @@ def gather_played(world: World, played: Played, failures: EnvFailures, pad_id: i
 def gather_rollouts(rollouts: Rollouts, pad_id: int) -> Rollouts:
     """The whole step's rollouts on every rank: each rank's share, in rank order (= the groups' order), padded
     to the longest row with `pad_id` (multi-turn rows: action marks False, turn index −1 on the padding)."""
-    from dataclasses import replace
+    from rlvr.types import cat_rollouts
 
-    keys = ("prompt_ids_P", "tokens_PG_T", "logprobs_PG_T", "mask_PG_T", "finished_PG", "entropy_PG_T",
-            "actions_PG_T", "turn_PG_T")
-    parts = all_gather({k: getattr(rollouts, k) for k in keys})
-
-    def cat(key: str, fill: float | int | bool) -> Tensor:
-        return _cat_padded([p[key] for p in parts], fill)
-
-    def optional(key: str, fill: float | int | bool) -> Tensor | None:
-        return None if parts[0][key] is None else cat(key, fill)
-
-    return replace(
-        rollouts,
-        prompt_ids_P=[ids for p in parts for ids in p["prompt_ids_P"]],
-        tokens_PG_T=cat("tokens_PG_T", pad_id),
-        logprobs_PG_T=cat("logprobs_PG_T", 0.0),
-        mask_PG_T=cat("mask_PG_T", False),
-        finished_PG=torch.cat([p["finished_PG"] for p in parts]),
-        entropy_PG_T=optional("entropy_PG_T", 0.0),
-        actions_PG_T=optional("actions_PG_T", False),
-        turn_PG_T=optional("turn_PG_T", -1),
-    )
+    return cat_rollouts(all_gather(rollouts), pad_id)
 
 
 def _cat_padded(parts: list[Tensor], fill: float | int | bool) -> Tensor:

@@ -4,7 +4,11 @@
                                                              prompts_at) sampled now, or ahead while earlier steps
                                                              trained (trainer.off_policy_steps); rollout.sample
     batch       = rollout.finish(job.sampled)                rlvr/rollout/: scored, gathered (StepBatch)
+    batch       = _collect(batch)                            overlong punishment (rlvr/reward/overlong.py); dynamic
+                                                             sampling drops tied groups or refills (rlvr/rollout/
+                                                             dynamic_sampling.py)
     credit      = assign_credit(batch.rewards, token signals) rlvr/credit.py: episode (turn) → token advantages
+                                                             (trainer.overlong.filter: truncated rows' set to 0)
     stats       = backend.train_step(batch.rollouts, credit.adv_PG_T, algorithm.loss)
     row         = step_row(...)                              rlvr/telemetry.py: metrics.jsonl, samples/, console
 
@@ -62,9 +66,11 @@ from rlvr.protocols import (
     TurnCredit,
 )
 from rlvr.resume import resume_command
+from rlvr.reward.overlong import Overlong
 from rlvr.rollout import Episodes, SingleTurn
 from rlvr.rollout import evaluate as held_out
 from rlvr.rollout.chat_turns import check_prefix_preserving
+from rlvr.rollout.dynamic_sampling import DynamicSampling
 from rlvr.seeds import Seeds
 from rlvr.telemetry import (
     CORRECT_THRESHOLD,
@@ -231,6 +237,17 @@ class Trainer:
     off_policy_mode: str = "fixed"
     """fixed: exactly k behind, repeatable bit for bit; bounded: the newest weights the engine has, at most k
     behind, never waiting for a sync (not repeatable)."""
+    dynamic_sampling: str = "off"
+    """What a step does with groups whose rewards all tie: off (train them: they add nothing), filter (drop them),
+    refill (DAPO: sample more prompts until batch_size groups differ); rlvr/rollout/dynamic_sampling.py."""
+    max_sample_batches: int = 10
+    """refill: rounds of sampling a step may take, its first included."""
+    overlong: Overlong = field(default_factory=Overlong)
+    """DAPO's soft overlong punishment and overlong filtering (rlvr/reward/overlong.py); off by default."""
+
+    def __post_init__(self) -> None:
+        self.dynamic = DynamicSampling(self.dynamic_sampling, self.max_sample_batches)
+        self.overlong.check(self.sampling.max_tokens)
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
@@ -495,18 +512,20 @@ class Trainer:
         P = len(examples)
         live.totals["prompts"] += P
         wait_s = clock.lap()
-        batch = live.rollout.finish(job.sampled)
+        batch, examples, drawn = self._collect(live, step, live.rollout.finish(job.sampled), examples)
         clock.lap()
         self._warn_on_failures(step, batch)
         signals, pieces_PG = self._signals(live, step, batch.rollouts, batch.rewards_P_G)
         credit = assign_credit(batch.rewards_P_G, signals, c.algorithm, c.transform, c.turn_credit, batch.turns)
+        credit, filtered = self.overlong.mask(credit, batch.rollouts)
         credit_s = clock.lap() + batch.credit_seconds
         train: dict[str, float] = {}
         if not credit.skipped:
             live.engine.sleep()  # sampling is over until the next sync: a sleeping vLLM gives the trainer its memory
             train = live.backend.train_step(TrainBatch(batch.rollouts, credit.adv_PG_T), c.algorithm.loss, self.lr)
         # The step's time getting its rollouts: syncs and sampling (k ≥ 1: syncs and waiting for the sampler), less
-        # what an episode's environment and branch probes took, counted as scoring and credit
+        # what an episode's environment and branch probes took, counted as scoring and credit (refill: plus its
+        # later rounds' sampling)
         elsewhere = 0.0 if self.off_policy_steps else job.sampled.seconds - batch.sample_seconds
         times = StepTimes(wait_s - elsewhere, batch.score_seconds, credit_s, clock.lap())
         self._guard_nonfinite(live, step, train)
@@ -521,8 +540,25 @@ class Trainer:
             step=step, batch_size=P, group_size=G, tokens=counts.tokens, seconds=times.total, skipped=credit.skipped,
         )
         skip = {"skip_cause": skip_cause(batch.rewards_P_G)} if credit.skipped else {}
-        return {**row, **batch.metrics, **skip, "train/nonfinite_skips": float(live.totals["nonfinite"]), **pressure,
-                **cast(SampleInline | SampleAhead, live.sampler).meter()}
+        return {**row, **batch.metrics, **drawn, **filtered, **skip, "train/nonfinite_skips":
+                float(live.totals["nonfinite"]), **pressure, **cast(SampleInline | SampleAhead, live.sampler).meter()}
+
+    def _collect(self, live: Live, step: int, batch: StepBatch, examples: list[Example]
+                 ) -> tuple[StepBatch, list[Example], dict[str, float]]:
+        """The step's batch as it trains: the overlong punishment on its rewards, then dynamic sampling's choice of
+        groups (refill: further rounds of the data stream's next prompts, sampled and scored here); its examples;
+        the `overlong/*` and `dynamic/*` row fields."""
+
+        def more(n: int) -> tuple[StepBatch, list[Example]]:
+            position = live.totals["prompts"]
+            more_examples = prompts_at(live.c.data, step, position, n)
+            live.totals["prompts"] += n
+            sampled = live.rollout.sample(more_examples, step, position, self.group_size, self.sampling)
+            return self.overlong.punish(live.rollout.finish(sampled), self.sampling.max_tokens), more_examples
+
+        batch = self.overlong.punish(batch, self.sampling.max_tokens)
+        batch, examples, drawn = self.dynamic.collect(batch, examples, more, live.tokenizer.pad_token_id)
+        return batch, examples, {**self.overlong.fields(batch.rollouts, self.sampling.max_tokens), **drawn}
 
     def _signals(self, live: Live, step: int, rollouts: Rollouts, rewards_P_G: Tensor):
         """What the transform may read (planning marks only when it needs them; entropies from the backend's no-grad

@@ -115,6 +115,48 @@ class Rollouts:
         """bool, the tokens the policy sampled: what trains and what token statistics read."""
         return self.mask_PG_T if self.actions_PG_T is None else self.actions_PG_T
 
+    def groups(self, keep_P: list[int]) -> Rollouts:
+        """The rows of the groups `keep_P` (prompt indices, in that order), at the same width T."""
+        from dataclasses import replace
+
+        import torch
+
+        G = self.group_size
+        rows = torch.tensor([p * G + g for p in keep_P for g in range(G)], dtype=torch.long)
+
+        def take(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t[rows]
+
+        return replace(self, prompt_ids_P=[self.prompt_ids_P[p] for p in keep_P], tokens_PG_T=self.tokens_PG_T[rows],
+                       logprobs_PG_T=self.logprobs_PG_T[rows], mask_PG_T=self.mask_PG_T[rows],
+                       finished_PG=self.finished_PG[rows], entropy_PG_T=take(self.entropy_PG_T),
+                       actions_PG_T=take(self.actions_PG_T), turn_PG_T=take(self.turn_PG_T))
+
+
+def cat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
+    """`parts`' groups one after the other (same group size and temperature), padded to the longest row with
+    `pad_id` (log-probabilities and entropies 0, masks False, turn index −1): a step gathered from its processes'
+    shares, or from its sampling rounds (rlvr/rollout/dynamic_sampling.py)."""
+    from dataclasses import replace
+
+    import torch
+
+    width = max(p.tokens_PG_T.shape[1] for p in parts)
+
+    def cat(key: str, fill: float | int | bool) -> Tensor | None:
+        ts = [getattr(p, key) for p in parts]
+        if ts[0] is None:
+            return None
+        return torch.cat([torch.cat([t, t.new_full((t.shape[0], width - t.shape[1], *t.shape[2:]), fill)], dim=1)
+                          for t in ts])
+
+    return replace(
+        parts[0], prompt_ids_P=[ids for p in parts for ids in p.prompt_ids_P], tokens_PG_T=cat("tokens_PG_T", pad_id),
+        logprobs_PG_T=cat("logprobs_PG_T", 0.0), mask_PG_T=cat("mask_PG_T", False),
+        finished_PG=torch.cat([p.finished_PG for p in parts]), entropy_PG_T=cat("entropy_PG_T", 0.0),
+        actions_PG_T=cat("actions_PG_T", False), turn_PG_T=cat("turn_PG_T", -1),
+    )
+
 
 @dataclass(frozen=True)
 class TokenSignals:

@@ -94,6 +94,13 @@ CASES = [
     (["transform=sepa_amp", "transform.schedule.kind=cosine"], "transform.schedule.kind='cosine' is not one of"),
     (["transform=hard_delight", "transform.schedule.fixed_lambda=1.5"],
      "transform.schedule.fixed_lambda=1.5 must be <= 1"),
+    (["trainer.dynamic_sampling=refill", "trainer.off_policy_steps=1", "correction=token_tis",
+      "algorithm.loss.correction.pi_old=decoupled"], "a step sampled ahead (trainer.off_policy_steps=1) cannot know"),
+    (["env=guess", "trainer.dynamic_sampling=filter", "trainer.overlong.filter=true"],
+     "trainer.dynamic_sampling=filter, trainer.overlong.filter=True: built for single-turn completions"),
+    (["trainer.dynamic_sampling=replace"], "trainer.dynamic_sampling='replace' must be one of off, filter, refill"),
+    (["trainer.dynamic_sampling=false"], "(YAML reads off, no, yes, on as booleans: quote the word)"),
+    (["trainer.overlong.buffer=8"], "trainer.overlong.buffer=8 must be < trainer.sampling.max_tokens=8"),
 ]
 
 

@@ -36,6 +36,10 @@ VARIANTS = {
     "ahead": ["trainer.off_policy_steps=2", *OVERLAP],
     "ahead_guess": ["env=guess", "trainer.sampling.max_tokens=2", "trainer.eval_max_tokens=2",
                     "trainer.off_policy_steps=1", *OVERLAP],
+    # DAPO's dynamic sampling: a step draws as many prompts as its rewards ask (groups of 2: half of them tie), and
+    # the next step starts where it stopped; overlong punishment and filtering on the untrained policy's long rows
+    "refill": ["trainer.dynamic_sampling=refill", "trainer.group_size=2", "trainer.overlong.buffer=4",
+               "trainer.overlong.filter=true"],
 }
 
 
@@ -96,6 +100,14 @@ def test_killed_at_a_random_step_then_resumed_is_exact(variant, reference, tmp_p
     assert comparable(tmp_path) == reference[variant], f"killed after {at} steps"
     steps = [r["step"] for r in rows(tmp_path) if "loss" in r]
     assert steps == list(range(STEPS)), "a step is missing or logged twice"
+
+
+def test_refill_steps_train_batch_size_groups_that_differ(reference):
+    steps = [r for r in reference["refill"] if "loss" in r]
+    assert all(r["reward_uniform_groups"] == 0 and r["dynamic/kept_groups"] == r["batch_size"] == 8 for r in steps)
+    drawn = sum(r["dynamic/prompts"] for r in steps)
+    assert drawn == 8 * sum(r["dynamic/sample_batches"] for r in steps) > 8 * STEPS  # some steps drew again
+    assert any(r["overlong/punished_frac"] > 0 for r in steps) and any(r["overlong/filtered_frac"] > 0 for r in steps)
 
 
 def test_killed_while_writing_a_checkpoint_then_resumed_is_exact(reference, tmp_path):
