@@ -201,7 +201,7 @@ def dynamic_sampling_errors(cfg: DictConfig) -> list[str]:
                       "the data stream will be: use trainer.off_policy_steps=0, or trainer.dynamic_sampling=filter")
     if cfg.get("env") is not None:
         used = [f"trainer.dynamic_sampling={mode}"] if mode != "off" else []
-        used += [f"trainer.overlong.{k}={overlong.get(k)}" for k in ("buffer", "filter") if overlong.get(k)]
+        used += [f"trainer.overlong.{k}={overlong.get(k)}" for k in ("buffer_frac", "filter") if overlong.get(k)]
         if used:
             errors.append(f"{', '.join(used)}: built for single-turn completions (a group's rewards, a completion's "
                           f"length and EOS); env={cfg.env._target_.rsplit('.', 1)[-1]} plays episodes: leave "

@@ -247,7 +247,6 @@ class Trainer:
 
     def __post_init__(self) -> None:
         self.dynamic = DynamicSampling(self.dynamic_sampling, self.max_sample_batches)
-        self.overlong.check(self.sampling.max_tokens)
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:

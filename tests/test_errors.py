@@ -100,7 +100,7 @@ CASES = [
      "trainer.dynamic_sampling=filter, trainer.overlong.filter=True: built for single-turn completions"),
     (["trainer.dynamic_sampling=replace"], "trainer.dynamic_sampling='replace' must be one of off, filter, refill"),
     (["trainer.dynamic_sampling=false"], "(YAML reads off, no, yes, on as booleans: quote the word)"),
-    (["trainer.overlong.buffer=8"], "trainer.overlong.buffer=8 must be < trainer.sampling.max_tokens=8"),
+    (["trainer.overlong.buffer_frac=1"], "trainer.overlong.buffer_frac=1 must be in [0, 1)"),
 ]
 
 

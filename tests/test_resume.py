@@ -38,7 +38,7 @@ VARIANTS = {
                     "trainer.off_policy_steps=1", *OVERLAP],
     # DAPO's dynamic sampling: a step draws as many prompts as its rewards ask (groups of 2: half of them tie), and
     # the next step starts where it stopped; overlong punishment and filtering on the untrained policy's long rows
-    "refill": ["trainer.dynamic_sampling=refill", "trainer.group_size=2", "trainer.overlong.buffer=4",
+    "refill": ["trainer.dynamic_sampling=refill", "trainer.group_size=2", "trainer.overlong.buffer_frac=0.5",
                "trainer.overlong.filter=true"],
 }
 

@@ -2,7 +2,7 @@
 (arXiv 2503.14476 §3.4; verl's `reward_model.overlong_buffer`, SkyRL's `apply_overlong_filtering`).
 
 Soft punishment, on each training completion's reward (single turn), with L = trainer.sampling.max_tokens, its
-length |y| in tokens (the EOS that ended it included) and the buffer B:
+length |y| in tokens (the EOS that ended it included) and the buffer B = buffer_frac · L (DAPO: 4096 of 20480, 0.2):
 
     R_length(y) = 0                                  |y| ≤ L − B
                 = −penalty · (|y| − (L − B)) / B     L − B < |y| ≤ L       (−penalty at |y| = L)
@@ -30,38 +30,37 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Overlong:
-    buffer: int = 0
-    """Soft punishment: the last `buffer` tokens before max_tokens cost up to `penalty`, linearly; 0 = off."""
+    buffer_frac: float = 0.0
+    """Soft punishment: the last buffer_frac · max_tokens tokens before max_tokens cost up to `penalty`, linearly
+    (DAPO: 0.2); 0 = off."""
     penalty: float = 1.0
     """Soft punishment at a completion of max_tokens tokens (DAPO: 1.0)."""
     filter: bool = False
     """Truncated completions (no EOS by max_tokens) leave the loss."""
 
     def __post_init__(self) -> None:
-        if self.buffer < 0 or self.penalty < 0:
-            raise ValueError(f"trainer.overlong.buffer={self.buffer} and trainer.overlong.penalty={self.penalty} must "
-                             "be >= 0")
-
-    def check(self, max_tokens: int) -> None:
-        if self.buffer >= max_tokens:
-            raise ValueError(f"trainer.overlong.buffer={self.buffer} must be < trainer.sampling.max_tokens="
-                             f"{max_tokens}: the punishment starts at max_tokens − buffer tokens")
+        if not 0 <= self.buffer_frac < 1:
+            raise ValueError(f"trainer.overlong.buffer_frac={self.buffer_frac} must be in [0, 1): the punishment "
+                             "starts at (1 − buffer_frac) · trainer.sampling.max_tokens tokens")
+        if self.penalty < 0:
+            raise ValueError(f"trainer.overlong.penalty={self.penalty} must be >= 0")
 
     def punishment_PG(self, rollouts: Rollouts, max_tokens: int) -> Tensor:
         """float [P·G]: R_length of each row (0 everywhere when off)."""
-        over_PG = (rollouts.lengths_PG - (max_tokens - self.buffer)).clamp(min=0).float()
-        return -self.penalty * over_PG / self.buffer if self.buffer else over_PG * 0.0
+        buffer = self.buffer_frac * max_tokens
+        over_PG = (rollouts.lengths_PG - (max_tokens - buffer)).clamp(min=0).double()
+        return (-self.penalty * over_PG / buffer if buffer else over_PG * 0.0).float()
 
     def punish(self, batch: StepBatch, max_tokens: int) -> StepBatch:
         """The batch with R_length added to its rewards (as given when off)."""
-        if not self.buffer:
+        if not self.buffer_frac:
             return batch
         r_length = self.punishment_PG(batch.rollouts, max_tokens).view_as(batch.rewards_P_G)
         return replace(batch, rewards_P_G=batch.rewards_P_G + r_length)
 
     def fields(self, rollouts: Rollouts, max_tokens: int) -> dict[str, float]:
         """The `overlong/punished_frac` and `overlong/punishment_mean` of a step's rows ({} when off)."""
-        if not self.buffer:
+        if not self.buffer_frac:
             return {}
         r_length = self.punishment_PG(rollouts, max_tokens)
         return {"overlong/punished_frac": float((r_length < 0).double().mean()),
