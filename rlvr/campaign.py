@@ -132,6 +132,16 @@ def engine_memory(config: DictConfig) -> list[str] | None:
     return colocated_memory(cast(dict[str, Any], OmegaConf.to_container(engine, resolve=True)))  # a DictConfig's
 
 
+def planned_memory(config: DictConfig) -> list[str] | None:
+    """`engine_memory`'s lines and the reference model's (algorithm.kl.coef > 0, rlvr/algorithm/kl.py
+    `reference_memory`); None when neither has any."""
+    from rlvr.algorithm.kl import reference_memory
+
+    plain = cast(dict[str, Any], OmegaConf.to_container(config, resolve=False))
+    lines = (engine_memory(config) or []) + reference_memory(plain)
+    return lines or None
+
+
 def _duration(seconds: float) -> str:
     hours, rest = divmod(int(round(seconds)), 3600)
     return f"{hours} h {rest // 60:02d} min" if hours else f"{rest // 60} min {rest % 60:02d} s"
@@ -203,7 +213,7 @@ class ManifestCallback(Callback):
             raise SystemExit(2)
         parallel = self.parallel or int(config.hydra.launcher.get("array_parallelism", 0) or 1)
         plan = Plan(jobs, int(config.trainer.max_steps), self.step_time_s or measured_step_time(root), parallel,
-                    engine_memory(config))
+                    planned_memory(config))
         print(plan.describe(), flush=True)
         root.mkdir(parents=True, exist_ok=True)
         with locked(root / MANIFEST) as manifest:

@@ -1,7 +1,7 @@
 """What a run is, in two names read from its composed config: the condition label and the task.
 
     label = <algorithm>+<transform>[,scale=<scale>][,form=<form>][,loss=<mode>][,agg=<aggregation>]
-            [,corr=<correction>[/decoupled]]
+            [,corr=<correction>[/decoupled]][,kl=<coef>[/<estimator>][/reward]][,ent=<entropy_coef>]
             [,turn=<turn credit>]
             [,backend=<backend>]
     task  = [<env>-]<data>[-<reward>]-<model>
@@ -15,11 +15,12 @@ default run folder is `outputs/<task>/<label>/<time>` (conf/train.yaml).
 
 Every choice that changes the objective or the task shows: the algorithm, the transform, GRPO's advantage scale
 other than `none`, a loss form other than `ppo`, a loss mode other than `standard`, a loss aggregation other than
-`token_mean`, a mismatch correction (or a decoupled π_old), the turn credit of multi-turn episodes, a backend that
-samples elsewhere (`tinker`; fsdp samples the same rollouts as one process), the environment, the data (with its
-file or task), the verifier (single turn: an environment scores its own episodes) and the model. Everything else
-(learning rate, group size, …) is the same within a comparison by rule: `rlvr compare` refuses cells whose configs
-differ.
+`token_mean`, a mismatch correction (or a decoupled π_old), a reference KL (its coefficient, its estimator when not
+the default of where it applies, `reward` when in the reward) or an entropy bonus, the turn credit of multi-turn
+episodes, a backend that samples elsewhere (`tinker`; fsdp samples the same rollouts as one process), the
+environment, the data (with its file or task), the verifier (single turn: an environment scores its own episodes)
+and the model. Everything else (learning rate, group size, …) is the same within a comparison by rule: `rlvr compare`
+refuses cells whose configs differ.
 
 Names are the familiar option names (`sepa_amp_c`, not `SEPAAmpClamped`): `NAMES` maps each built-in
 class; a class of your own is named by its module and class (tests/test_labels.py checks that every option
@@ -116,12 +117,34 @@ def condition_label(config: Mapping) -> str:
     if correction.get("kind", "none") != "none" or correction.get("pi_old", "bypass") != "bypass":
         label += f",corr={correction.get('kind', 'none')}" + ("/decoupled" if correction.get("pi_old") == "decoupled"
                                                               else "")
+    label += regularizer_label(config.get("algorithm") or {})
     if config.get("env"):
         label += f",turn={name(config.get('turn_credit'))}"
     backend = name(config.get("backend"))
     if backend not in SAME_ROLLOUTS_BACKENDS:
         label += f",backend={backend}"
     return label
+
+
+def regularizer_label(algorithm: Mapping) -> str:
+    """`,kl=<coef>[/<estimator>][/reward]` when algorithm.kl.coef > 0 (the estimator when it is not `where`'s
+    default, rlvr/algorithm/kl.py), `,ent=<entropy_coef>` when that is not 0; nothing at the defaults."""
+    from rlvr.algorithm.kl import DEFAULT_ESTIMATOR
+
+    out, kl = "", algorithm.get("kl") or {}
+    coef = kl.get("coef", 0.0)
+    if isinstance(coef, (int, float)) and coef > 0:
+        where = kl.get("where", "loss")
+        estimator = kl.get("estimator", "auto")
+        out += f",kl={coef:g}"
+        if estimator not in ("auto", DEFAULT_ESTIMATOR.get(where)):
+            out += f"/{estimator}"
+        if where != "loss":
+            out += f"/{where}"
+    entropy = algorithm.get("entropy_coef", 0.0)
+    if isinstance(entropy, (int, float)) and entropy != 0:
+        out += f",ent={entropy:g}"
+    return out
 
 
 def task_name(config: Mapping) -> str:

@@ -55,7 +55,12 @@ CAPABILITIES: dict[str, Capability] = {
                                  "choose backend=local, or backend=tinker with backend.loss_fn=ppo or cispo"),
     "local_loss": Capability("the local loss, computed token by token in this process",
                              "choose backend=local (backend=tinker computes its loss on the service with its own "
-                             "loss_fn: no kl_cov or clip_cov, no gspo; its own cispo is backend.loss_fn=cispo)"),
+                             "loss_fn: no kl_cov or clip_cov, no gspo, no entropy bonus; its own cispo is "
+                             "backend.loss_fn=cispo)"),
+    "reference_model": Capability("the reference model's log-probabilities (the base: the policy with its LoRA "
+                                  "adapter disabled, or a frozen copy under full fine-tuning)",
+                                  "choose backend=local or fsdp (backend=tinker's service scores no reference model: "
+                                  "set algorithm.kl.coef=0)"),
     "distributed": Capability("training over several processes (torchrun, SLURM tasks)", "choose backend=fsdp"),
     "group_seeds": Capability("sampling that draws each prompt group from its own seeded generator",
                               "choose engine=pytorch"),

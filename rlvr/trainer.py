@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from rlvr.algorithm.kl import kl_in_reward, uses_reference
 from rlvr.backpressure import BackPressure
 from rlvr.checkpoint import Checkpoints, pending_file, rng_state, set_rng_state
 from rlvr.credit import assign_credit
@@ -409,7 +410,7 @@ class Trainer:
             warmup = self._warm_up(c, module, tokenizer, out, stop)
             if out.writes:
                 save_base(out.path / "base", module, tokenizer, c.preset, warmup["key"] if warmup else None)
-            backend, engine = local_policy(c, module, tokenizer)
+            backend, engine = local_policy(c, module, tokenizer, reference=uses_reference(c.algorithm.loss))
         engine.connect()
         log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
         return Live(c, tokenizer, backend, engine, make_rollout(c, engine, tokenizer, stop), out, warmup,
@@ -515,7 +516,8 @@ class Trainer:
         clock.lap()
         self._warn_on_failures(step, batch)
         signals, pieces_PG = self._signals(live, step, batch.rollouts, batch.rewards_P_G)
-        credit = assign_credit(batch.rewards_P_G, signals, c.algorithm, c.transform, c.turn_credit, batch.turns)
+        rewards_P_G, kl_ref = kl_in_reward(c.algorithm.loss, live.backend, batch.rollouts, batch.rewards_P_G)
+        credit = assign_credit(rewards_P_G, signals, c.algorithm, c.transform, c.turn_credit, batch.turns)
         credit, filtered = self.overlong.mask(credit, batch.rollouts)
         credit_s = clock.lap() + batch.credit_seconds
         train: dict[str, float] = {}
@@ -539,7 +541,7 @@ class Trainer:
             step=step, batch_size=P, group_size=G, tokens=counts.tokens, seconds=times.total, skipped=credit.skipped,
         )
         skip = {"skip_cause": skip_cause(batch.rewards_P_G)} if credit.skipped else {}
-        return {**row, **batch.metrics, **drawn, **filtered, **skip, "train/nonfinite_skips":
+        return {**row, **batch.metrics, **drawn, **filtered, **skip, **kl_ref, "train/nonfinite_skips":
                 float(live.totals["nonfinite"]), **pressure, **cast(SampleInline | SampleAhead, live.sampler).meter()}
 
     def _collect(self, live: Live, step: int, batch: StepBatch, examples: list[Example]
@@ -674,11 +676,14 @@ class Trainer:
                            everywhere=lambda holds: all(c.world.gather(holds)))
 
 
-def local_policy(c: Components, module, tokenizer) -> tuple[Backend, Engine]:
+def local_policy(c: Components, module, tokenizer, reference: bool = False) -> tuple[Backend, Engine]:
     """The backend around `module` (LoRA attached, or all weights trained) and the engine that samples from it, not
-    yet connected: the trainer's, and the checkpoint commands' (rlvr/cli/from_checkpoint.py), built alike."""
+    yet connected: the trainer's, and the checkpoint commands' (rlvr/cli/from_checkpoint.py), built alike. With
+    `reference` (algorithm.kl.coef > 0, the trainer's only) a full fine-tuning backend keeps a frozen copy of `module`,
+    the base, as the reference (rlvr/algorithm/kl.py)."""
     own = sampling_copy(c, module)
-    backend = c.make_backend(model=module, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tokenizer.pad_token_id)
+    backend = c.make_backend(model=module, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tokenizer.pad_token_id,
+                             **({"reference": True} if reference else {}))
     backend.prepare_sampling()  # on every process (backend=fsdp: a collective)
     stops = eos_ids(tokenizer, module.generation_config.eos_token_id)
     if own is not None:

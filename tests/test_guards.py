@@ -17,7 +17,8 @@ def rows(run_dir):
 
 def nan_algorithm(calls):
     return ["algorithm._target_=faulty.NaNOnCalls", f"+algorithm.calls={calls}", "~algorithm.scale",
-            "~algorithm.scale_eps"]  # GRPO's own knobs, which NaNOnCalls does not take
+            "~algorithm.scale_eps", "~algorithm.kl", "~algorithm.entropy_coef"]  # GRPO's own knobs, which NaNOnCalls
+    # does not take (its loss reads null and 0 instead: conf/algorithm/loss/policy.yaml)
 
 
 def test_a_nonfinite_step_is_skipped_and_counted(tmp_path):

@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlvr.algorithm.kl import ReferenceKL
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
@@ -63,6 +64,10 @@ class DiscoverEntropic:
     """beta: null: the largest β searched, used as is when even it meets target_kl."""
     beta_search_steps: int = 24
     """beta: null: bisection steps on [0, beta_max] (the bracket shrinks to beta_max / 2^steps)."""
+    kl: ReferenceKL | None = None
+    """`algorithm.kl`: the loss's (algorithm.loss.kl interpolates it; rlvr/algorithm/kl.py)."""
+    entropy_coef: float = 0.0
+    """`algorithm.entropy_coef`: the loss's (algorithm.loss.entropy_coef interpolates it)."""
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:

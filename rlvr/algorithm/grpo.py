@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlvr.algorithm.kl import ReferenceKL
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.protocols import Needs
 
@@ -35,6 +36,10 @@ class GRPO:
     loss: PolicyLoss
     scale: str = "none"
     scale_eps: float = 1e-6
+    kl: ReferenceKL | None = None
+    """`algorithm.kl`: the loss's (algorithm.loss.kl interpolates it; rlvr/algorithm/kl.py)."""
+    entropy_coef: float = 0.0
+    """`algorithm.entropy_coef`: the loss's (algorithm.loss.entropy_coef interpolates it)."""
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:

@@ -45,7 +45,10 @@ packing and the number of processes change memory, never the objective, under ev
 advantage is exactly 0 are left out of both the sums and the counts (a row or prompt without one counts in no
 denominator). Both log-probabilities are of the temperature-scaled distribution the
 sampler drew from (see rlvr/types.py Rollouts), so an on-policy step has r = 1 and the gradient is
-REINFORCE's. There is no KL term (kl_cov's |δ| penalty on its selected tokens aside).
+REINFORCE's. With `kl` (algorithm.kl, where=loss, coef β > 0) and `entropy_coef` c ≠ 0, `regularize` adds
+β·kl_t − c·H_t to each token's ℓ (rlvr/algorithm/kl.py: kl_t the k1/k2/k3 estimate against the reference, H_t the
+policy's entropy), on the same tokens and with the same weights w as the policy term (verl and TRL apply them over
+every response token: docs/algorithms.md#reference-kl-and-entropy-bonus); both 0 (the defaults) leave ℓ as above.
 
 Covariance selection (kl_cov, clip_cov), a deliberate departure from the predecessor (docs/algorithms.md#kl_cov):
 the tokens are chosen over the **whole step** (every micro-batch together), so `backend.micro_batch_size` still
@@ -68,11 +71,13 @@ docs/algorithms.md#advantage-cap). Metrics: adv_cap_fraction (capped / non-zero)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlvr.algorithm.correction import NO_CORRECTION, Correction
+from rlvr.algorithm.kl import NO_KL, ReferenceKL, kl_settings
 from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
 
@@ -111,6 +116,10 @@ class PolicyLoss:
     """The ratio and loss form (module docstring): ppo, gspo (sequence ratio), cispo (clipped weight × log π)."""
     cispo_max: float = 5.0
     """cispo: the cap of the stop-gradient importance weight (ScaleRL's ε_max)."""
+    kl: ReferenceKL | None = None
+    """The reference KL (`algorithm.kl`, rlvr/algorithm/kl.py; None: off): where=loss adds β·kl_t to ℓ_t."""
+    entropy_coef: float = 0.0
+    """`algorithm.entropy_coef` c: ℓ_t −= c·H_t (an entropy bonus for c > 0); 0 = off."""
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
@@ -123,6 +132,11 @@ class PolicyLoss:
             requires["local_loss"] = f"algorithm.loss.mode={mode}"
         if settings.get("form", "ppo") != "ppo":
             requires["local_loss"] = f"algorithm.loss.form={settings['form']}"
+        coef = (settings.get("kl") or {}).get("coef", 0.0)  # its values are checked when it is built
+        if isinstance(coef, (int, float)) and coef > 0:
+            requires["reference_model"] = f"algorithm.kl.coef={coef}"
+        if settings.get("entropy_coef"):
+            requires["local_loss"] = f"algorithm.entropy_coef={settings['entropy_coef']}"
         return Needs(requires=requires)
 
     def __post_init__(self) -> None:
@@ -161,6 +175,38 @@ class PolicyLoss:
         if not self.clip_cov_min < self.clip_cov_max:
             raise ValueError(f"algorithm.loss.clip_cov_min={self.clip_cov_min} must be < "
                              f"algorithm.loss.clip_cov_max={self.clip_cov_max}")
+        if isinstance(self.kl, Mapping):  # a config node built without its _target_
+            object.__setattr__(self, "kl", kl_settings(self.kl))
+        if not isinstance(self.entropy_coef, (int, float)) or not math.isfinite(self.entropy_coef):
+            raise ValueError(f"algorithm.entropy_coef={self.entropy_coef!r} must be a finite number (0 = off)")
+
+    @property
+    def reference_kl(self) -> ReferenceKL:
+        """`kl`, or the off one."""
+        return self.kl or NO_KL
+
+    @property
+    def regularized(self) -> bool:
+        """Whether the per-token loss has a reference-KL or an entropy term (the backend then runs the reference
+        pass, or reads the entropies, per micro-batch)."""
+        return self.reference_kl.in_loss or self.entropy_coef != 0
+
+    def regularize(self, tok_loss: Tensor, new_lp: Tensor, ref_lp: Tensor | None, entropy: Tensor | None
+                   ) -> tuple[Tensor, Tensor | None]:
+        """ℓ_t + β·kl_t − c·H_t (rlvr/algorithm/kl.py) and the per-token kl_t (None without the KL term): `ref_lp` is
+        log π_ref of the same tokens (no grad; None without the KL term), `entropy` H_t (None when c = 0)."""
+        kl_t = None
+        kl = self.reference_kl
+        if kl.in_loss:
+            if ref_lp is None:
+                raise ValueError(f"algorithm.kl.coef={kl.coef}: the loss needs the reference's log-probabilities")
+            kl_t = kl.estimate(new_lp, ref_lp)
+            tok_loss = tok_loss + kl.coef * kl_t
+        if self.entropy_coef:
+            if entropy is None:
+                raise ValueError(f"algorithm.entropy_coef={self.entropy_coef}: the loss needs the entropies")
+            tok_loss = tok_loss - self.entropy_coef * entropy
+        return tok_loss, kl_t
 
     @property
     def selects_tokens(self) -> bool:

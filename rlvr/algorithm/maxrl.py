@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlvr.algorithm.kl import ReferenceKL
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
@@ -29,6 +30,10 @@ torch = lazy_import("torch")
 class MaxRL:
     loss: PolicyLoss
     eps: float
+    kl: ReferenceKL | None = None
+    """`algorithm.kl`: the loss's (algorithm.loss.kl interpolates it; rlvr/algorithm/kl.py)."""
+    entropy_coef: float = 0.0
+    """`algorithm.entropy_coef`: the loss's (algorithm.loss.entropy_coef interpolates it)."""
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:

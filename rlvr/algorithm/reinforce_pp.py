@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlvr.algorithm.kl import ReferenceKL
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
@@ -38,6 +39,10 @@ STD_EPS = 1e-8
 class ReinforcePP:
     loss: PolicyLoss
     batch_norm: bool
+    kl: ReferenceKL | None = None
+    """`algorithm.kl`: the loss's (algorithm.loss.kl interpolates it; rlvr/algorithm/kl.py)."""
+    entropy_coef: float = 0.0
+    """`algorithm.entropy_coef`: the loss's (algorithm.loss.entropy_coef interpolates it)."""
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:

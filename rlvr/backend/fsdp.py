@@ -33,8 +33,11 @@ and of the optimizer into `<checkpoint>/dcp/`, and rank 0 writes the full adapte
 backend=local does, so `rlvr eval/sample/export` read them as before. `load` reads `dcp/` on any number of
 processes (DCP reshards: 2 → 1 and 1 → 2 are tested). kl_cov/clip_cov pick their tokens over the whole step as
 on one process: each rank's no-grad pass gives its rows' log-probabilities, gathered to every rank, and every rank
-makes the same pick (clip_cov's draw is seeded from the run's seed and the step counter). Not yet: multi-turn
-episodes (refused at start).
+makes the same pick (clip_cov's draw is seeded from the run's seed and the step counter). The reference of
+`algorithm.kl`: under LoRA the adapter disabled; under full fine-tuning a frozen copy of the base, sharded as the
+policy in the compute dtype (1/W of it per rank, no float32 master, no optimizer state); its passes are collectives,
+paired over the ranks as the gradient passes are (`reference_logprobs` for where=reward: each rank its share, added
+over the ranks). Not yet: multi-turn episodes (refused at start).
 """
 
 from __future__ import annotations
@@ -53,13 +56,14 @@ from rlvr.backend.local import (
     LocalBackend,
     StepRows,
     Trainee,
+    frozen_copy,
     prepare,
     resolve_device,
     selection_generator,
 )
 from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
-from rlvr.types import LoraSpec, TrainBatch
+from rlvr.types import LoraSpec, Rollouts, TrainBatch
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -113,6 +117,7 @@ class FSDPBackend:
         world: distributed.World,
         packing: bool = False,
         max_tokens_per_micro_batch: int = 0,
+        reference: bool = False,
     ) -> None:
         self.world = world
         device = resolve_device(device).type
@@ -124,9 +129,12 @@ class FSDPBackend:
         self.device = resolve_device(device)
         # left where it was built (the CPU): `fully_shard` moves each unit's shard to the device, so no device holds
         # the whole model at once
+        # full fine-tuning with a reference KL: the frozen base, sharded as the policy (each rank holds 1/W of it, in
+        # the compute dtype: no float32 master copy, no optimizer state); under LoRA the adapter is disabled instead
+        frozen = self._shard(frozen_copy(model), master=False) if reference and lora is None else None
         model = self._shard(prepare(model, lora, lora_seed, gradient_checkpointing))
         self.trainee = Trainee(model, self.device, pad_id, lora_seed, betas, eps, weight_decay, grad_clip_norm,
-                               micro_batch_size, packing, max_tokens_per_micro_batch)
+                               micro_batch_size, packing, max_tokens_per_micro_batch, frozen)
         self.units = [m for m in model.modules() if isinstance(m, fsdp.FSDPModule)]
         self.gathered = False
         """Every unit's parameters are all-gathered (for sampling) rather than sharded (for training)."""
@@ -140,9 +148,10 @@ class FSDPBackend:
     def trainable_parameters(self) -> int:
         return self.trainee.trainable_parameters
 
-    def _shard(self, model: nn.Module) -> nn.Module:
+    def _shard(self, model: nn.Module, master: bool = True) -> nn.Module:
         compute = next(model.parameters()).dtype  # model.dtype: what the forward passes compute in
-        model.float()  # the shards (the weights the optimizer updates, its moments) in float32, one dtype per unit
+        if master:
+            model.float()  # the shards (the weights the optimizer updates, its moments) in float32, one dtype per unit
         mesh = device_mesh.init_device_mesh(self.device.type, (self.world.size,))  # the training device, not a guess
         precision = fsdp.MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
         knobs = {"mesh": mesh, "mp_policy": precision, "reshard_after_forward": self.reshard_after_forward}
@@ -187,7 +196,25 @@ class FSDPBackend:
         grad_scale = t.kept_scale(sums, rows)
         sums["loss"] *= grad_scale
         grad_norm, finite = t.update(lr, sums["loss"], as_float=self._grad_norm, grad_scale=grad_scale)
-        return t.report(sums, rows, selected, grad_norm, finite, lr, N, t0)
+        return t.report(sums, rows, selected, grad_norm, finite, lr, N, t0, loss)
+
+    def reference_logprobs(self, rollouts: Rollouts) -> Tensor:
+        """A collective: [PG, T] log π_ref of every sampled completion token (backend=local's `reference_logprobs`),
+        each rank scoring its share of the rows (as many passes as the busiest rank), added over the ranks."""
+        t, mask = self.trainee, rollouts.mask_PG_T
+        self._sharded()
+        rows = t.step_rows(TrainBatch(rollouts, mask.float()))
+        keep = rollouts.action_mask_PG_T.any(-1).nonzero().squeeze(-1)
+        plans = [t.micro_batches(rows, share) for share in rank_rows(rows.sizes, self.world.size, t.packing)]
+        real = plans[self.world.rank]
+        part = t.step_reference_logprobs(rows, real)
+        if len(keep):
+            for _ in range(max(1, *map(len, plans)) - len(real)):
+                t.reference_logprobs(rows, [0])  # passes that pair with the busier ranks' (results unused)
+        part = sum(p.to(rows.engine_lp.device) for p in distributed.all_gather(part.cpu()))
+        out = torch.zeros(mask.shape, dtype=torch.float32)
+        out[keep, : part.shape[1]] = part.cpu()
+        return out
 
     def _shared_selection(self, loss: PolicyLoss, rows: StepRows, real: list[list[int]], padding: list[list[int]]
                           ) -> Tensor | None:
@@ -208,7 +235,7 @@ class FSDPBackend:
     @staticmethod
     def _all_reduce(sums: dict[str, float]) -> dict[str, float]:
         """Every rank's sums added, its maxima maxed (the step's statistics and the correction's, SUMMED/MAXED)."""
-        summed, maxed = ("loss", "clipped", "abs_kl", *SUMMED), ("ratio_max", *MAXED)
+        summed, maxed = ("loss", "clipped", "abs_kl", "kl_ref", "entropy", *SUMMED), ("ratio_max", *MAXED)
         added = torch.tensor([sums[k] for k in summed], dtype=torch.float64)
         top = torch.tensor([sums[k] for k in maxed], dtype=torch.float64)
         dist.all_reduce(added, op=dist.ReduceOp.SUM)

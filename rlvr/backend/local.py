@@ -28,6 +28,13 @@ clip_cov's random pick draws from a CPU generator seeded with sub_seed(lora_seed
 seed reaches the backend as seeds.lora = sub_seed(root, "lora"), and the named stream is independent of the
 LoRA initialisation (rlvr/seeds.py), so a resumed run draws what the uninterrupted one drew.
 
+`algorithm.kl` (where=loss, coef > 0): each micro-batch first gets its rows' reference log-probabilities from a
+no-grad pass in eval mode (`Trainee.reference_logprobs`): under LoRA the policy with its adapter disabled (PEFT
+`disable_adapter()`, no copy), under full fine-tuning the frozen copy `frozen_copy` made at construction when built
+with `reference=True` (before any update: a resumed run loads its checkpoint into the policy alone, so the reference
+stays the base). `algorithm.entropy_coef` ≠ 0 reads the entropies of the gradient pass (the chunked head's, with
+their gradient). `reference_logprobs(rollouts)` is where=reward's pass over the step's rows (rlvr/algorithm/kl.py).
+
 Rows whose every advantage is 0 (groups whose rewards tied, MaxRL groups with no success) contribute
 nothing to the loss or its token count, so they are dropped before the forward pass, and the padded
 length is cut to the longest remaining completion: the gradient is bit-identical, the work shrinks as
@@ -36,6 +43,7 @@ more groups tie (on the tiny task, a third of the groups at the start and most o
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -122,8 +130,12 @@ class Trainee:
 
     def __init__(self, model: nn.Module, device: Device, pad_id: int, lora_seed: int, betas: tuple[float, float],
                  eps: float, weight_decay: float, grad_clip_norm: float, micro_batch_size: int,
-                 packing: bool = False, max_tokens_per_micro_batch: int = 0) -> None:
+                 packing: bool = False, max_tokens_per_micro_batch: int = 0, reference: nn.Module | None = None
+                 ) -> None:
         self.policy = model
+        self.reference = reference
+        """Full fine-tuning with a reference KL: the frozen copy of the base (`frozen_copy`); None otherwise (under
+        LoRA the reference is the policy with its adapter disabled)."""
         self.device = device
         self.pad_id = pad_id
         self.grad_clip_norm = grad_clip_norm
@@ -181,9 +193,15 @@ class Trainee:
         whole step's token count (× `scale`) to the gradients; returns the summed (unscaled) loss and statistics,
         with the mismatch correction's sums (rlvr/algorithm/correction.py: the tokens it kept; `mismatch/*`)."""
         correction = loss.correction
-        sums = {"loss": 0.0, "clipped": 0.0, "abs_kl": 0.0, "ratio_max": 0.0, **EMPTY_SUMS}
+        sums = {"loss": 0.0, "clipped": 0.0, "abs_kl": 0.0, "ratio_max": 0.0, "kl_ref": 0.0, "entropy": 0.0,
+                **EMPTY_SUMS}
         for b in batches:
-            new_lp = self.logprobs(rows, b)
+            ref_lp = self.reference_logprobs(rows, b) if loss.reference_kl.in_loss else None
+            entropy = None
+            if loss.entropy_coef:
+                new_lp, entropy = self.logprobs(rows, b, with_entropy=True)
+            else:
+                new_lp = self.logprobs(rows, b)
             m, log_rho = rows.action[b], new_lp.detach() - rows.engine_lp[b]  # log π_train − log π_engine
             old_lp = rows.engine_lp[b] if correction.pi_old == "bypass" else new_lp.detach()
             tok_loss, clipped = loss.token_losses(new_lp, old_lp, rows.adv[b],
@@ -193,6 +211,9 @@ class Trainee:
                 tok_loss, m = tok_loss * factor, m & keep
             else:
                 keep = torch.ones_like(m)
+            kl_t = None
+            if loss.regularized:  # + β·kl_t − c·H_t on the same tokens, with the same weights (rlvr/algorithm/kl.py)
+                tok_loss, kl_t = loss.regularize(tok_loss, new_lp, ref_lp, entropy)
             if rows.weight is None:
                 mb_loss = (tok_loss * m).sum() / rows.total
             else:
@@ -205,6 +226,10 @@ class Trainee:
                 sums["abs_kl"] += float(delta.abs().sum())
                 if delta.numel():
                     sums["ratio_max"] = max(sums["ratio_max"], float(delta.max().exp()))
+                if kl_t is not None:
+                    sums["kl_ref"] += float(kl_t[m].sum())
+                if entropy is not None:
+                    sums["entropy"] += float(entropy.detach()[m].sum())
                 sums.update(merge_sums(sums, mismatch_sums(log_rho, rows.sampled[b], keep, rows.action[b])))
         return sums
 
@@ -237,11 +262,17 @@ class Trainee:
 
     @staticmethod
     def report(sums: dict[str, float], rows: StepRows, selected: Tensor | None, grad_norm: float, finite: bool,
-                lr: float, trained_rows: int, t0: float) -> dict[str, float]:
+                lr: float, trained_rows: int, t0: float, loss: PolicyLoss | None = None) -> dict[str, float]:
         total = rows.total
         covariance = {} if selected is None else {"policy/cov_fraction": float(selected.sum()) / total}
+        regularizers: dict[str, float] = {}
+        if loss is not None and loss.reference_kl.in_loss:
+            regularizers |= {"policy/kl_ref": sums["kl_ref"] / total, "policy/kl_coef": loss.reference_kl.coef}
+        if loss is not None and loss.entropy_coef:
+            regularizers |= {"policy/entropy": sums["entropy"] / total, "policy/entropy_coef": loss.entropy_coef}
         return {
             **covariance,
+            **regularizers,
             **mismatch_metrics(sums),
             "train/nonfinite_skip": 0.0 if finite else 1.0,
             "loss": sums["loss"],
@@ -274,16 +305,42 @@ class Trainee:
             out[b] = self.logprobs(rows, b, with_entropy=True)[1] if entropies else self.logprobs(rows, b)
         return out
 
-    def logprobs(self, rows: StepRows, b: list[int], with_entropy: bool = False):
-        """[len(b), T] log-probabilities of rows `b`'s completion tokens (0 on padding), in one forward pass: the rows
-        packed into one sequence (`packing`) or padded side by side; with `with_entropy`, (log-probabilities,
-        entropies)."""
+    def logprobs(self, rows: StepRows, b: list[int], with_entropy: bool = False, model: nn.Module | None = None):
+        """[len(b), T] log-probabilities of rows `b`'s completion tokens (0 on padding), in one forward pass of `model`
+        (default: the policy): the rows packed into one sequence (`packing`) or padded side by side; with
+        `with_entropy`, (log-probabilities, entropies)."""
         tokens, lengths = rows.tokens[b], [rows.lengths[i] for i in b]
         if self.packing:
-            return self.packed_logprobs([rows.prompts[i] for i in b], tokens, lengths, rows.temperature, with_entropy)
+            return self.packed_logprobs([rows.prompts[i] for i in b], tokens, lengths, rows.temperature, with_entropy,
+                                        model)
         mask = torch.arange(tokens.shape[1])[None, :] < torch.tensor(lengths)[:, None]
         ids, attn, Lp = self.rows([rows.prompts[i] for i in b], tokens, mask, rows.Lp)
-        return self.completion_logprobs(ids, attn, Lp, tokens, rows.temperature, with_entropy)
+        return self.completion_logprobs(ids, attn, Lp, tokens, rows.temperature, with_entropy, model)
+
+    @no_grad
+    def reference_logprobs(self, rows: StepRows, b: list[int]) -> Tensor:
+        """[len(b), T] log π_ref of rows `b`'s completion tokens, no grad, in eval mode, laid out as the policy's pass:
+        under LoRA the policy with its adapter disabled (PEFT `disable_adapter()`: the base weights, no copy), under
+        full fine-tuning the frozen copy of the base."""
+        if isinstance(self.policy, peft.PeftModel):
+            training = self.policy.training
+            self.policy.eval()
+            try:
+                with self.policy.disable_adapter():
+                    return self.logprobs(rows, b)
+            finally:
+                self.policy.train(training)
+        if self.reference is None:
+            raise ValueError("algorithm.kl.coef > 0 under full fine-tuning needs the reference copy, which this "
+                             "backend was not built with (reference=True)")
+        return self.logprobs(rows, b, model=self.reference)
+
+    def step_reference_logprobs(self, rows: StepRows, batches: list[list[int]]) -> Tensor:
+        """[N, T] log π_ref of the rows in `batches` (0 on the others and on padding)."""
+        out = rows.engine_lp.new_zeros(rows.engine_lp.shape)
+        for b in batches:
+            out[b] = self.reference_logprobs(rows, b)
+        return out
 
     def rows(self, prompts: list[list[int]], tokens_N_T: Tensor, mask_N_T: Tensor, Lp: int | None = None):
         """`padded_rows` on the training device. A step's micro-batches all take the step's Lp and T, so a row's
@@ -292,11 +349,11 @@ class Trainee:
         return ids.to(self.device), attn.to(self.device), Lp
 
     def completion_logprobs(self, ids: Tensor, attn: Tensor, Lp: int, tokens_PG_T: Tensor, temperature: float,
-                            with_entropy: bool = False):
-        return padded_logprobs(self.policy, ids, attn, Lp, tokens_PG_T, temperature, with_entropy)
+                            with_entropy: bool = False, model: nn.Module | None = None):
+        return padded_logprobs(model or self.policy, ids, attn, Lp, tokens_PG_T, temperature, with_entropy)
 
     def packed_logprobs(self, prompts: list[list[int]], tokens_N_T: Tensor, lengths: list[int], temperature: float,
-                        with_entropy: bool = False):
+                        with_entropy: bool = False, model: nn.Module | None = None):
         """As `padded_logprobs`, the rows packed end to end into one sequence with no padding: position ids
         restart at 0 for every row and no attention mask is passed, so the model attends within each row alone
         (transformers reads the restarting position ids as packed sequences: a block-diagonal causal mask under
@@ -312,8 +369,16 @@ class Trainee:
         row = torch.cat([torch.full((c,), i) for i, c in enumerate(lengths)]).long()
         t = torch.cat([torch.arange(c) for c in lengths]).long()
         at = torch.tensor([starts[i] + len(prompts[i]) - 1 for i in range(n)])[row] + t  # the position before it
-        return scatter(position_logprobs(self.policy, ids, None, position, torch.zeros_like(at), at,
+        return scatter(position_logprobs(model or self.policy, ids, None, position, torch.zeros_like(at), at,
                                          ids[0, at.to(self.device) + 1], temperature, with_entropy), n, T, row, t)
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    """The full fine-tuning reference: a copy of the base module, taken before any update (and before the backend
+    wraps the module), every parameter frozen, in eval mode."""
+    reference = copy.deepcopy(model)
+    reference.requires_grad_(False)
+    return reference.eval()
 
 
 def prepare(model: nn.Module, lora: LoraSpec | None, lora_seed: int, gradient_checkpointing: bool) -> nn.Module:
@@ -334,7 +399,8 @@ class LocalBackend:
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         device = settings["device"]
         machine = (CudaDevice(device),) if device == "auto" or device.startswith("cuda") else ()
-        return Needs(provides=frozenset({"local_policy", "ratio_clipping", "local_loss", "entropy"}), machine=machine)
+        return Needs(provides=frozenset({"local_policy", "ratio_clipping", "local_loss", "entropy", "reference_model"}),
+                     machine=machine)
 
     def __init__(
         self,
@@ -351,11 +417,14 @@ class LocalBackend:
         gradient_checkpointing: bool,
         packing: bool = False,
         max_tokens_per_micro_batch: int = 0,
+        reference: bool = False,
     ) -> None:
         self.device = resolve_device(device)
-        model = prepare(model.to(self.device), lora, lora_seed, gradient_checkpointing)
+        model = model.to(self.device)
+        frozen = frozen_copy(model) if reference and lora is None else None  # LoRA: the adapter disabled, no copy
+        model = prepare(model, lora, lora_seed, gradient_checkpointing)
         self.trainee = Trainee(model, self.device, pad_id, lora_seed, betas, eps, weight_decay, grad_clip_norm,
-                               micro_batch_size, packing, max_tokens_per_micro_batch)
+                               micro_batch_size, packing, max_tokens_per_micro_batch, frozen)
 
     @property
     def policy(self) -> nn.Module:
@@ -390,6 +459,18 @@ class LocalBackend:
         out[keep, : part.shape[1]] = part.cpu()
         return out
 
+    def reference_logprobs(self, rollouts: Rollouts) -> Tensor:
+        """[PG, T] log π_ref of every sampled completion token of the rollouts (0 on padding and on rows without an
+        action token), no grad, in micro-batches or packed as a train step's: what `algorithm.kl.where=reward`
+        subtracts from (rlvr/algorithm/kl.py `kl_in_reward`)."""
+        t, mask = self.trainee, rollouts.mask_PG_T
+        rows = t.step_rows(TrainBatch(rollouts, mask.float()))  # every row with an action token, in order
+        keep = rollouts.action_mask_PG_T.any(-1).nonzero().squeeze(-1)
+        part = t.step_reference_logprobs(rows, t.micro_batches(rows, range(len(rows.prompts))))
+        out = torch.zeros(mask.shape, dtype=torch.float32)
+        out[keep, : part.shape[1]] = part.cpu()
+        return out
+
     def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]:
         t0, t = time.perf_counter(), self.trainee
         rows = t.step_rows(batch, loss)
@@ -403,7 +484,7 @@ class LocalBackend:
         grad_scale = t.kept_scale(sums, rows)
         sums["loss"] *= grad_scale
         grad_norm, finite = t.update(lr, sums["loss"], grad_scale=grad_scale)
-        return t.report(sums, rows, selected, grad_norm, finite, lr, N, t0)
+        return t.report(sums, rows, selected, grad_norm, finite, lr, N, t0, loss)
 
     def save(self, path: Path) -> None:
         """The adapter (`save_adapter`: adapter_model.safetensors + adapter_config.json, no model card) or the full

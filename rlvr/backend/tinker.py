@@ -31,7 +31,9 @@ advantages). `algorithm.loss.clip_eps` > 0 needs a clipping loss (ppo, cispo): t
 `clip_low_threshold = 1 − ε`, `clip_high_threshold = 1 + ε_high`. `algorithm.loss.mode` kl_cov and clip_cov
 need the local loss (they pick tokens by covariance over the whole step, which no service loss does): the
 loss's `needs` require the `local_loss` capability, which only backend=local provides, so rlvr/config_check.py refuses
-them with backend=tinker before anything starts (and `loss_config` raises should one get here).
+them with backend=tinker before anything starts (and `loss_config` raises should one get here). So are
+`algorithm.kl.coef` > 0 (`reference_model`: the service scores no reference model) and `algorithm.entropy_coef` ≠ 0
+(`local_loss`).
 The service computes training log-probabilities at temperature 1, so sample at trainer.sampling.temperature=1
 for an on-policy ratio of 1 (a warning says so otherwise; the predecessor sampled at T = 0.7 against these
 T = 1 log-probabilities).
@@ -321,6 +323,11 @@ class TinkerBackend:
     def loss_config(self, loss: PolicyLoss) -> dict[str, float] | None:
         if loss.selects_tokens:
             raise ConfigError(f"algorithm.loss.mode={loss.mode} needs the local loss (backend=local): the Tinker "
+                              "service computes only its own loss_fn's")
+        if loss.reference_kl.active or loss.entropy_coef:
+            key = (f"algorithm.kl.coef={loss.reference_kl.coef}" if loss.reference_kl.active else
+                   f"algorithm.entropy_coef={loss.entropy_coef}")
+            raise ConfigError(f"{key} needs a reference pass and the local loss (backend=local or fsdp): the Tinker "
                               "service computes only its own loss_fn's")
         if loss.clip_eps == 0:
             return None

@@ -20,7 +20,7 @@ def run(overrides: list[str], conf: Path, step_time: float | None, parallel: int
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
 
-    from rlvr.campaign import Plan, engine_memory, expand_grid, measured_step_time, overlapped_step_time
+    from rlvr.campaign import Plan, expand_grid, measured_step_time, overlapped_step_time, planned_memory
 
     if not (conf / "train.yaml").is_file():
         raise CliError(f"{conf}: no train.yaml there (run from the repository root or pass --conf)")
@@ -33,6 +33,6 @@ def run(overrides: list[str], conf: Path, step_time: float | None, parallel: int
     jobs = expand_grid(params, overrides)
     root = Path(cfg.hydra.sweep.dir)
     parallel = parallel or int(cfg.hydra.launcher.get("array_parallelism", 0) or 1)
-    plan = Plan(jobs, int(cfg.trainer.max_steps), step_time or measured_step_time(root), parallel, engine_memory(cfg),
+    plan = Plan(jobs, int(cfg.trainer.max_steps), step_time or measured_step_time(root), parallel, planned_memory(cfg),
                 overlapped_step_time(root))
     return f"{plan.describe()}\n  runs land in: {root}/<condition>/seed=<seed>"
