@@ -1,8 +1,8 @@
 """backend.packing (rlvr/backend/local.py): a step's rows packed end to end, position ids restarting per row, change
 memory and time, never the objective. On length mixes drawn by hypothesis the packed step's log-probabilities, loss,
 statistics and gradients equal the padded step's to 1e-6 in float32, under LoRA and full fine-tuning, with every loss
-mode and every mismatch correction, eager and sdpa attention; how rows are placed into passes under the token
-budget; and the config check."""
+mode and every mismatch correction, a reference KL and an entropy bonus, eager and sdpa attention; how rows are
+placed into passes under the token budget; and the config check."""
 
 import pytest
 import torch
@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from composing import compose_config
 from rlvr.algorithm.correction import KINDS, Correction
+from rlvr.algorithm.kl import ReferenceKL
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.fsdp import rank_rows
 from rlvr.backend.local import LocalBackend
@@ -28,7 +29,7 @@ def backend(packing: bool, lora: LoraSpec | None, attention: str, budget: int = 
     model, tok = TINY.load(0)
     model.config._attn_implementation = attention
     return LocalBackend(model, lora, 0, tok.pad_token_id, "cpu", (0.9, 0.95), 1e-8, 0.0, 0.0, 0, False, packing,
-                        budget)
+                        budget, reference=True)
 
 
 def step(prompt_lengths: list[int], completion_lengths: list[int], seed: int) -> TrainBatch:
@@ -57,7 +58,10 @@ def losses() -> list[PolicyLoss]:
              PolicyLoss(0.0, 0.0, 0.0, form="cispo", cispo_max=1.05, aggregation="prompt_mean")]
     aggregations = [PolicyLoss(0.1, 0.1, 0.0, aggregation=a, aggregation_norm=30)
                     for a in ("seq_mean_token_sum", "seq_mean_token_sum_norm")]
-    return modes + corrections + forms + aggregations
+    regularized = [PolicyLoss(0.1, 0.1, 0.0, kl=ReferenceKL(0.3, "k3"), entropy_coef=0.02),  # the reference's pass
+                   PolicyLoss(0.0, 0.0, 0.0, kl=ReferenceKL(0.3, "k1"), entropy_coef=-0.02, aggregation="prompt_mean",
+                              correction=Correction("token_mask", "bypass", cap=1.1, low=0.9, high=1.1))]
+    return modes + corrections + forms + aggregations + regularized
 
 
 def trained(b: LocalBackend, batch: TrainBatch, loss: PolicyLoss) -> tuple[torch.Tensor, dict, dict]:
@@ -94,6 +98,31 @@ def test_packed_rows_train_exactly_what_padded_rows_train(lengths, seed, lora, a
     assert packed[2].keys() == padded[2].keys() and padded[2]
     for name, grad in padded[2].items():
         torch.testing.assert_close(packed[2][name], grad, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
+def test_packed_rows_train_what_padded_rows_train_with_kl_and_entropy(lora):
+    # the draw above may miss them: the reference's pass and the entropy's gradient, packed against padded, once each,
+    # with the weights moved off the reference so that kl ≠ 0
+    batch = step([3, 5, 2], [1, 9, 5, 17, 2, 3], seed=3)
+    gen = torch.Generator().manual_seed(1)
+    layouts = [backend(False, LORA if lora else None, "sdpa"), backend(True, LORA if lora else None, "sdpa", 12)]
+    noise = {n: 0.05 * torch.randn(p.shape, generator=gen) for n, p in layouts[0].policy.named_parameters()
+             if p.requires_grad}
+    for b in layouts:
+        with torch.no_grad():
+            for n, p in b.policy.named_parameters():
+                if p.requires_grad:
+                    p.add_(noise[n])
+    for loss in losses()[-2:]:
+        padded, packed = (trained(b, batch, loss) for b in layouts)
+        assert padded[1]["kl_ref"] != 0 and padded[1]["entropy"] > 0
+        for key, value in padded[1].items():
+            assert packed[1][key] == pytest.approx(value, rel=1e-6, abs=1e-6), key
+        for name, grad in padded[2].items():
+            torch.testing.assert_close(packed[2][name], grad, rtol=0, atol=1e-6)
+        for b in layouts:
+            b.policy.zero_grad(set_to_none=True)
 
 
 def test_rows_are_packed_longest_first_into_the_first_pass_with_room():

@@ -1,7 +1,7 @@
 """Three train steps of backend=fsdp on fixed rollouts, for tests/distributed/test_fsdp_backend.py; run by torchrun:
 
     torchrun --nproc-per-node 2 tests/distributed/steps_worker.py OUT.pt [--full] [--micro-batch-size N] [--clip 0.2]
-        [--mode kl_cov] [--correction token_mask] [--packing 24] [--aggregation prompt_mean]
+        [--mode kl_cov] [--correction token_mask] [--packing 24] [--aggregation prompt_mean] [--kl 0.1]
 
 Rank 0 saves {"params": the full trainable weights after the steps, "stats": each step's train_step dict} to OUT.pt.
 `steps(backend)` is the loop both sides run (the test runs it on backend=local in its own process)."""
@@ -17,6 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, when run as a script
 
 from rlvr.algorithm.correction import Correction  # noqa: E402
+from rlvr.algorithm.kl import ReferenceKL  # noqa: E402
 from rlvr.algorithm.loss import PolicyLoss  # noqa: E402
 from rlvr.engine.pytorch import PyTorchEngine  # noqa: E402
 from rlvr.model.tiny import TinyLlama  # noqa: E402
@@ -35,11 +36,12 @@ KNOBS = {"device": "cpu", "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0
 
 
 def steps(backend, clip: float, mode: str = "standard", n: int = 3, correction: str = "none",
-          aggregation: str = "token_mean") -> list[dict]:
+          aggregation: str = "token_mean", kl: float = 0.0) -> list[dict]:
     """`n` steps on one set of rollouts sampled before the first (so the later steps' ratios are not 1), 11 of its
     12 rows with an advantage (the row with 0 is dropped: an odd count splits unevenly over 2 ranks). AdamW divides
     each gradient element by its running RMS, so float noise in a near-zero element moves its weight by up to ~lr:
-    at lr=1e-2 two summation orders differ by ~5e-5 in one LoRA weight after 3 steps, at 1e-3 by ~5e-6."""
+    at lr=1e-2 two summation orders differ by ~5e-5 in one LoRA weight after 3 steps, at 1e-3 by ~5e-6. `kl` > 0:
+    a reference KL of that β (k3, in the loss) and an entropy bonus of β/10."""
     engine = PyTorchEngine(backend.policy, [1], 0, 256, merge_lora=False)
     ro = engine.sample(PROMPTS, 4, SamplingParams(0.9, 1.0, 6), seeds=prompt_seeds(7, len(PROMPTS)))
     adv = torch.linspace(-1.0, 1.0, 12)
@@ -49,7 +51,7 @@ def steps(backend, clip: float, mode: str = "standard", n: int = 3, correction: 
     # token_mask: a band narrow enough that the later steps' stale ratios leave it (tokens masked on every rank)
     loss = PolicyLoss(clip, clip, 0.0, mode=mode, kl_cov_percent=10.0, clip_cov_ratio=0.2, clip_cov_min=-1e3,
                       clip_cov_max=1e3, correction=Correction(correction, low=0.999, high=1.001),
-                      aggregation=aggregation)
+                      aggregation=aggregation, kl=ReferenceKL(kl, "k3"), entropy_coef=kl / 10)
     return [backend.train_step(batch, loss, lr=1e-3) for _ in range(n)]  # trainer.lr's default
 
 
@@ -72,14 +74,15 @@ def main() -> None:
     parser.add_argument("--correction", default="none", help="algorithm.loss.correction.kind")
     parser.add_argument("--packing", type=int, default=0, help="backend.packing with this token budget (0: padded)")
     parser.add_argument("--aggregation", default="token_mean", help="algorithm.loss.aggregation")
+    parser.add_argument("--kl", type=float, default=0.0, help="algorithm.kl.coef (and entropy_coef = kl/10)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model, tok = TINY.load(0)
     backend = FSDPBackend(model, None if args.full else LORA, 0, tok.pad_token_id,
                           micro_batch_size=args.micro_batch_size, reshard_after_forward=True, timeout_s=120,
                           world=World.from_env(), packing=args.packing > 0, max_tokens_per_micro_batch=args.packing,
-                          **KNOBS)
-    stats = steps(backend, args.clip, args.mode, correction=args.correction, aggregation=args.aggregation)
+                          reference=args.kl > 0, **KNOBS)
+    stats = steps(backend, args.clip, args.mode, correction=args.correction, aggregation=args.aggregation, kl=args.kl)
     full = get_model_state_dict(backend.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True,
                                                                          ignore_frozen_params=True))
     names = {n for n, p in backend.policy.named_parameters() if p.requires_grad}  # (a tied frozen head shows up too)

@@ -5,7 +5,8 @@ and clip fraction; kl_cov and clip_cov pick the same tokens over the whole step 
 same seeded draw); a token mask (correction=token_mask) divides by the tokens every rank kept. The rows: 11 of 12
 with an advantage, so the ranks hold 6 and 5; with micro_batch_size=5 rank 0 runs 2 passes and rank 1 one pass plus
 a zero-weight one. Packed (backend.packing, budget 24 tokens) the ranks hold rows balanced by tokens, in passes of
-their own count, against the padded single process."""
+their own count, against the padded single process. A reference KL and an entropy bonus (full fine-tuning: the frozen
+copy sharded as the policy; LoRA: the adapter disabled, packed) give the same weights and the same kl and entropy."""
 
 import os
 import subprocess
@@ -28,22 +29,24 @@ def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.Complet
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-@pytest.mark.parametrize(("full", "micro_batch_size", "clip", "mode", "correction", "packing", "aggregation"), [
-    (False, 0, 0.0, "standard", "none", 0, "token_mean"),
-    (False, 5, 0.001, "standard", "none", 0, "seq_mean_token_mean"),
-    (True, 0, 0.001, "standard", "none", 0, "token_mean"),
-    (False, 5, 0.0, "kl_cov", "none", 0, "token_mean"),
-    (False, 5, 0.2, "clip_cov", "none", 0, "token_mean"),
-    (False, 5, 0.0, "standard", "token_mask", 0, "token_mean"),
-    (True, 5, 0.0, "standard", "token_mask", 24, "prompt_mean"),
+@pytest.mark.parametrize(("full", "micro_batch_size", "clip", "mode", "correction", "packing", "aggregation", "kl"), [
+    (False, 0, 0.0, "standard", "none", 0, "token_mean", 0.0),
+    (False, 5, 0.001, "standard", "none", 0, "seq_mean_token_mean", 0.0),
+    (True, 0, 0.001, "standard", "none", 0, "token_mean", 0.0),
+    (False, 5, 0.0, "kl_cov", "none", 0, "token_mean", 0.0),
+    (False, 5, 0.2, "clip_cov", "none", 0, "token_mean", 0.0),
+    (False, 5, 0.0, "standard", "token_mask", 0, "token_mean", 0.0),
+    (True, 5, 0.0, "standard", "token_mask", 24, "prompt_mean", 0.0),
+    (True, 5, 0.0, "standard", "none", 0, "token_mean", 0.5),  # the frozen copy, sharded; the adapter disabled:
+    (False, 5, 0.0, "standard", "none", 24, "seq_mean_token_mean", 0.5),  # reference passes paired over the ranks
 ])
 def test_two_ranks_update_the_weights_as_one_process_does(tmp_path, full, micro_batch_size, clip, mode, correction,
-                                                          packing, aggregation):
+                                                          packing, aggregation, kl):
     """Each case as one process and as two: the same weights and statistics. The aggregations other than token_mean
     weigh rows by counts over the whole step, which each rank must see whole."""
     out = tmp_path / "fsdp.pt"
     args = [str(WORKER), str(out), "--micro-batch-size", str(micro_batch_size), "--clip", str(clip), "--mode", mode,
-            "--correction", correction, "--packing", str(packing), "--aggregation", aggregation]
+            "--correction", correction, "--packing", str(packing), "--aggregation", aggregation, "--kl", str(kl)]
     proc = torchrun(2, *args, *(["--full"] if full else []))
     assert proc.returncode == 0, proc.stderr[-3000:]
     fsdp = torch.load(out, weights_only=False)
@@ -51,9 +54,9 @@ def test_two_ranks_update_the_weights_as_one_process_does(tmp_path, full, micro_
     torch.set_num_threads(1)
     model, tok = TINY.load(0)
     local = LocalBackend(model, None if full else LORA, 0, tok.pad_token_id, micro_batch_size=micro_batch_size,
-                         **KNOBS)
+                         reference=kl > 0, **KNOBS)
     before = trainable(local.policy)
-    stats = steps(local, clip, mode, correction=correction, aggregation=aggregation)
+    stats = steps(local, clip, mode, correction=correction, aggregation=aggregation, kl=kl)
     weights = trainable(local.policy)
     assert set(fsdp["params"]) == set(weights)
     assert max(float((weights[n] - before[n]).abs().max()) for n in weights) > 1e-3, "the steps moved the weights"
@@ -62,7 +65,8 @@ def test_two_ranks_update_the_weights_as_one_process_does(tmp_path, full, micro_
     for mine, theirs in zip(stats, fsdp["stats"], strict=True):
         for key in ("loss", "grad_norm", "clip_fraction", "policy/abs_kl", "policy/ratio_max", "mismatch/kl",
                     "mismatch/ratio_max", "mismatch/ratio_min", "mismatch/masked_frac",
-                    *(["policy/cov_fraction"] if mode != "standard" else [])):
+                    *(["policy/cov_fraction"] if mode != "standard" else []),
+                    *(["policy/kl_ref", "policy/entropy"] if kl else [])):
             assert theirs[key] == pytest.approx(mine[key], rel=1e-5, abs=1e-6), key
         tokens = "rl/optimizer_nonzero_advantage_action_tokens"
         assert theirs[tokens] == mine[tokens]
@@ -70,5 +74,7 @@ def test_two_ranks_update_the_weights_as_one_process_does(tmp_path, full, micro_
         assert any(s["clip_fraction"] > 0 for s in stats), "the later steps' stale ratios are clipped"
     if mode != "standard":  # the pick over the whole step, split over the ranks and their micro-batches alike
         assert all(s["policy/cov_fraction"] > 0 for s in stats)
+    if kl:  # the later steps' policy is off the reference
+        assert stats[0]["policy/kl_ref"] == pytest.approx(0.0, abs=1e-6) and stats[-1]["policy/kl_ref"] > 1e-9
     if correction == "token_mask":  # the later steps mask tokens of both ranks; the kept count is the whole step's
         assert 0 < stats[-1]["mismatch/masked_frac"] < 1
