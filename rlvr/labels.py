@@ -1,6 +1,8 @@
 """What a run is, in two names read from its composed config: the condition label and the task.
 
     label = <algorithm>+<transform>[,scale=<scale>][,form=<form>][,loss=<mode>][,agg=<aggregation>]
+            [,clip=<ε>[/<ε_high>]][,cap=<cispo_max>][,ds=<dynamic sampling>][,overlong=<buffer_frac>[x<penalty>]]
+            [,overlong_filter]
             [,corr=<correction>[/decoupled]][,kl=<coef>[/<estimator>][/reward]][,ent=<entropy_coef>]
             [,turn=<turn credit>]
             [,backend=<backend>]
@@ -15,12 +17,13 @@ default run folder is `outputs/<task>/<label>/<time>` (conf/train.yaml).
 
 Every choice that changes the objective or the task shows: the algorithm, the transform, GRPO's advantage scale
 other than `none`, a loss form other than `ppo`, a loss mode other than `standard`, a loss aggregation other than
-`token_mean`, a mismatch correction (or a decoupled π_old), a reference KL (its coefficient, its estimator when not
-the default of where it applies, `reward` when in the reward) or an entropy bonus, the turn credit of multi-turn
-episodes, a backend that samples elsewhere (`tinker`; fsdp samples the same rollouts as one process), the
-environment, the data (with its file or task), the verifier (single turn: an environment scores its own episodes)
-and the model. Everything else (learning rate, group size, …) is the same within a comparison by rule: `rlvr compare`
-refuses cells whose configs differ.
+`token_mean`, PPO's clip range (or CISPO's cap other than 5), dynamic sampling and DAPO's overlong handling, a
+mismatch correction (or a decoupled π_old), a reference KL (its coefficient, its estimator when not the default of
+where it applies, `reward` when in the reward) or an entropy bonus, the turn credit of multi-turn episodes, a backend
+that samples elsewhere (`tinker`; fsdp samples the same rollouts as one process), the environment, the data (with
+its file or task), the verifier (single turn: an environment scores its own episodes) and the model. Everything else
+(learning rate, group size, …) is the same within a comparison by rule: `rlvr compare` refuses cells whose configs
+differ.
 
 Names are the familiar option names (`sepa_amp_c`, not `SEPAAmpClamped`): `NAMES` maps each built-in
 class; a class of your own is named by its module and class (tests/test_labels.py checks that every option
@@ -113,6 +116,8 @@ def condition_label(config: Mapping) -> str:
     aggregation = ((config.get("algorithm") or {}).get("loss") or {}).get("aggregation", "token_mean")
     if aggregation != "token_mean":
         label += f",agg={aggregation}"
+    label += clip_label((config.get("algorithm") or {}).get("loss") or {})
+    label += sampling_label(config.get("trainer") or {})
     correction = ((config.get("algorithm") or {}).get("loss") or {}).get("correction") or {}
     if correction.get("kind", "none") != "none" or correction.get("pi_old", "bypass") != "bypass":
         label += f",corr={correction.get('kind', 'none')}" + ("/decoupled" if correction.get("pi_old") == "decoupled"
@@ -124,6 +129,33 @@ def condition_label(config: Mapping) -> str:
     if backend not in SAME_ROLLOUTS_BACKENDS:
         label += f",backend={backend}"
     return label
+
+
+def clip_label(loss: Mapping) -> str:
+    """`,clip=<ε>[/<ε_high>]` when algorithm.loss.clip_eps > 0 (ε_high when it differs from ε), `,cap=<cispo_max>`
+    under form=cispo when the cap is not 5; nothing at the defaults."""
+    out, eps, high = "", loss.get("clip_eps", 0.0), loss.get("clip_eps_high", 0.0)
+    if isinstance(eps, (int, float)) and eps > 0:
+        out += f",clip={eps:g}" + (f"/{high:g}" if isinstance(high, (int, float)) and high and high != eps else "")
+    cap = loss.get("cispo_max", 5.0)
+    if loss.get("form") == "cispo" and cap != 5.0:
+        out += f",cap={cap:g}"
+    return out
+
+
+def sampling_label(trainer: Mapping) -> str:
+    """`,ds=<filter|refill>` for dynamic sampling, `,overlong=<buffer_frac>[x<penalty>]` for DAPO's soft punishment
+    (the penalty when not 1), `,overlong_filter` for overlong filtering; nothing at the defaults (trainer.yaml)."""
+    out, mode = "", trainer.get("dynamic_sampling", "off")
+    if mode not in ("off", False):
+        out += f",ds={mode}"
+    overlong = trainer.get("overlong") or {}
+    frac, penalty = overlong.get("buffer_frac", 0.0), overlong.get("penalty", 1.0)
+    if frac:
+        out += f",overlong={frac:g}" + (f"x{penalty:g}" if penalty != 1.0 else "")
+    if overlong.get("filter"):
+        out += ",overlong_filter"
+    return out
 
 
 def regularizer_label(algorithm: Mapping) -> str:

@@ -1,5 +1,7 @@
-"""Every condition in conf/condition/ is a config file holding only its choices (an algorithm + transform pair),
-the same run as that pair, and trains on the tiny model; the campaigns' grids name existing conditions."""
+"""Every condition in conf/condition/ is a config file holding its choices (an algorithm + transform pair) and, for a
+published recipe (dapo, dr_grpo, …), the values of the objective it sets (under `algorithm`, and the trainer's
+dynamic sampling and overlong handling); it is the same run as that pair with those values, composes to exactly its
+paper's choices, and trains on the tiny model; the campaigns' grids name existing conditions."""
 
 import json
 import math
@@ -16,17 +18,73 @@ CONDITIONS = [c for c in options("condition") if c != "none"]
 `algorithm=` and `transform=` stand, tests/test_labels.py)."""
 
 
+RECIPE_KEYS = {"algorithm", "trainer.dynamic_sampling", "trainer.max_sample_batches", "trainer.overlong"}
+"""What a recipe condition may set besides its pair: the keys rlvr/labels.py shows (rlvr/cli/runs.py
+CONDITION_GROUPS), so that two recipes are two labels."""
+
+# Each recipe's published choices, from the papers (README "Published recipes" cites each): key → value.
+PUBLISHED = {
+    "dapo": {  # DAPO, arXiv 2503.14476: §3.1 Clip-Higher, §3.2 dynamic sampling, §3.3 token-level loss, §3.4
+        # overlong reward shaping (L_max 20480, L_cache 4096); eq. 1's group-normalised advantage; no KL (§2.3)
+        "algorithm.scale": "std", "algorithm.loss.clip_eps": 0.2, "algorithm.loss.clip_eps_high": 0.28,
+        "algorithm.loss.aggregation": "token_mean", "algorithm.kl.coef": 0.0, "trainer.dynamic_sampling": "refill",
+        "trainer.max_sample_batches": 10, "trainer.overlong.buffer_frac": 4096 / 20480,
+        "trainer.overlong.penalty": 1.0, "trainer.overlong.filter": False, "algorithm.loss.form": "ppo"},
+    "dr_grpo": {  # Dr. GRPO, arXiv 2503.20783 §3.2: no std, no 1/|o_i|: a constant (the generation budget); PPO clip
+        "algorithm.scale": "none", "algorithm.loss.aggregation": "seq_mean_token_sum_norm",
+        "algorithm.loss.aggregation_norm": 8, "algorithm.loss.clip_eps": 0.2, "algorithm.loss.clip_eps_high": 0.0,
+        "algorithm.kl.coef": 0.0, "trainer.dynamic_sampling": "off", "algorithm.loss.form": "ppo"},
+    "gspo": {  # GSPO, arXiv 2507.18071 §4.1 and §5.1: sequence ratio, clip (3e-4, 4e-4), 1/G Σ_i
+        "algorithm.loss.form": "gspo", "algorithm.scale": "std", "algorithm.loss.clip_eps": 3e-4,
+        "algorithm.loss.clip_eps_high": 4e-4, "algorithm.loss.aggregation": "seq_mean_token_mean",
+        "algorithm.kl.coef": 0.0},
+    "cispo": {  # MiniMax-M1, arXiv 2506.13585 §3.1: sg(clip(r, ·, ε_high^IS))·Â·log π, Σ_i Σ_t / Σ_i |o_i|
+        "algorithm.loss.form": "cispo", "algorithm.loss.cispo_max": 5.0, "algorithm.loss.clip_eps": 0.0,
+        "algorithm.scale": "std", "algorithm.loss.aggregation": "token_mean", "algorithm.kl.coef": 0.0},
+    "grpo_std": {  # DeepSeekMath, arXiv 2402.03300 §4.1: (r − mean)/std, 1/G Σ_i 1/|o_i| Σ_t, clip, β = 0.04 (k3)
+        "algorithm.scale": "std", "algorithm.loss.aggregation": "seq_mean_token_mean", "algorithm.loss.clip_eps": 0.2,
+        "algorithm.kl.coef": 0.04, "algorithm.kl.estimator": "k3", "algorithm.kl.where": "loss",
+        "algorithm.loss.form": "ppo"},
+    "scalerl": {  # ScaleRL, arXiv 2510.13786 §3.2: CISPO, prompt-level aggregation, batch-level advantage
+        # normalisation, zero-variance filtering (synchronous here: no PipelineRL-8)
+        "algorithm.loss.form": "cispo", "algorithm.loss.cispo_max": 5.0, "algorithm.loss.aggregation": "prompt_mean",
+        "algorithm.scale": "batch_std", "trainer.dynamic_sampling": "filter", "algorithm.kl.coef": 0.0,
+        "trainer.off_policy_steps": 0},
+}
+
+
 def picks(condition: str) -> list[str]:
     """The condition's own defaults list as command-line choices, e.g. ["algorithm=maxrl", "transform=sepa"]."""
     return [f"{group}={option}" for group, option in option_defaults("condition", condition).items()]
 
 
+def values(condition: str) -> dict[str, object]:
+    """The values a condition file sets besides its defaults list, as dotted keys."""
+    data = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "condition" / f"{condition}.yaml"))
+    data.pop("defaults")
+
+    def flat(node, prefix):
+        for key, value in node.items():
+            yield from flat(value, f"{prefix}{key}.") if isinstance(value, dict) else [(f"{prefix}{key}", value)]
+
+    return dict(flat(data, ""))
+
+
 @pytest.mark.parametrize("condition", CONDITIONS)
-def test_condition_is_the_same_run_as_its_pair(condition):
+def test_condition_is_the_same_run_as_its_pair_with_its_values(condition):
     assert {p.split("=")[0] for p in picks(condition)} == {"algorithm", "transform"}, "a condition is an arm: both"
     by_name = compose_config([f"condition={condition}"])
-    by_pair = compose_config(picks(condition))
+    by_pair = compose_config(picks(condition) + [f"{k}={v}" for k, v in values(condition).items()])
     assert OmegaConf.to_container(by_name) == OmegaConf.to_container(by_pair)
+
+
+def test_every_recipe_composes_to_its_published_choices():
+    assert set(PUBLISHED) <= set(CONDITIONS)
+    for recipe, published in PUBLISHED.items():
+        cfg = compose_config([f"condition={recipe}"])
+        composed = {key: OmegaConf.select(cfg, key) for key in published}
+        assert composed == published, recipe
+    assert {c for c in CONDITIONS if values(c)} == set(PUBLISHED), "a condition that sets values is a recipe"
 
 
 def test_command_line_overrides_beat_the_condition():
@@ -43,7 +101,11 @@ def test_condition_files_are_deltas_with_a_header(condition):
     usage = [line for line in lines if line.startswith("#") and f"condition={condition}" in line]
     assert usage, "the header says how to run it"
     assert all(pick in usage[0] for pick in picks(condition)), f"the header's equivalent pair is not {picks(condition)}"
-    assert set(OmegaConf.load(path)) == {"defaults"}, f"{path.name} should only pick options (deltas)"
+    assert all(any(k == p or k.startswith(p + ".") for p in RECIPE_KEYS) for k in values(condition)), \
+        f"{path.name} should pick options and set only the objective's values (deltas)"
+    pair, header = compose_config(picks(condition)), " ".join(lines)
+    changed = [k for k, v in values(condition).items() if OmegaConf.select(pair, k) != v]
+    assert all(f"{k}=" in header for k in changed), "the header's equivalent command names each value it changes"
 
 
 def test_campaign_grids_name_existing_conditions():

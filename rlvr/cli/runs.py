@@ -263,9 +263,11 @@ def label(run: Run, root: Path) -> str:
 
 
 
-CONDITION_GROUPS = ("algorithm", "transform", "turn_credit")
-"""The config groups `condition_label` reads: they may differ between conditions (and `backend`, where the
-conditions' backends differ); every other key must be equal, or it is not the condition that is compared."""
+CONDITION_GROUPS = ("algorithm", "transform", "turn_credit", "trainer.dynamic_sampling", "trainer.max_sample_batches",
+                    "trainer.overlong")
+"""The config groups and keys `condition_label` reads (a recipe such as `condition=dapo` sets the trainer's dynamic
+sampling and overlong handling): they may differ between conditions (and `backend`, where the conditions' backends
+differ); every other key must be equal, or it is not the condition that is compared."""
 MAX_KEYS_SHOWN = 6
 """Differing keys named per condition (a different model or dataset differs in many; the first few say enough)."""
 _ABSENT = object()

@@ -68,10 +68,21 @@ def test_conditions_at_different_learning_rates_are_not_a_comparison_of_algorith
     root = grid(tmp_path / "c", config=lambda algorithm, seed: {"trainer": {"lr": 0.0005}} if algorithm == "maxrl"
                 else None)
     err = refused("compare", root, capsys, "--metric", "mean_reward")
-    assert ("runs of grpo+none and maxrl+none differ outside algorithm, transform, turn_credit, in trainer.lr "
+    assert ("runs of grpo+none and maxrl+none differ outside algorithm, transform, turn_credit, "
+            "trainer.dynamic_sampling, trainer.max_sample_batches, trainer.overlong, in trainer.lr "
             f"(0.001 in grpo+none, e.g. {root / 'grpo_none' / 'seed=0'}; "
             f"0.0005 in maxrl+none, e.g. {root / 'maxrl_none' / 'seed=0'})") in err
     assert "--ignore-key trainer.lr" in err
+
+
+def test_recipes_that_differ_in_the_trainer_keys_a_condition_sets_are_compared(tmp_path, capsys):
+    # condition=dapo sets trainer.dynamic_sampling and trainer.overlong: part of its label, so a comparison
+    dapo = {"trainer": {"dynamic_sampling": "refill", "max_sample_batches": 10,
+                        "overlong": {"_target_": "rlvr.reward.overlong.Overlong", "buffer_frac": 0.2}}}
+    root = grid(tmp_path / "c", config=lambda algorithm, seed: dapo if algorithm == "maxrl" else None)
+    assert main(["compare", str(root), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {c["condition"] for c in out["conditions"]} == {"grpo+none", "maxrl+none,ds=refill,overlong=0.2"}
 
 
 def test_a_key_present_in_some_configs_only_is_a_difference(tmp_path, capsys):
