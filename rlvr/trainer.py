@@ -558,7 +558,8 @@ class Trainer:
             return self.overlong.punish(live.rollout.finish(sampled), self.sampling.max_tokens), more_examples
 
         batch = self.overlong.punish(batch, self.sampling.max_tokens)
-        batch, examples, drawn = self.dynamic.collect(batch, examples, more, live.tokenizer.pad_token_id)
+        pad_id = cast(Any, live.tokenizer).pad_token_id
+        batch, examples, drawn = self.dynamic.collect(batch, examples, more, pad_id)
         return batch, examples, {**self.overlong.fields(batch.rollouts, self.sampling.max_tokens), **drawn}
 
     def _signals(self, live: Live, step: int, rollouts: Rollouts, rewards_P_G: Tensor):

@@ -143,18 +143,21 @@ def cat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
 
     width = max(p.tokens_PG_T.shape[1] for p in parts)
 
-    def cat(key: str, fill: float | int | bool) -> Tensor | None:
-        ts = [getattr(p, key) for p in parts]
-        if ts[0] is None:
-            return None
+    def cat(ts: list[Tensor], fill: float | int | bool) -> Tensor:
         return torch.cat([torch.cat([t, t.new_full((t.shape[0], width - t.shape[1], *t.shape[2:]), fill)], dim=1)
                           for t in ts])
 
+    def optional(key: str, fill: float | int | bool) -> Tensor | None:
+        ts = [getattr(p, key) for p in parts]
+        return None if ts[0] is None else cat(ts, fill)
+
     return replace(
-        parts[0], prompt_ids_P=[ids for p in parts for ids in p.prompt_ids_P], tokens_PG_T=cat("tokens_PG_T", pad_id),
-        logprobs_PG_T=cat("logprobs_PG_T", 0.0), mask_PG_T=cat("mask_PG_T", False),
-        finished_PG=torch.cat([p.finished_PG for p in parts]), entropy_PG_T=cat("entropy_PG_T", 0.0),
-        actions_PG_T=cat("actions_PG_T", False), turn_PG_T=cat("turn_PG_T", -1),
+        parts[0], prompt_ids_P=[ids for p in parts for ids in p.prompt_ids_P],
+        tokens_PG_T=cat([p.tokens_PG_T for p in parts], pad_id),
+        logprobs_PG_T=cat([p.logprobs_PG_T for p in parts], 0.0),
+        mask_PG_T=cat([p.mask_PG_T for p in parts], False), finished_PG=torch.cat([p.finished_PG for p in parts]),
+        entropy_PG_T=optional("entropy_PG_T", 0.0), actions_PG_T=optional("actions_PG_T", False),
+        turn_PG_T=optional("turn_PG_T", -1),
     )
 
 
