@@ -30,6 +30,7 @@ from rlvr.distributed import World
 from rlvr.errors import ConfigError
 from rlvr.hydra_errors import TOP_LEVEL_KEYS, renamed, unknown_top_level_key
 from rlvr.protocols import CAPABILITIES, Needs
+from rlvr.tools import TOOL_KEYS
 
 
 def hydra_choice(group: str) -> str | None:
@@ -318,7 +319,7 @@ def check_types(node: DictConfig, key: str) -> list[str]:
     errors = []
     # a _target_ node's keys name parameters: strings (omegaconf types a key as any DictKeyType)
     for name in typing.cast(collections.abc.Iterable[str], node):
-        if name.startswith("_"):
+        if name.startswith("_") or (key == "env" and name in TOOL_KEYS):  # the tool harness's (rlvr/tools/)
             continue
         if name not in params:
             expected = ", ".join(p for p in params if p not in RUNTIME_ARGS)

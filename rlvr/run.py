@@ -10,6 +10,7 @@ a second.
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import inspect
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlvr import distributed
 from rlvr.campaign import record
@@ -221,7 +222,7 @@ def build_all(cfg: DictConfig, campaign_root: Path | None = None, world: World =
         planning=build(cfg, "planning"),
         logger=build(cfg, "logger"),
         backpressure=build(cfg, "backpressure"),
-        env=GuardedEnvironment(build(cfg, "env")) if cfg.get("env") is not None else None,
+        env=GuardedEnvironment(build_env(cfg)) if cfg.get("env") is not None else None,
         turn_credit=build(cfg, "turn_credit") if cfg.get("env") is not None else None,
         make_backend=functools.partial(build(cfg, "backend", _partial_=True),
                                        **backend_runtime_args(cfg, campaign_root, world)),
@@ -256,6 +257,24 @@ def build(cfg: DictConfig, group: str, **kwargs):
         if isinstance(cause, ConfigError):
             raise cause from None
         raise ConfigError(f"invalid config:\n  {group} <{cfg[group]._target_}>: {cause}") from cause
+
+
+def build_env(cfg: DictConfig):
+    """The `env` component: built from its keys less `env.tools` and its siblings, then wrapped with those tools
+    (rlvr/tools/harness.py); `build(cfg, "env")` when it names no tools."""
+    from rlvr.tools import TOOL_KEYS
+    from rlvr.tools.harness import with_tools
+
+    if not any(k in cfg.env for k in TOOL_KEYS):
+        return build(cfg, "env")
+    env = OmegaConf.to_container(cfg.env, resolve=True)
+    assert isinstance(env, dict)  # a DictConfig's container
+    settings = {k: env[k] for k in TOOL_KEYS if k in env}
+    bare = copy.deepcopy(cfg)
+    with open_dict(bare):
+        for k in settings:
+            del bare.env[k]
+    return with_tools(build(bare, "env"), settings)
 
 
 def check_components(cfg: DictConfig, c: Components) -> None:

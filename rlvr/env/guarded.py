@@ -148,6 +148,8 @@ class GuardedEnvironment:
         self.demonstrations = getattr(env, "demonstrations", None)
         """`demonstrations(count, seed)` of an environment that plays its own games for the warm-up (env=guess:
         transcripts [prompt, action, observation, …]), else None."""
+        self.tool_schemas: list[dict] | None = getattr(env, "tool_schemas", None)
+        """The JSON schemas of an environment with `env.tools` (rlvr/tools/harness.py), shown in the prompt."""
         self.max_observation_chars = max_observation_chars or OBSERVATION_CHARS_PER_TOKEN * env.max_context_tokens
         self.failures = EnvFailures()
         self._warned: set[str] = set()

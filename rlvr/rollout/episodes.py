@@ -47,6 +47,8 @@ from rlvr.model.prompt_encoding import encode_prompts
 from rlvr.rollout.branch_probes import Probed, probe
 from rlvr.rollout.chat_turns import end_of_turn_id, observation_ids
 from rlvr.seeds import Seeds, eval_sampling_seeds, group_sampling_seeds, sub_seed
+from rlvr.tools.harness import tool_metrics
+from rlvr.tools.render import tool_prompt_ids, tool_turn_ids
 from rlvr.turn_credit.played import turn_signals
 from rlvr.types import Played, Rollouts, Sampled, SamplingParams, Scores, StepBatch
 
@@ -120,6 +122,8 @@ class Episodes:
 
         played, failures = gather_played(self.world, sampled.rows[0], sampled.rows[1], self.tokenizer.pad_token_id)
         metrics = episode_metrics(played, failures)
+        if getattr(self.env, "tool_schemas", None):  # env.tools (rlvr/tools/harness.py)
+            metrics |= tool_metrics(played.infos)
         return StepBatch(
             rollouts=played.rollouts, rewards_P_G=played.rewards_P_G,
             completions=[transcript_text(t) for t in played.transcripts], scores=self._scores(played, failures),
@@ -144,6 +148,8 @@ class Episodes:
         played, failures = gather_played(self.world, sampled.rows[0], sampled.rows[1], self.tokenizer.pad_token_id)
         metrics = {"eval/turns_mean": float(played.turns_PG.float().mean()),
                    "eval/truncated_frac": float(played.truncated_PG.float().mean())}
+        if getattr(self.env, "tool_schemas", None):
+            metrics["eval/tool_call_frac"] = tool_metrics(played.infos)["env/tool_call_frac"]
         return StepBatch(
             rollouts=played.rollouts, rewards_P_G=played.rewards_P_G,
             completions=[transcript_text(t) for t in played.transcripts], scores=self._scores(played, failures),
@@ -203,7 +209,8 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
             if any(firsts[r] != first for r in started):
                 raise ValueError(f"the episodes of group {group_index} started from different observations: an "
                                  "environment's episodes must be a function of (example, seed)")
-            prompt = encode_prompts(tokenizer, [first])[0]
+            tools = getattr(env, "tool_schemas", None)  # env.tools: their schemas shown in the prompt
+            prompt = tool_prompt_ids(tokenizer, first, tools) if tools else encode_prompts(tokenizer, [first])[0]
             plays += [_Play(episodes[r], prompt, sub_seed(sample_seeds[group_index], f"episode/{r - group_index * G}"),
                             done=r not in started, failed=r not in started,
                             transcript=[{"role": "env", "text": first}]) for r in group]
@@ -237,9 +244,10 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
                 p.done = bool(step.done)
                 p.failed = p.failed or "error" in step.info
                 if not p.done and step.observation:
-                    ids = encode_observation(tokenizer, step.observation, p.tokens)
+                    ids = encode_observation(tokenizer, step.observation, p.tokens, step.info.get("tool_results"))
                     p.append(ids, [0.0] * len(ids), [0.0] * len(ids), -1)
-                    p.transcript.append({"role": "env", "text": step.observation})
+                    p.transcript.append({"role": "tool" if "tool_results" in step.info else "env",
+                                         "text": step.observation})
         for p in plays:
             p.truncated = p.truncated or not p.done
             if p.failed:  # what its earlier turns earned is not trusted either
@@ -314,8 +322,12 @@ def transcript_text(transcript: list[dict]) -> str:
     return "".join(turn["text"] for turn in transcript[1:])
 
 
-def encode_observation(tokenizer, observation: str, row: list[int]) -> list[int]:
-    """The ids an observation adds to a row whose last tokens are an action (module docstring)."""
+def encode_observation(tokenizer, observation: str, row: list[int], tool_results: list[str] | None = None
+                       ) -> list[int]:
+    """The ids an observation adds to a row whose last tokens are an action (module docstring); a tool turn's
+    (`tool_results`, rlvr/tools/harness.py) are a tool-role turn (rlvr/tools/render.py)."""
+    if tool_results is not None:
+        return tool_turn_ids(tokenizer, tool_results, row)
     if not getattr(tokenizer, "chat_template", None):
         return tokenizer.encode(observation, add_special_tokens=False)
     closing = end_of_turn_id(tokenizer)

@@ -1,0 +1,7 @@
+"""Tools in multi-turn episodes: a callable's JSON schema (schema.py), the policy's Hermes tool calls
+(parse.py), each call run bounded (run.py), the harness that wraps any environment's episodes with them
+(harness.py), and the prompt and tool-turn ids under the model's chat template (render.py)."""
+
+TOOL_KEYS = ("tools", "max_tool_calls", "tool_timeout_s", "tool_output_chars")
+"""The `env` keys the tool harness reads (rlvr/tools/harness.py); the wrapped environment's constructor never sees
+them."""

@@ -1,0 +1,89 @@
+"""The ids of a tool episode's prompt and of its tool turns, token in and token out (rlvr/rollout/episodes.py).
+
+Prompt. With a chat template that renders `tools` (Qwen2.5, Qwen3, Llama 3.1, …: the render with `tools=`
+differs from the render without), the first observation is one user message rendered with
+`apply_chat_template(messages, tools=schemas, add_generation_prompt=True)`, so Qwen2.5 opens with its system
+block "# Tools … <tools>\\n{schema}\\n</tools> … <tool_call>…</tool_call>" as TRL and verl render it. A template
+that ignores `tools`, or no template (model=tiny), gets the plain-text block `tools_text(schemas)` in front of
+the prompt instead, in the same words Qwen2.5's template uses (a departure: TRL refuses such a model).
+
+Tool turn. The results of one action's calls are one turn: with a chat template, what it adds after an
+assistant turn for one `{"role": "tool", "content": result}` message per result, through the next generation
+prompt, derived by diffing two renders of a fixed conversation exactly as `chat_turns.observation_ids` derives a
+user message's (and led by the end-of-turn token when the action did not sample it). For Qwen2.5, two results:
+
+    "\\n<|im_start|>user\\n<tool_response>\\nA\\n</tool_response>\\n<tool_response>\\nB\\n</tool_response><|im_end|>
+     \\n<|im_start|>assistant\\n"
+
+A template that cannot render the tool role (it raises) gets the results as one user message of
+`<tool_response>` blocks; no template: the blocks' plain text. The start-up prefix check
+(`check_prefix_preserving`) covers user turns only; tests/tools/test_render.py checks Qwen2.5's tool turns.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, cast
+
+from rlvr.model.prompt_encoding import encode_prompts
+from rlvr.rollout.chat_turns import _first_difference, _reference_turn, end_of_turn_id, render
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+_REFERENCE = [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": "Hi."}]  # chat_turns'
+
+
+def tools_text(schemas: list[dict]) -> str:
+    """The tools as plain text, for a prompt whose template does not render them."""
+    listed = "\n".join(json.dumps(s) for s in schemas)
+    return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n<tools>\n"
+            f"{listed}\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+            'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
+            "<args-json-object>}\n</tool_call>\n\n")
+
+
+def renders_tools(tokenizer: PreTrainedTokenizerBase, schemas: list[dict]) -> bool:
+    """Whether the chat template shows `tools` (its render with them differs from its render without)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return False
+    messages = [{"role": "user", "content": "Hello."}]
+    try:
+        with_tools = tokenizer.apply_chat_template(messages, tools=cast("list", schemas), add_generation_prompt=True,
+                                                   tokenize=False, enable_thinking=False)
+    except Exception:  # noqa: BLE001 - a template that cannot take tools does not render them
+        return False
+    return with_tools != tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                                       enable_thinking=False)
+
+
+def tool_prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: str, schemas: list[dict]) -> list[int]:
+    """The prompt's ids with the tools shown (module docstring)."""
+    if not renders_tools(tokenizer, schemas):
+        return encode_prompts(tokenizer, [tools_text(schemas) + prompt])[0]
+    # one conversation, tokenized, no dict: a list of ids (transformers types every return form at once)
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tools=cast("list", schemas),
+                                        add_generation_prompt=True, tokenize=True, return_dict=False,
+                                        enable_thinking=False)
+    return list(cast("list[int]", ids))
+
+
+def responses_text(results: list[str]) -> str:
+    return "".join(f"<tool_response>\n{r}\n</tool_response>\n" for r in results)
+
+
+def tool_turn_ids(tokenizer: PreTrainedTokenizerBase, results: list[str], row: list[int]) -> list[int]:
+    """The ids one action's tool results add to a row whose last tokens are that action (module docstring)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return tokenizer.encode(responses_text(results), add_special_tokens=False)
+    closing = end_of_turn_id(tokenizer)
+    lead = [] if row and row[-1] == closing else [closing]
+    turn = _reference_turn(tokenizer)
+    try:
+        full = render(tokenizer, [*_REFERENCE, *({"role": "tool", "content": r} for r in results)], True)
+    except Exception:  # noqa: BLE001 - a template without a tool role: the results as a user message
+        full = render(tokenizer, [*_REFERENCE, {"role": "user", "content": responses_text(results)}], True)
+    if full[: len(turn)] != turn:
+        raise ValueError(f"the chat template renders an assistant turn differently once a tool message follows it "
+                         f"(from token {_first_difference(turn, full)})")
+    return lead + full[len(turn):]

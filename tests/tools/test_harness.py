@@ -1,0 +1,141 @@
+"""Episodes with tools (rlvr/tools/harness.py, render.py) through the episode loop (rlvr/rollout/episodes.py): the
+prompt shows the tools under Qwen2.5's chat template, each tool turn is the template's tool-role suffix, the row
+is token in / token out, only the policy's tokens are actions, and the `env/tool_*` metrics count the calls."""
+
+import asyncio
+from types import SimpleNamespace
+
+import torch
+from model.test_chat_turns import qwen
+
+from rlvr.env.guarded import GuardedEnvironment
+from rlvr.rollout.chat_turns import end_of_turn_id
+from rlvr.rollout.episodes import play
+from rlvr.tools.harness import ToolEnvironment, tool_metrics, with_tools
+from rlvr.tools.render import renders_tools, tool_prompt_ids, tool_turn_ids, tools_text
+from rlvr.tools.schema import build_tools
+from rlvr.types import Example, SamplingParams, Step
+
+CALC = [{"_target_": "rlvr.tools.calculator.calculate"}]
+CALL = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "123 + 456"}}\n</tool_call>'
+
+
+class Answer:
+    """Solved by the reference; anything else: "Wrong." and another try."""
+
+    def __init__(self, example):
+        self.example = example
+
+    async def reset(self) -> str:
+        return self.example.prompt
+
+    async def step(self, action: str) -> Step:
+        if action.strip() == self.example.reference:
+            return Step(None, 1.0, True, {"solved": True})
+        return Step("Wrong.", 0.0, False, {})
+
+    def fork(self):
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        pass
+
+
+class AnswerEnv:
+    max_turns, max_context_tokens, step_timeout_s = 2, 2048, 5.0
+
+    def episode(self, example, seed):
+        return Answer(example)
+
+
+class Scripted:
+    """An engine that samples the scripted texts of each turn, ended with <|im_end|>, logprob −0.5 each."""
+
+    def __init__(self, tok, turns: list[str]):
+        self.tok, self.turns, self.turn, self.contexts = tok, turns, 0, []
+
+    def sample(self, contexts, n, sampling, seeds, with_entropy=False):
+        ids = self.tok.encode(self.turns[self.turn], add_special_tokens=False) + [end_of_turn_id(self.tok)]
+        self.turn += 1
+        self.contexts.append([list(c) for c in contexts])
+        rows = len(contexts)
+        return SimpleNamespace(tokens_PG_T=torch.tensor([ids] * rows), mask_PG_T=torch.ones(rows, len(ids), dtype=bool),
+                               logprobs_PG_T=torch.full((rows, len(ids)), -0.5), entropy_PG_T=None)
+
+
+def test_a_tool_turn_is_the_templates_tool_message_and_the_row_is_what_the_template_renders():
+    tok = qwen()
+    env = GuardedEnvironment(with_tools(AnswerEnv(), {"tools": CALC, "max_tool_calls": 2}))
+    engine = Scripted(tok, [CALL, "579"])
+    played = play(engine, tok, env, [Example("What is 123 + 456?", "579")], 1, SamplingParams(1.0, 1.0, 64),
+                  seeds=[0], sample_seeds=[0])
+    ro = played.rollouts
+    schemas = env.tool_schemas
+    assert renders_tools(tok, schemas)
+    prompt = ro.prompt_ids_P[0]
+    assert "<tools>" in tok.decode(prompt) and '"name": "calculate"' in tok.decode(prompt)
+    # token in, token out: prompt + action 0 + tool turn + action 1 is the template's render of the conversation
+    conversation = [{"role": "user", "content": "What is 123 + 456?"}, {"role": "assistant", "content": CALL},
+                    {"role": "tool", "content": "579"}]
+    rendered = tok.apply_chat_template(conversation, tools=schemas, add_generation_prompt=True, tokenize=True,
+                                       return_dict=False)
+    n = int(ro.mask_PG_T[0].sum())
+    row, actions = ro.tokens_PG_T[0, :n].tolist(), ro.actions_PG_T[0, :n].tolist()
+    second = engine.contexts[1][0]
+    assert second == list(rendered) and second == prompt + row[: len(second) - len(prompt)]
+    assert tok.decode(second[len(prompt):]).endswith(
+        "<|im_end|>\n<|im_start|>user\n<tool_response>\n579\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    call_ids = tok.encode(CALL, add_special_tokens=False) + [end_of_turn_id(tok)]
+    tool_ids = tool_turn_ids(tok, ["579"], call_ids)
+    assert row == call_ids + tool_ids + tok.encode("579", add_special_tokens=False) + [end_of_turn_id(tok)]
+    assert actions == [True] * len(call_ids) + [False] * len(tool_ids) + [True] * (n - len(call_ids) - len(tool_ids))
+    assert played.rewards_P_G.tolist() == [[1.0]] and played.turns_PG.tolist() == [2]
+    assert played.infos[0][0]["tool_calls"] == [{"name": "calculate", "outcome": "ok", "truncated": False}]
+    assert [t["role"] for t in played.transcripts[0]] == ["env", "policy", "tool", "policy"]
+
+
+def test_several_results_are_one_tool_turn_under_qwen2_5():
+    tok = qwen()
+    ids = tool_turn_ids(tok, ["A", "B"], [end_of_turn_id(tok)])
+    assert tok.decode(ids) == ("\n<|im_start|>user\n<tool_response>\nA\n</tool_response>\n<tool_response>\nB\n"
+                               "</tool_response><|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_without_a_chat_template_tools_and_results_are_plain_text():
+    tok = qwen()
+    tok.chat_template = None
+    schemas = [t.schema for t in build_tools(CALC)]
+    assert tok.decode(tool_prompt_ids(tok, "Q", schemas)) == tools_text(schemas) + "Q"
+    assert tok.decode(tool_turn_ids(tok, ["7"], [])) == "<tool_response>\n7\n</tool_response>\n"
+
+
+def episode(**settings):
+    env = ToolEnvironment(AnswerEnv(), build_tools(CALC), **{"max_tool_calls": 2, **settings})
+    return env, env.episode(Example("q", "579"), 0)
+
+
+def test_bad_calls_are_counted_observations_and_the_budget_bounds_the_turns():
+    env, ep = episode()
+    assert (env.max_turns, env.step_timeout_s) == (4, 25.0)  # 2 answers + 2 calls; 5 s + 2 × 10 s per tool call
+    steps = [asyncio.run(ep.step(a)) for a in (
+        '<tool_call>{"name": "calculate", "arguments": {"expression": 7}}</tool_call>'
+        '<tool_call>{"name": "search", "arguments": {}}</tool_call>',  # 2 calls: the budget is spent
+        CALL,                                                          # past the budget: an answer, wrong
+        "579")]
+    assert steps[0].observation == ("error: calculate: argument 'expression' must be string, got integer 7\n"
+                                    "error: no tool named 'search' (tools: calculate)")
+    assert (steps[0].reward, steps[0].done) == (0.0, False)
+    assert (steps[1].observation, steps[1].info["tool_calls"][0]["outcome"]) == ("Wrong.", "over_budget")
+    assert (steps[2].reward, steps[2].done) == (1.0, True)
+    metrics = tool_metrics([[s.info for s in steps], []])  # a second episode that called nothing
+    assert metrics == {"env/tool_calls_mean": 1.5, "env/tool_call_frac": 0.5,  # 3 calls / 2 episodes; 1 of 2
+                       "env/tool_truncated": 0.0, "env/tool_errors": 0.0, "env/tool_timeouts": 0.0,
+                       "env/tool_malformed": 0.0, "env/tool_unknown": 1.0, "env/tool_bad_arguments": 1.0,
+                       "env/tool_over_budget": 1.0}
+
+
+def test_one_action_past_the_remaining_budget_runs_what_is_left():
+    _, ep = episode(max_tool_calls=1)
+    step = asyncio.run(ep.step(CALL + CALL))
+    assert [r["outcome"] for r in step.info["tool_calls"]] == ["ok", "over_budget"]
+    assert step.info["tool_results"][0] == "579"
