@@ -104,6 +104,10 @@ class Rollouts:
     the loss, invisible to the token transforms. None: every real token is an action (single turn)."""
     turn_PG_T: Tensor | None = None
     """Multi-turn rows: int64 turn index (0, 1, …) of each action token, −1 elsewhere; None for single turns."""
+    observation_body_PG_T: Tensor | None = None
+    """Multi-turn rows: bool, True on an observation's own text tokens (its body), False on the chat template's tokens
+    around it, on actions and on padding (rlvr/rollout/observation_body.py): what ECHO may target. None for single
+    turns."""
 
     @property
     def lengths_PG(self) -> Tensor:
@@ -130,7 +134,8 @@ class Rollouts:
         return replace(self, prompt_ids_P=[self.prompt_ids_P[p] for p in keep_P], tokens_PG_T=self.tokens_PG_T[rows],
                        logprobs_PG_T=self.logprobs_PG_T[rows], mask_PG_T=self.mask_PG_T[rows],
                        finished_PG=self.finished_PG[rows], entropy_PG_T=take(self.entropy_PG_T),
-                       actions_PG_T=take(self.actions_PG_T), turn_PG_T=take(self.turn_PG_T))
+                       actions_PG_T=take(self.actions_PG_T), turn_PG_T=take(self.turn_PG_T),
+                       observation_body_PG_T=take(self.observation_body_PG_T))
 
 
 def cat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
@@ -157,7 +162,7 @@ def cat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
         logprobs_PG_T=cat([p.logprobs_PG_T for p in parts], 0.0),
         mask_PG_T=cat([p.mask_PG_T for p in parts], False), finished_PG=torch.cat([p.finished_PG for p in parts]),
         entropy_PG_T=optional("entropy_PG_T", 0.0), actions_PG_T=optional("actions_PG_T", False),
-        turn_PG_T=optional("turn_PG_T", -1),
+        turn_PG_T=optional("turn_PG_T", -1), observation_body_PG_T=optional("observation_body_PG_T", False),
     )
 
 
@@ -187,6 +192,9 @@ class TrainBatch:
     rollouts: Rollouts
     adv_PG_T: Tensor
     """float32; tokens whose advantage is exactly 0 are left out of the loss and its token count."""
+    echo_PG_T: Tensor | None = None
+    """float32 ECHO weight of each observation token it targets, the step's normalisation included (rlvr/echo/echo.py:
+    the loss adds −Σ w·log π over them); 0 elsewhere. None: echo=none."""
 
 
 @dataclass(frozen=True)

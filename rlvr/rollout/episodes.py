@@ -46,6 +46,7 @@ from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import encode_prompts
 from rlvr.rollout.branch_probes import Probed, probe
 from rlvr.rollout.chat_turns import end_of_turn_id, observation_ids
+from rlvr.rollout.observation_body import observation_body
 from rlvr.seeds import Seeds, eval_sampling_seeds, group_sampling_seeds, sub_seed
 from rlvr.tools.harness import tool_metrics
 from rlvr.tools.render import tool_prompt_ids, tool_turn_ids
@@ -75,6 +76,8 @@ class _Play:
     entropy: list[float] = field(default_factory=list)
     actions: list[bool] = field(default_factory=list)
     turns: list[int] = field(default_factory=list)
+    body: list[bool] = field(default_factory=list)
+    """True on an observation's own text tokens (rlvr/rollout/observation_body.py): ECHO's candidates."""
     rewards: list[float] = field(default_factory=list)
     transcript: list[dict] = field(default_factory=list)
     infos: list[dict] = field(default_factory=list)
@@ -88,7 +91,9 @@ class _Play:
     failed: bool = False
     """The environment raised, hung or answered malformed (rlvr/env/guarded.py): the episode scores 0."""
 
-    def append(self, ids: list[int], logprobs: list[float], entropy: list[float], turn: int) -> None:
+    def append(self, ids: list[int], logprobs: list[float], entropy: list[float], turn: int,
+               body: list[bool] | None = None) -> None:
+        self.body += body if body is not None else [False] * len(ids)
         self.tokens += ids
         self.logprobs += logprobs
         self.entropy += entropy
@@ -244,8 +249,11 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
                 p.done = bool(step.done)
                 p.failed = p.failed or "error" in step.info
                 if not p.done and step.observation:
-                    ids = encode_observation(tokenizer, step.observation, p.tokens, step.info.get("tool_results"))
-                    p.append(ids, [0.0] * len(ids), [0.0] * len(ids), -1)
+                    results = step.info.get("tool_results")
+                    ids = encode_observation(tokenizer, step.observation, p.tokens, results)
+                    blank = None if results is None else [""] * len(results)  # the template alone: ECHO's marker
+                    empty = encode_observation(tokenizer, "", p.tokens, blank)
+                    p.append(ids, [0.0] * len(ids), [0.0] * len(ids), -1, observation_body(ids, empty))
                     p.transcript.append({"role": "tool" if "tool_results" in step.info else "env",
                                          "text": step.observation})
         for p in plays:
@@ -289,6 +297,7 @@ def _pack(plays: list[_Play], examples, G: int, temperature: float, pad_id: int,
         entropy_PG_T=padded([p.entropy for p in plays], 0.0, torch.float32) if with_entropy else None,
         actions_PG_T=padded([p.actions for p in plays], False, torch.bool),
         turn_PG_T=padded([p.turns for p in plays], -1, torch.long),
+        observation_body_PG_T=padded([p.body for p in plays], False, torch.bool),
     )
     return Played(
         rollouts=rollouts,
