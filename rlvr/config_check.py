@@ -116,7 +116,7 @@ def value_errors(cfg: DictConfig) -> list[str]:
                                            and budget > 0):
         errors.append(f"backend.max_tokens_per_micro_batch={budget!r}: backend.packing=true needs a token budget per "
                       "forward/backward > 0 (prompt + completion tokens)")
-    errors += check_backpressure(cfg) + overlap_errors(cfg) + dynamic_sampling_errors(cfg)
+    errors += check_backpressure(cfg) + overlap_errors(cfg) + dynamic_sampling_errors(cfg) + echo_errors(cfg)
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**63:
         errors.append(f"seed={cfg.seed!r} must be an integer in [0, 2**63)")
     threads = cfg.get("threads")
@@ -125,6 +125,25 @@ def value_errors(cfg: DictConfig) -> list[str]:
         errors.append(f"threads={threads!r}: expected auto, a positive integer or null (torch's default)")
     if cfg.resume not in ("auto", "never", "must"):
         errors.append(f"resume={cfg.resume!r}: expected auto, never or must")
+    return errors
+
+
+def echo_errors(cfg: DictConfig) -> list[str]:
+    """echo=on targets observation tokens, which only multi-turn episodes have; and its term is added to gradients
+    that a masking correction rescales under token_mean once the kept tokens are counted (rlvr/backend/local.py
+    `kept_scale`), which would rescale ECHO's too."""
+    if cfg.get("echo") is None:
+        return []
+    errors = []
+    if cfg.get("env") is None:
+        errors.append("echo=on trains on observation tokens, which single-turn completions have none of: choose a "
+                      "multi-turn env (env=guess, retry, textarena, openenv, verifiers) or echo=none")
+    loss = cfg.algorithm.get("loss") or {}
+    kind = (loss.get("correction") or {}).get("kind", "none")
+    if kind in ("token_mask", "seq_geo_mask") and loss.get("aggregation", "token_mean") == "token_mean":
+        errors.append(f"echo=on with correction={kind} under algorithm.loss.aggregation=token_mean is not supported: "
+                      "the tokens the correction masks rescale the step's gradients, ECHO's with them; choose "
+                      "another correction (token_tis, seq_tis, none) or aggregation")
     return errors
 
 

@@ -43,11 +43,13 @@ class Credit:
     """Token advantages after the transform, the batch pass and the cap; 0 at padding."""
     metrics: dict[str, float]
     """The episode advantages', the transform's, the batch pass's and the cap's metrics (names in docs/metrics.md)."""
+    echo_PG_T: Tensor | None = None
+    """echo=on: the step's ECHO weights on the observation tokens it keeps (rlvr/echo/echo.py); None: none kept."""
 
     @property
     def skipped(self) -> bool:
-        """No token has a non-zero advantage: nothing to train on."""
-        return not bool((self.adv_PG_T != 0).any())
+        """No token has a non-zero advantage and ECHO keeps none: nothing to train on."""
+        return not bool((self.adv_PG_T != 0).any()) and self.echo_PG_T is None
 
 
 def assign_credit(rewards_P_G: Tensor, signals: TokenSignals, algorithm: Algorithm, transform: Transform,

@@ -224,6 +224,7 @@ def build_all(cfg: DictConfig, campaign_root: Path | None = None, world: World =
         backpressure=build(cfg, "backpressure"),
         env=GuardedEnvironment(build_env(cfg)) if cfg.get("env") is not None else None,
         turn_credit=build(cfg, "turn_credit") if cfg.get("env") is not None else None,
+        echo=build(cfg, "echo") if cfg.get("echo") is not None else None,
         make_backend=functools.partial(build(cfg, "backend", _partial_=True),
                                        **backend_runtime_args(cfg, campaign_root, world)),
         make_engine=build(cfg, "engine", _partial_=True),

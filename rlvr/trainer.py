@@ -16,9 +16,10 @@ The rollout is single-turn completions (data → engine → reward) or episodes 
 once at start (`make_rollout`); the step does not ask which. Evaluation is `rlvr.rollout.evaluate` over the same
 rollout.
 
-A step in which no token has a non-zero advantage trains nothing (the predecessor's skipped step); it
-still writes its metrics row, with `skipped: true`, so the reward curve has no holes. A run that cannot learn
-fails instead of reporting success: `trainer.max_skipped_steps` consecutive skipped steps, or
+A step in which no token has a non-zero advantage (and echo=on keeps no observation token) trains nothing (the
+predecessor's skipped step); it still writes its metrics row, with `skipped: true`, so the reward curve has no
+holes. A run that cannot learn fails instead of reporting success: `trainer.max_skipped_steps` consecutive skipped
+steps, or
 `trainer.max_failed_steps` consecutive steps on which every item's scoring failed, checkpoint and raise
 `RunFailed` naming the cause (status `failed`, exit 1). A stop signal while scoring drops the step (or evaluation)
 in progress, on every rank, and checkpoints the steps done (rlvr/preemption.py), so a hung verifier never holds a
@@ -32,7 +33,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -90,6 +91,7 @@ from rlvr.warmup import Warmup
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from rlvr.echo.echo import Echo
     from rlvr.env.guarded import GuardedEnvironment
 
 torch = lazy_import("torch")
@@ -132,6 +134,8 @@ class Components:
     """Multi-turn: how an episode's reward becomes token advantages (rlvr/turn_credit/)."""
     world: World = field(default_factory=World.single)
     """This process's place in the run's processes (rlvr/distributed.py); one process is a world of size 1."""
+    echo: Echo | None = None
+    """echo=on: the auxiliary loss on observation tokens (rlvr/echo/echo.py); None: echo=none."""
 
     @property
     def remote(self) -> bool:
@@ -519,11 +523,17 @@ class Trainer:
         rewards_P_G, kl_ref = kl_in_reward(c.algorithm.loss, live.backend, batch.rollouts, batch.rewards_P_G)
         credit = assign_credit(rewards_P_G, signals, c.algorithm, c.transform, c.turn_credit, batch.turns)
         credit, filtered = self.overlong.mask(credit, batch.rollouts)
+        echo: dict[str, Any] = {}
+        if c.echo is not None:  # its targets, kept before the skip rule: a step of tied groups still trains them
+            echo_PG_T, echo = c.echo.plan(batch.rollouts)
+            credit = replace(credit, echo_PG_T=echo_PG_T)
         credit_s = clock.lap() + batch.credit_seconds
-        train: dict[str, float] = {}
+        train: dict[str, Any] = {}
         if not credit.skipped:
             live.engine.sleep()  # sampling is over until the next sync: a sleeping vLLM gives the trainer its memory
-            train = live.backend.train_step(TrainBatch(batch.rollouts, credit.adv_PG_T), c.algorithm.loss, self.lr)
+            train = live.backend.train_step(TrainBatch(batch.rollouts, credit.adv_PG_T, credit.echo_PG_T),
+                                            c.algorithm.loss, self.lr)
+        train = {**echo, **train}
         # The step's time getting its rollouts: syncs and sampling (k ≥ 1: syncs and waiting for the sampler), less
         # what an episode's environment and branch probes took, counted as scoring and credit (refill: plus its
         # later rounds' sampling)

@@ -66,6 +66,8 @@ DECIDES = {
     "[docs/algorithms.md](docs/algorithms.md#turn-credit))",
     "env": "a multi-turn environment the policy plays, or `none`: one prompt, one completion (see \"Multi-turn "
     "environments\")",
+    "echo": "ECHO, the predecessor's auxiliary cross-entropy on the observations' own tokens (multi-turn; in the same "
+    "forward/backward as the policy loss; formulas: [docs/algorithms.md](docs/algorithms.md#echo))",
     "condition": "a named arm = algorithm + transform; `algorithm=`/`transform=` beside it must agree with it "
     "(`condition=none` lets them stand)",
     "campaign": "a named condition × seed grid (a multirun)",

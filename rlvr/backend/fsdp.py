@@ -195,7 +195,8 @@ class FSDPBackend:
         sums = self._all_reduce(sums)
         grad_scale = t.kept_scale(sums, rows)
         sums["loss"] *= grad_scale
-        grad_norm, finite = t.update(lr, sums["loss"], as_float=self._grad_norm, grad_scale=grad_scale)
+        grad_norm, finite = t.update(lr, sums["loss"] + sums["echo_loss"], as_float=self._grad_norm,
+                                     grad_scale=grad_scale)
         return t.report(sums, rows, selected, grad_norm, finite, lr, N, t0, loss)
 
     def reference_logprobs(self, rollouts: Rollouts) -> Tensor:
@@ -235,7 +236,7 @@ class FSDPBackend:
     @staticmethod
     def _all_reduce(sums: dict[str, float]) -> dict[str, float]:
         """Every rank's sums added, its maxima maxed (the step's statistics and the correction's, SUMMED/MAXED)."""
-        summed, maxed = ("loss", "clipped", "abs_kl", "kl_ref", "entropy", *SUMMED), ("ratio_max", *MAXED)
+        summed, maxed = ("loss", "clipped", "abs_kl", "kl_ref", "entropy", "echo_loss", *SUMMED), ("ratio_max", *MAXED)
         added = torch.tensor([sums[k] for k in summed], dtype=torch.float64)
         top = torch.tensor([sums[k] for k in maxed], dtype=torch.float64)
         dist.all_reduce(added, op=dist.ReduceOp.SUM)

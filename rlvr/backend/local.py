@@ -100,6 +100,11 @@ class StepRows:
     weight: Tensor | None = None
     """[N, T] each token's weight in the step's loss under an aggregation other than token_mean
     (`PolicyLoss.token_weights`, from the whole step); None: Σ ℓ / `total`."""
+    echo: Tensor | None = None
+    """[N, T] echo=on: each observation token's ECHO weight (rlvr/echo/echo.py, normalised over the whole step): the
+    loss adds −Σ w·log π; None: echo=none."""
+    scored: Tensor | None = None
+    """[N, T] bool: the positions the LM head is applied at, `sampled` ∪ ECHO's targets (None: every real token)."""
 
     @property
     def Lp(self) -> int:
@@ -156,15 +161,21 @@ class Trainee:
         """The step's rows that carry signal (every rank holds all of them), with `loss`'s token weights."""
         ro = batch.rollouts
         action_PG_T = (batch.adv_PG_T != 0) & ro.action_mask_PG_T
-        keep = action_PG_T.any(-1).nonzero().squeeze(-1)  # rows with any signal, in order
+        signal_PG = action_PG_T.any(-1)
+        # a row without signal reads none of its sampled tokens (mismatch/*, gspo, corrections): ECHO's alone, if any
+        sampled_PG_T = ro.action_mask_PG_T & signal_PG[:, None]
+        echo_PG_T = batch.echo_PG_T
+        scored_PG_T = sampled_PG_T if echo_PG_T is None else sampled_PG_T | (echo_PG_T > 0)
+        keep = scored_PG_T.any(-1).nonzero().squeeze(-1)  # rows with any signal or ECHO target, in order
         lengths = ro.lengths_PG[keep]
         T = int(lengths.max()) if len(keep) else 0
-        engine_lp, adv, action, sampled = (x[keep, :T].to(self.device) for x in (
-            ro.logprobs_PG_T, batch.adv_PG_T, action_PG_T, ro.action_mask_PG_T))
+        engine_lp, adv, action, sampled, scored = (x[keep, :T].to(self.device) for x in (
+            ro.logprobs_PG_T, batch.adv_PG_T, action_PG_T, sampled_PG_T, scored_PG_T))
+        echo = None if echo_PG_T is None else echo_PG_T[keep, :T].float().to(self.device)
         weight = None if loss is None else loss.token_weights(action, keep // ro.group_size)
         return StepRows([ro.prompt_ids_P[i // ro.group_size] for i in keep.tolist()], ro.tokens_PG_T[keep, :T],
                         lengths.tolist(), engine_lp, adv, action, sampled, ro.temperature,
-                        max(int(action_PG_T.sum()), 1), int(action_PG_T.sum()), weight)
+                        max(int(action_PG_T.sum()), 1), int(action_PG_T.sum()), weight, echo, scored)
 
     def micro_batches(self, rows: StepRows, share: Sequence[int]) -> list[list[int]]:
         """The forward/backward passes over the rows `share` (indices into `rows`). Padded: consecutive runs of
@@ -194,7 +205,7 @@ class Trainee:
         with the mismatch correction's sums (rlvr/algorithm/correction.py: the tokens it kept; `mismatch/*`)."""
         correction = loss.correction
         sums = {"loss": 0.0, "clipped": 0.0, "abs_kl": 0.0, "ratio_max": 0.0, "kl_ref": 0.0, "entropy": 0.0,
-                **EMPTY_SUMS}
+                "echo_loss": 0.0, **EMPTY_SUMS}
         for b in batches:
             ref_lp = self.reference_logprobs(rows, b) if loss.reference_kl.in_loss else None
             entropy = None
@@ -218,8 +229,12 @@ class Trainee:
                 mb_loss = (tok_loss * m).sum() / rows.total
             else:
                 mb_loss = (tok_loss * m * rows.weight[b]).sum()
-            (mb_loss * scale if scale != 1.0 else mb_loss).backward()
+            echo_loss = None if rows.echo is None else -(new_lp * rows.echo[b]).sum()  # ECHO: −Σ w·log π
+            both = mb_loss if echo_loss is None else mb_loss + echo_loss  # one backward for both terms
+            (both * scale if scale != 1.0 else both).backward()
             with torch.no_grad():
+                if echo_loss is not None:
+                    sums["echo_loss"] += float(echo_loss)
                 delta = (new_lp - old_lp)[m]
                 sums["loss"] += float(mb_loss)
                 sums["clipped"] += float(clipped[m].sum())
@@ -270,6 +285,8 @@ class Trainee:
             regularizers |= {"policy/kl_ref": sums["kl_ref"] / total, "policy/kl_coef": loss.reference_kl.coef}
         if loss is not None and loss.entropy_coef:
             regularizers |= {"policy/entropy": sums["entropy"] / total, "policy/entropy_coef": loss.entropy_coef}
+        if rows.echo is not None:  # the term added to the loss, in the same optimizer step (rlvr/echo/echo.py)
+            regularizers |= {"echo/loss": sums["echo_loss"], "echo/joint_optimizer_step": float(finite)}
         return {
             **covariance,
             **regularizers,
@@ -310,12 +327,13 @@ class Trainee:
         (default: the policy): the rows packed into one sequence (`packing`) or padded side by side; with
         `with_entropy`, (log-probabilities, entropies)."""
         tokens, lengths = rows.tokens[b], [rows.lengths[i] for i in b]
+        scored = None if rows.scored is None else rows.scored[b].cpu()
         if self.packing:
             return self.packed_logprobs([rows.prompts[i] for i in b], tokens, lengths, rows.temperature, with_entropy,
-                                        model)
+                                        model, scored)
         mask = torch.arange(tokens.shape[1])[None, :] < torch.tensor(lengths)[:, None]
         ids, attn, Lp = self.rows([rows.prompts[i] for i in b], tokens, mask, rows.Lp)
-        return self.completion_logprobs(ids, attn, Lp, tokens, rows.temperature, with_entropy, model)
+        return self.completion_logprobs(ids, attn, Lp, tokens, rows.temperature, with_entropy, model, scored)
 
     @no_grad
     def reference_logprobs(self, rows: StepRows, b: list[int]) -> Tensor:
@@ -349,11 +367,11 @@ class Trainee:
         return ids.to(self.device), attn.to(self.device), Lp
 
     def completion_logprobs(self, ids: Tensor, attn: Tensor, Lp: int, tokens_PG_T: Tensor, temperature: float,
-                            with_entropy: bool = False, model: nn.Module | None = None):
-        return padded_logprobs(model or self.policy, ids, attn, Lp, tokens_PG_T, temperature, with_entropy)
+                            with_entropy: bool = False, model: nn.Module | None = None, scored: Tensor | None = None):
+        return padded_logprobs(model or self.policy, ids, attn, Lp, tokens_PG_T, temperature, with_entropy, scored)
 
     def packed_logprobs(self, prompts: list[list[int]], tokens_N_T: Tensor, lengths: list[int], temperature: float,
-                        with_entropy: bool = False, model: nn.Module | None = None):
+                        with_entropy: bool = False, model: nn.Module | None = None, scored: Tensor | None = None):
         """As `padded_logprobs`, the rows packed end to end into one sequence with no padding: position ids
         restart at 0 for every row and no attention mask is passed, so the model attends within each row alone
         (transformers reads the restarting position ids as packed sequences: a block-diagonal causal mask under
@@ -368,6 +386,8 @@ class Trainee:
         position = torch.cat([torch.arange(len(x)) for x in pieces])[None].to(self.device)
         row = torch.cat([torch.full((c,), i) for i, c in enumerate(lengths)]).long()
         t = torch.cat([torch.arange(c) for c in lengths]).long()
+        if scored is not None:  # the head at the scored positions alone
+            row, t = row[scored[row, t]], t[scored[row, t]]
         at = torch.tensor([starts[i] + len(prompts[i]) - 1 for i in range(n)])[row] + t  # the position before it
         return scatter(position_logprobs(model or self.policy, ids, None, position, torch.zeros_like(at), at,
                                          ids[0, at.to(self.device) + 1], temperature, with_entropy), n, T, row, t)
@@ -483,7 +503,7 @@ class LocalBackend:
         sums = t.accumulate(loss, rows, batches, selected, scale=1.0)
         grad_scale = t.kept_scale(sums, rows)
         sums["loss"] *= grad_scale
-        grad_norm, finite = t.update(lr, sums["loss"], grad_scale=grad_scale)
+        grad_norm, finite = t.update(lr, sums["loss"] + sums["echo_loss"], grad_scale=grad_scale)
         return t.report(sums, rows, selected, grad_norm, finite, lr, N, t0, loss)
 
     def save(self, path: Path) -> None:

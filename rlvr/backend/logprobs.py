@@ -81,16 +81,18 @@ def padded_rows(prompts: list[list[int]], tokens_N_T: Tensor, mask_N_T: Tensor, 
 
 
 def padded_logprobs(model: nn.Module, ids: Tensor, attn: Tensor, Lp: int, tokens_N_T: Tensor, temperature: float,
-                    with_entropy: bool = False):
+                    with_entropy: bool = False, scored_N_T: Tensor | None = None):
     """[n, T] log-probabilities of the completion tokens of padded rows (`padded_rows`, on the model's device) under
     the temperature-scaled policy; 0 where the completion is padding. Position ids count each row's real tokens from
     0, as the engine decoded them; the logits at position Lp−1+t predict completion token t. With `with_entropy`,
-    (log-probs, entropies of the same distributions)."""
+    (log-probs, entropies of the same distributions). With `scored_N_T` (bool [n, T], real tokens only) the head is
+    applied at those positions alone and the others read 0."""
     n, T = tokens_N_T.shape
     if Lp < 1 and n:
         raise ValueError("a row with an empty prompt has no position to predict its first token")
     position = (attn.cumsum(-1) - 1).clamp(min=0)
-    row, t = attn[:, Lp:].bool().nonzero(as_tuple=True)
+    scored = attn[:, Lp:].bool() if scored_N_T is None else scored_N_T.to(attn.device)
+    row, t = scored.nonzero(as_tuple=True)
     return scatter(position_logprobs(model, ids, attn, position, row, Lp - 1 + t, tokens_N_T.to(ids.device)[row, t],
                                      temperature, with_entropy), n, T, row, t)
 
