@@ -1,14 +1,15 @@
 """Three train steps of backend=fsdp on fixed rollouts, for tests/distributed/test_fsdp_backend.py; run by torchrun:
 
-    torchrun --nproc-per-node 2 tests/distributed/steps_worker.py OUT.pt [--full] [--micro-batch-size N] [--clip 0.2]
-        [--mode kl_cov] [--correction token_mask] [--packing 24] [--aggregation prompt_mean] [--kl 0.1]
+    torchrun --nproc-per-node 2 tests/distributed/steps_worker.py OUT.pt CASES_JSON
 
-Rank 0 saves {"params": the full trainable weights after the steps, "stats": each step's train_step dict} to OUT.pt.
-`steps(backend)` is the loop both sides run (the test runs it on backend=local in its own process)."""
+CASES_JSON is a list of cases, each a dict of `case()`'s keyword arguments (full, micro_batch_size, clip, mode,
+correction, packing, aggregation, kl). The cases run one after another in the same processes (one torchrun start for
+them all: its processes' start-up is most of a case's time). Rank 0 saves, per case, {"params": the full trainable
+weights after the steps, "stats": each step's train_step dict} to OUT.pt, with "world". `steps(backend)` is the loop
+both sides run (the test runs it on backend=local in its own process)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -59,36 +60,38 @@ def trainable(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}
 
 
-def main() -> None:
+def case(full: bool = False, micro_batch_size: int = 0, clip: float = 0.0, mode: str = "standard",
+         correction: str = "none", packing: int = 0, aggregation: str = "token_mean", kl: float = 0.0) -> dict:
+    """One case on backend=fsdp over this torchrun's processes: the trainable weights after `steps` and its stats
+    (full fine-tuning or LoRA; packing: backend.packing with that token budget, 0 padded; kl: algorithm.kl.coef, and
+    entropy_coef = kl/10)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     from rlvr.backend.fsdp import FSDPBackend
     from rlvr.distributed import World
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--full", action="store_true", help="full fine-tuning (no LoRA)")
-    parser.add_argument("--micro-batch-size", type=int, default=0)
-    parser.add_argument("--clip", type=float, default=0.0)
-    parser.add_argument("--mode", default="standard", help="algorithm.loss.mode")
-    parser.add_argument("--correction", default="none", help="algorithm.loss.correction.kind")
-    parser.add_argument("--packing", type=int, default=0, help="backend.packing with this token budget (0: padded)")
-    parser.add_argument("--aggregation", default="token_mean", help="algorithm.loss.aggregation")
-    parser.add_argument("--kl", type=float, default=0.0, help="algorithm.kl.coef (and entropy_coef = kl/10)")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
     model, tok = TINY.load(0)
-    backend = FSDPBackend(model, None if args.full else LORA, 0, tok.pad_token_id,
-                          micro_batch_size=args.micro_batch_size, reshard_after_forward=True, timeout_s=120,
-                          world=World.from_env(), packing=args.packing > 0, max_tokens_per_micro_batch=args.packing,
-                          reference=args.kl > 0, **KNOBS)
-    stats = steps(backend, args.clip, args.mode, correction=args.correction, aggregation=args.aggregation, kl=args.kl)
-    full = get_model_state_dict(backend.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True,
-                                                                         ignore_frozen_params=True))
+    backend = FSDPBackend(model, None if full else LORA, 0, tok.pad_token_id, micro_batch_size=micro_batch_size,
+                          reshard_after_forward=True, timeout_s=120, world=World.from_env(), packing=packing > 0,
+                          max_tokens_per_micro_batch=packing, reference=kl > 0, **KNOBS)
+    stats = steps(backend, clip, mode, correction=correction, aggregation=aggregation, kl=kl)
+    full_state = get_model_state_dict(backend.policy, options=StateDictOptions(full_state_dict=True,
+                                                                               cpu_offload=True,
+                                                                               ignore_frozen_params=True))
     names = {n for n, p in backend.policy.named_parameters() if p.requires_grad}  # (a tied frozen head shows up too)
-    if backend.world.is_main:
-        torch.save({"params": {n: v for n, v in full.items() if n in names}, "stats": stats,
-                    "world": backend.world.size}, args.out)
+    return {"params": {n: v for n, v in full_state.items() if n in names}, "stats": stats}
+
+
+def main() -> None:
+    import json
+
+    from rlvr.distributed import World
+
+    out, cases = Path(sys.argv[1]), json.loads(sys.argv[2])
+    torch.set_num_threads(1)
+    results = [case(**c) for c in cases]
+    if World.from_env().is_main:
+        torch.save({"cases": results, "world": World.from_env().size}, out)
 
 
 if __name__ == "__main__":

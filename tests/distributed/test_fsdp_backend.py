@@ -8,6 +8,7 @@ a zero-weight one. Packed (backend.packing, budget 24 tokens) the ranks hold row
 their own count, against the padded single process. A reference KL and an entropy bonus (full fine-tuning: the frozen
 copy sharded as the policy; LoRA: the adapter disabled, packed) give the same weights and the same kl and entropy."""
 
+import json
 import os
 import subprocess
 import sys
@@ -29,7 +30,7 @@ def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.Complet
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-@pytest.mark.parametrize(("full", "micro_batch_size", "clip", "mode", "correction", "packing", "aggregation", "kl"), [
+CASES = [  # (full, micro_batch_size, clip, mode, correction, packing, aggregation, kl)
     (False, 0, 0.0, "standard", "none", 0, "token_mean", 0.0),
     (False, 5, 0.001, "standard", "none", 0, "seq_mean_token_mean", 0.0),
     (True, 0, 0.001, "standard", "none", 0, "token_mean", 0.0),
@@ -39,18 +40,27 @@ def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.Complet
     (True, 5, 0.0, "standard", "token_mask", 24, "prompt_mean", 0.0),
     (True, 5, 0.0, "standard", "none", 0, "token_mean", 0.5),  # the frozen copy, sharded; the adapter disabled:
     (False, 5, 0.0, "standard", "none", 24, "seq_mean_token_mean", 0.5),  # reference passes paired over the ranks
-])
-def test_two_ranks_update_the_weights_as_one_process_does(tmp_path, full, micro_batch_size, clip, mode, correction,
+]
+KEYS = ("full", "micro_batch_size", "clip", "mode", "correction", "packing", "aggregation", "kl")
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """Every case on 2 ranks, in one torchrun start (tests/distributed/steps_worker.py)."""
+    out = tmp_path_factory.mktemp("fsdp") / "fsdp.pt"
+    proc = torchrun(2, str(WORKER), str(out), json.dumps([dict(zip(KEYS, c, strict=True)) for c in CASES]),
+                    timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return torch.load(out, weights_only=False)
+
+
+@pytest.mark.parametrize(KEYS, CASES)
+def test_two_ranks_update_the_weights_as_one_process_does(two_ranks, full, micro_batch_size, clip, mode, correction,
                                                           packing, aggregation, kl):
     """Each case as one process and as two: the same weights and statistics. The aggregations other than token_mean
     weigh rows by counts over the whole step, which each rank must see whole."""
-    out = tmp_path / "fsdp.pt"
-    args = [str(WORKER), str(out), "--micro-batch-size", str(micro_batch_size), "--clip", str(clip), "--mode", mode,
-            "--correction", correction, "--packing", str(packing), "--aggregation", aggregation, "--kl", str(kl)]
-    proc = torchrun(2, *args, *(["--full"] if full else []))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    fsdp = torch.load(out, weights_only=False)
-    assert fsdp["world"] == 2
+    assert two_ranks["world"] == 2
+    fsdp = two_ranks["cases"][CASES.index((full, micro_batch_size, clip, mode, correction, packing, aggregation, kl))]
     torch.set_num_threads(1)
     model, tok = TINY.load(0)
     local = LocalBackend(model, None if full else LORA, 0, tok.pad_token_id, micro_batch_size=micro_batch_size,
