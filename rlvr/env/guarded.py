@@ -118,12 +118,14 @@ class SyncCalls:
             except BaseException as err:  # noqa: BLE001 - handed to the awaiting coroutine
                 outcome, failed = err, True
             try:
-                loop.call_soon_threadsafe(_settle, future, outcome, failed)
+                loop.call_soon_threadsafe(settle, future, outcome, failed)
             except RuntimeError:  # the loop has closed: nobody is waiting any more
                 return
 
 
-def _settle(future: asyncio.Future, outcome: Any, failed: bool) -> None:
+def settle(future: asyncio.Future, outcome: Any, failed: bool) -> None:
+    """Hand a thread's outcome to the coroutine awaiting `future` (in the loop's thread): its result, or its
+    exception when `failed`; nothing when a timeout gave the future up meanwhile."""
     if future.done():  # cancelled by a timeout meanwhile
         return
     if failed:

@@ -30,7 +30,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from rlvr.env.guarded import describe
+from rlvr.env.guarded import describe, settle
 from rlvr.tools.parse import ParsedCall
 from rlvr.tools.schema import Tool
 
@@ -158,18 +158,10 @@ def _on_a_thread(tool: Tool, arguments: dict) -> asyncio.Future:
         except BaseException as err:  # noqa: BLE001 - a tool's sys.exit() ends its call, not the run
             outcome, failed = RuntimeError(describe(err)), True
         try:
-            loop.call_soon_threadsafe(_settle, future, outcome, failed)
+            loop.call_soon_threadsafe(settle, future, outcome, failed)
         except RuntimeError:  # the loop has closed: nobody waits any more
             pass
 
     threading.Thread(target=work, name=f"rlvr-tool-{tool.name}", daemon=True).start()
     return future
 
-
-def _settle(future: asyncio.Future, outcome: Any, failed: bool) -> None:
-    if future.done():  # abandoned by a timeout meanwhile
-        return
-    if failed:
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
