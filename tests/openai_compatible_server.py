@@ -37,8 +37,8 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def conf_values(option: str, **overrides) -> dict:
-    """The keys of conf/<option>.yaml (e.g. "reward/judge") but `_target_`, with `overrides` applied. A
-    `# @package _global_` option (env/guess: the environment and its demo's knobs) gives its group's node."""
+    """The keys of conf/<option>.yaml (e.g. "reward/judge") but `_target_` (and an env's tool keys), with `overrides`
+    applied. A `# @package _global_` option (env/guess: the environment and its demo's knobs) gives its group's node."""
     from omegaconf import OmegaConf
 
     values = OmegaConf.to_container(OmegaConf.load(CONF_DIR / f"{option}.yaml"), resolve=True)
@@ -46,6 +46,10 @@ def conf_values(option: str, **overrides) -> dict:
     if "_target_" not in values and isinstance(values.get(group), dict):
         values = values[group]
     values.pop("_target_", None)
+    if group == "env":  # the tool harness's keys (rlvr/tools/harness.py) are not the environment's own
+        from rlvr.tools import TOOL_KEYS
+
+        values = {k: v for k, v in values.items() if k not in TOOL_KEYS}
     unknown = set(overrides) - set(values)
     if unknown:
         raise TypeError(f"conf/{option}.yaml has no {sorted(unknown)}")

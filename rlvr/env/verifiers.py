@@ -24,9 +24,11 @@ model request into an observation and waits for the reply:
 The pieces verifiers needs and how each is supplied, with no network and no sandbox:
   - the harness: every seat is pinned to rlvr's own (`HARNESS_ID`), which runs in this process: one chat request
     per segment, posted to the interception endpoint with the rollout's secret (verifiers' built-in harnesses install
-    their programs with `uv` from the network: verifiers/v1/runtimes/base.py `prepare_uv_script`). Tools are not
-    offered: a taskset whose tasks have tool servers is refused when the environment is built (verifiers' own
-    pairing check would refuse every rollout, `SUPPORTS_MCP = False`).
+    their programs with `uv` from the network: verifiers/v1/runtimes/base.py `prepare_uv_script`).
+  - tools: a taskset's `vf.Toolset`s are not served to verifiers (it would start an MCP server process per toolset,
+    and its pairing check refuses a harness without MCP); their `@vf.tool` methods run in this process through
+    rlvr's tool harness (rlvr/env/verifiers_tools.py: `offered_tools`, each episode's `tools`; `env.max_tool_calls`
+    bounds them). A toolset that needs a remote server or a sandbox is refused when the environment is built.
   - the runtime: `subprocess` (a scratch folder per rollout; nothing is run in it), not the default remote sandbox.
   - the interception server: verifiers' own, on 127.0.0.1 (an ephemeral port), held by `Env.serving()` for the
     environment's life. 0.4.0 cannot be driven without it: it is where a turn is recorded in the trace, where
@@ -81,6 +83,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlvr.env.verifiers_tools import EpisodeTools, check_toolsets, declared_toolsets, offered_tools
 from rlvr.protocols import Needs
 from rlvr.requirements import Package, pip_extra
 from rlvr.types import Example, Step
@@ -118,6 +121,8 @@ class VerifiersEnvironment:
         self.step_timeout_s = step_timeout_s
         self.vf_env = build_env(environment, dict(settings or {}))
         self.tasks = load_tasks(self.vf_env, environment, num_tasks)
+        self.offered_tools = taskset_tools(self.vf_env, self.tasks, environment)
+        """The taskset's tools (rlvr/env/verifiers_tools.py), which rlvr/tools/harness.py offers the policy."""
         self._loop: PolicyLoop | None = None
         self._loop_lock = threading.Lock()
 
@@ -165,16 +170,31 @@ def build_env(environment: str, settings: dict[str, Any]):
         seats = {name: {"harness": {"id": HARNESS_ID}, "runtime": {"type": "subprocess"}}
                  for name, value in config if isinstance(value, vf.AgentConfig)}
         config = vf.resolve_env_config({**settings, "taskset": taskset, **seats})
-        vf_env = vf.load_environment(config)
-        tools = [*vf_env.taskset.toolsets(vf_env.taskset.config),
-                 *type(vf_env.taskset).task_type().toolsets(vf_env.taskset.config.task)]
+        return vf.load_environment(config)
     except Exception as err:  # noqa: BLE001 - any loader failure is a config error
         raise ValueError(f"env.environment={environment!r}: verifiers cannot build it: "
                          f"{type(err).__name__}: {err}") from err
-    if tools:
-        raise ValueError(f"env.environment={environment!r}: its tasks use tool servers "
-                         f"({[type(t).__name__ for t in tools]}), which rlvr's harness does not offer the policy")
-    return vf_env
+
+
+def taskset_tools(vf_env, tasks: list, environment: str) -> list:
+    """The tools of the taskset's toolsets, checked (a refused one raises, naming it); the toolsets hidden from
+    verifiers itself (an instance's `toolsets` answers none), which would serve them as MCP server processes."""
+    try:
+        scoped = declared_toolsets(vf_env.taskset)
+    except Exception as err:  # noqa: BLE001 - a toolset that cannot be built is a config error
+        raise ValueError(f"env.environment={environment!r}: its toolsets cannot be built: "
+                         f"{type(err).__name__}: {err}") from err
+    if not scoped:
+        return []
+    check_toolsets(environment, scoped)
+    tools = offered_tools(environment, scoped)
+    for owner in [vf_env.taskset, *tasks]:
+        vars(owner)["toolsets"] = _no_toolsets
+    return tools
+
+
+def _no_toolsets(config) -> list:
+    return []
 
 
 def load_tasks(vf_env, environment: str, num_tasks: int | None) -> list:
@@ -329,6 +349,8 @@ class Channel:
     reply: asyncio.Future | None = None
     run: asyncio.Task | None = None
     turns: int = 0
+    trace: Any = None
+    """The episode's latest verifiers trace (`on_trace`), whose `state` its tools read and write."""
 
     async def ask(self, messages) -> str:
         """A model request's new messages → the action that answers it, once rlvr's `step` gives it."""
@@ -364,6 +386,12 @@ class VerifiersEpisode:
     task: Any
     channel: Channel | None = None
     ended: Step | None = None
+    toolsets: EpisodeTools | None = None
+
+    @property
+    def tools(self) -> dict:
+        """This episode's tools by name (rlvr/tools/harness.py runs the calls): its toolsets' instances."""
+        return self.toolsets.tools if self.toolsets is not None else {}
 
     async def reset(self) -> str:
         loop = self.env.loop()
@@ -375,7 +403,11 @@ class VerifiersEpisode:
 
         def route(trace) -> None:
             ROUTES[trace.id] = channel
+            channel.trace = trace
 
+        if self.env.offered_tools:
+            self.toolsets = EpisodeTools(declared_toolsets(self.env.vf_env.taskset, self.task), lambda: channel.trace)
+            await self.toolsets.start(self.task)
         channel.run = asyncio.ensure_future(self.env.vf_env.run_episode(self.task, policy_context(), on_trace=route))
         text = await channel.next()
         if text is None:
@@ -404,8 +436,11 @@ class VerifiersEpisode:
 
     async def close(self) -> None:
         channel, self.channel = self.channel, None
+        toolsets, self.toolsets = self.toolsets, None
         if channel is not None:
             await self.env.loop().run(_cancel(channel))
+        if toolsets is not None:
+            await self.env.loop().run(toolsets.close())
 
 
 async def _cancel(channel: Channel) -> None:

@@ -80,13 +80,24 @@ class ToolEnvironment:
 
 
 def with_tools(env: Environment, settings: Mapping[str, Any]) -> Environment:
-    """`env` itself when `settings` (the `TOOL_KEYS` of the `env` config) name no tools, else wrapped."""
-    if not settings:
+    """`env` itself when `settings` (the `TOOL_KEYS` of the `env` config) name no tools and `env` offers none, else
+    wrapped with the tools of `env.tools` and those `env` offers itself (`offered_tools`: env=verifiers, its
+    taskset's toolsets, rlvr/env/verifiers_tools.py; an environment with that attribute may leave it empty and
+    still carry the other keys)."""
+    offered = list(getattr(env, "offered_tools", None) or [])
+    if not offered and (not settings or ("tools" not in settings and hasattr(env, "offered_tools"))):
         return env
-    if "tools" not in settings or "max_tool_calls" not in settings:
+    if ("tools" not in settings and not offered) or "max_tool_calls" not in settings:
+        if offered:
+            raise ConfigError(f"invalid config:\n  the environment offers tools {[t.name for t in offered]}: set "
+                              "env.max_tool_calls (tool-calling actions per episode)")
         raise ConfigError(f"invalid config:\n  env.{', env.'.join(sorted(settings))} set: tools need both env.tools "
                           "and env.max_tool_calls")
-    return ToolEnvironment(env, build_tools(list(settings["tools"])), settings["max_tool_calls"],
+    tools = offered + build_tools(list(settings.get("tools") or []))
+    clash = sorted({t.name for t in tools if sum(u.name == t.name for u in tools) > 1})
+    if clash:
+        raise ConfigError(f"invalid config:\n  env.tools: {clash} also name tools the environment offers itself")
+    return ToolEnvironment(env, tools, settings["max_tool_calls"],
                            **{k: settings[k] for k in ("tool_timeout_s", "tool_output_chars") if k in settings})
 
 
@@ -116,7 +127,8 @@ class ToolEpisode:
                      "tool_results": [o.text for o in outcomes]})
 
     async def _run(self, call: ParsedCall) -> Outcome:
-        return await run_call(call, self.env.tools, self.env.tool_timeout_s, self.env.tool_output_chars)
+        tools = {**self.env.tools, **getattr(self.inner, "tools", {})}  # an episode's own instances (env=verifiers)
+        return await run_call(call, tools, self.env.tool_timeout_s, self.env.tool_output_chars)
 
     def _spent(self) -> Outcome:
         return Outcome("over_budget", f"error: this episode's {self.env.max_tool_calls} tool calls are spent; "

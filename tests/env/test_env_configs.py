@@ -2,12 +2,13 @@
 every knob commented, declares its needs, and builds; the rest of the config's checks are unchanged by it."""
 
 import pytest
-from hydra.utils import get_class, instantiate
+from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from composing import CONF_DIR, compose_config, options
 from rlvr.config_check import check, config_problems, declared_needs
 from rlvr.errors import ConfigError
+from rlvr.run import build_env
 
 ENVS = [o for o in options("env") if o != "none"]
 
@@ -44,7 +45,7 @@ def test_every_environment_composes_declares_its_needs_and_builds(option):
         check(cfg)
     if option in ("textarena", "verifiers"):
         pytest.importorskip(option)
-    env = instantiate(cfg.env, _convert_="all")  # openenv's default url is not contacted when it is built
+    env = build_env(cfg)  # as a run builds it (its tool keys to the tool harness); openenv's url is not contacted
     assert isinstance(env, get_class(cfg.env._target_))
     assert (env.max_turns, env.max_context_tokens, env.step_timeout_s) == (cfg.env.max_turns,
                                                                           cfg.env.max_context_tokens,
