@@ -100,15 +100,22 @@ def observation_ids(tokenizer: PreTrainedTokenizerBase, observation: str) -> lis
     """The ids the chat template adds after an assistant turn's end-of-turn token for a new user message
     carrying `observation`, through the next assistant turn's generation prompt.
 
-    Raises ValueError when the template renders the reference assistant turn differently once a user
-    message follows it (not prefix-preserving: `check_prefix_preserving` refuses such a model at start)."""
+    A template that renders the reference assistant turn differently once a user message follows it (Qwen3's
+    hybrid one drops the turn's empty `<think>` block) still closes that turn with its end-of-turn token: the
+    suffix is then what follows the same count of end-of-turn tokens in the longer render (such a template
+    rewrites history, which rlvr/rollout/template_rewrites.py counts and `check_prefix_preserving` refuses).
+    Raises ValueError when the longer render has no such token."""
     turn = _reference_turn(tokenizer)
     full = render(tokenizer, [*_REFERENCE, {"role": "user", "content": observation}], generation_prompt=True)
-    if full[: len(turn)] != turn:
+    if full[: len(turn)] == turn:
+        return full[len(turn):]
+    eot, closed = turn[-1], turn.count(turn[-1])
+    ends = [i for i, t in enumerate(full) if t == eot]
+    if len(ends) < closed:
         i = _first_difference(turn, full)
         raise ValueError(f"the chat template renders an assistant turn differently once a user message follows "
                          f"it: {_around(tokenizer, turn, i)} became {_around(tokenizer, full, i)}")
-    return full[len(turn):]
+    return full[ends[closed - 1] + 1:]
 
 
 def check_prefix_preserving(tokenizer: PreTrainedTokenizerBase, model_name: str,

@@ -294,8 +294,10 @@ def test_qwen3_template_is_refused_naming_the_model_and_the_dropped_think_block(
         check_prefix_preserving(tok, "Qwen/Qwen3-0.6B")
     assert "adding turn 2 rewrites turn 1's context" in str(refused.value)
     assert "<think>\\n\\n</think>" in str(refused.value)
-    with pytest.raises(ValueError, match="renders an assistant turn differently"):
-        observation_ids(tok, "Too low.")
+    # its observation suffix is still what follows the assistant turn's <|im_end|> (rlvr/rollout/template_rewrites.py
+    # counts the rewrite in episodes): the user message and the generation prompt with its empty <think> block
+    assert text(tok, observation_ids(tok, "Too low.")) == ("\n<|im_start|>user\nToo low.<|im_end|>\n<|im_start|>"
+                                                          "assistant\n<think>\n\n</think>\n\n")
 
 
 def test_template_stripping_past_reasoning_is_refused():
