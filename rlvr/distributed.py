@@ -227,6 +227,8 @@ def gather_played(world: World, played: Played, failures: EnvFailures, pad_id: i
         env_seconds=max(share["env_seconds"] for share in shares),
         branch_rewards_PG_K_B=None if branches[0] is None else _cat_padded(branches, float("nan")),
         probe_seconds=max(share["probe_seconds"] for share in shares),
+        rewritten_turns=None if shares[0]["rewritten_turns"] is None
+        else [t for share in shares for t in share["rewritten_turns"]],
     ), EnvFailures(sum(c.episodes for c in counts), sum(c.errors for c in counts), sum(c.timeouts for c in counts))
 
 

@@ -269,6 +269,10 @@ class Played:
     `branching`; NaN where nothing was probed."""
     probe_seconds: float = 0.0
     """Wall seconds the branch probes took (sampling alternatives and stepping forks)."""
+    rewritten_turns: list[list[int]] | None = None
+    """Per row: the turns k after whose observation the chat template's render of the conversation no longer
+    extends the row (rlvr/rollout/template_rewrites.py; where prime-rl would start a new sample, at action k+1);
+    None without a chat template (nothing to rewrite)."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,13 @@ An observation's ids: `tokenizer.encode(text, add_special_tokens=False)` without
 the suffix the template adds for a user message after the assistant's turn (rlvr/rollout/chat_turns.py), led by
 the end-of-turn token when the action did not sample it (cut by max_tokens). The trainer checks once at start
 that the template preserves prefixes (`check_prefix_preserving`), refusing the model otherwise.
+
+Rewrites. After each observation the conversation is also rendered as the chat template renders it
+(rlvr/rollout/template_rewrites.py); a turn at which that render no longer extends the previous one and the action
+(prime-rl's extension property: the template rewrote an earlier turn, e.g. dropped a past `<think>` block or
+trimmed the action) is recorded in `Played.rewritten_turns` and counted (`env/template_rewrite_frac`). The row
+goes on token in, token out (every trained token is what the policy conditioned on); prime-rl would start a new
+sample there from the re-render, which needs more than one row per episode (not built).
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from rlvr.model.prompt_encoding import encode_prompts
 from rlvr.rollout.branch_probes import Probed, probe
 from rlvr.rollout.chat_turns import end_of_turn_id, observation_ids
 from rlvr.rollout.observation_body import observation_body
+from rlvr.rollout.template_rewrites import TemplateView
 from rlvr.seeds import Seeds, eval_sampling_seeds, group_sampling_seeds, sub_seed
 from rlvr.tools.harness import tool_metrics
 from rlvr.tools.render import tool_prompt_ids, tool_turn_ids
@@ -86,6 +94,10 @@ class _Play:
     """The ids each action was sampled from (kept for branch probes only)."""
     snapshots: list = field(default_factory=list)
     """A fork before each action (branch probes only, rlvr/rollout/branch_probes.py)."""
+    view: TemplateView | None = None
+    """The conversation as the chat template renders it (rlvr/rollout/template_rewrites.py); None without one."""
+    rewritten: list[int] = field(default_factory=list)
+    """The turns after whose observation the template's render no longer extends the row."""
     done: bool = False
     truncated: bool = False
     failed: bool = False
@@ -216,9 +228,10 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
                                  "environment's episodes must be a function of (example, seed)")
             tools = getattr(env, "tool_schemas", None)  # env.tools: their schemas shown in the prompt
             prompt = tool_prompt_ids(tokenizer, first, tools) if tools else encode_prompts(tokenizer, [first])[0]
+            view = TemplateView.start(tokenizer, first, tools)
             plays += [_Play(episodes[r], prompt, sub_seed(sample_seeds[group_index], f"episode/{r - group_index * G}"),
                             done=r not in started, failed=r not in started,
-                            transcript=[{"role": "env", "text": first}]) for r in group]
+                            transcript=[{"role": "env", "text": first}], view=view and view.copy()) for r in group]
         for turn in range(env.max_turns):
             live = [p for p in plays if not p.done and not p.truncated]
             for p in live:
@@ -254,6 +267,8 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
                     blank = None if results is None else [""] * len(results)  # the template alone: ECHO's marker
                     empty = encode_observation(tokenizer, "", p.tokens, blank)
                     p.append(ids, [0.0] * len(ids), [0.0] * len(ids), -1, observation_body(ids, empty))
+                    if p.view is not None and not p.view.extends(p.actions_text[-1], step.observation, results):
+                        p.rewritten.append(turn)
                     p.transcript.append({"role": "tool" if "tool_results" in step.info else "env",
                                          "text": step.observation})
         for p in plays:
@@ -309,6 +324,7 @@ def _pack(plays: list[_Play], examples, G: int, temperature: float, pad_id: int,
         transcripts=[p.transcript for p in plays],
         infos=[p.infos for p in plays],
         env_seconds=env_seconds,
+        rewritten_turns=[p.rewritten for p in plays] if any(p.view is not None for p in plays) else None,
     )
 
 

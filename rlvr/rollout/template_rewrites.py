@@ -1,0 +1,85 @@
+"""Where a chat template rewrites an episode's earlier turns: the turns at which a row stops being exact.
+
+An episode's row grows token in, token out (rlvr/rollout/episodes.py): the context of action k+1 is the context of
+action k, the sampled ids and the observation's ids; the history is never re-rendered, so the policy conditioned
+on exactly the tokens the backend trains. A chat template may nonetheless render the same conversation otherwise
+once it grows: Qwen3's hybrid template drops every past assistant turn's `<think>` block (the empty one its
+generation prompt opens under `enable_thinking=False` included), QwQ's and DeepSeek-R1's drop past reasoning,
+Llama 3's trims each message. A model served with that template (an OpenAI-compatible server re-renders the
+history at every request) would condition on the rewritten history, not on the row.
+
+`TemplateView` follows an episode's conversation as messages beside its row and, after each observation, renders
+it as the template does for the next assistant turn (text, `enable_thinking=False`, the tools when the prompt
+showed them). The turn *extends* when that render starts with the previous render followed by the action's text
+(the text the environment was sent: `decode(ids, skip_special_tokens=True)`); otherwise the template rewrote an
+earlier turn (or the action's text) there. This is prime-rl's extension property ("each successive step's prompt
+contains all previous prompts and completions as a prefix"), checked on text rather than ids: an action whose
+sampled ids are not the tokenizer's own encoding of its text is the same turn to the template, not a rewrite.
+
+What rlvr does with it (issue 26 req 2, a departure from prime-rl, which starts a new training sample at such a
+turn from the re-rendered prompt): the row goes on, token in, token out, so every trained token is still exactly
+what the policy conditioned on, and the turn is counted (`Played.rewritten_turns`, `env/template_rewrite_frac`).
+Starting a new row there (the policy then sampling from the template's re-render, as a served model would) needs
+rows that are not one per episode, which the P·G row layout does not have yet; the start-up check
+(`chat_turns.check_prefix_preserving`) therefore still refuses a template that rewrites a plain user-turn
+conversation (Qwen3's hybrid one), and this count catches what that check cannot see: rewrites that depend on
+what the policy sampled (an action Llama 3 trims) or on tool turns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+from rlvr.tools.render import renders_tools, responses_text, tools_text
+
+
+def render_text(tokenizer: Any, messages: list[dict], tools: list[dict] | None) -> str:
+    """The conversation's text as the template renders it for the next assistant turn (`chat_turns.render`'s
+    options, `tools` shown when given)."""
+    return str(tokenizer.apply_chat_template(messages, tools=cast("list", tools), add_generation_prompt=True,
+                                             tokenize=False, enable_thinking=False))
+
+
+@dataclass
+class TemplateView:
+    """One episode's conversation as its chat template sees it: the messages so far and their render."""
+
+    tokenizer: Any
+    messages: list[dict]
+    tools: list[dict] | None
+    rendered: str
+
+    @classmethod
+    def start(cls, tokenizer: Any, prompt: str, schemas: list[dict] | None = None) -> TemplateView | None:
+        """The view of an episode whose first observation is `prompt` (with `schemas`: a tool episode, whose prompt
+        rlvr/tools/render.py renders); None without a chat template (no template, nothing to rewrite)."""
+        if not getattr(tokenizer, "chat_template", None):
+            return None
+        tools = schemas if schemas and renders_tools(tokenizer, schemas) else None
+        content = tools_text(schemas) + prompt if schemas and tools is None else prompt
+        messages = [{"role": "user", "content": content}]
+        return cls(tokenizer, messages, tools, render_text(tokenizer, messages, tools))
+
+    def copy(self) -> TemplateView:
+        """Another episode's view of the same start (its own messages)."""
+        return TemplateView(self.tokenizer, [*self.messages], self.tools, self.rendered)
+
+    def extends(self, action: str, observation: str, tool_results: list[str] | None = None) -> bool:
+        """Add the action's text and the observation (one user message, or one tool message per result, as
+        rlvr/tools/render.py renders a tool turn) and say whether the template's render of the longer conversation
+        is its previous render followed by `action` and more (module docstring)."""
+        before = self.rendered + action
+        self.messages.append({"role": "assistant", "content": action})
+        if tool_results is None:
+            self._add([{"role": "user", "content": observation}])
+        else:
+            try:
+                self._add([{"role": "tool", "content": r} for r in tool_results])
+            except Exception:  # noqa: BLE001 - a template without a tool role: the results as a user message
+                self._add([{"role": "user", "content": responses_text(tool_results)}])
+        return self.rendered.startswith(before)
+
+    def _add(self, messages: list[dict]) -> None:
+        self.rendered = render_text(self.tokenizer, [*self.messages, *messages], self.tools)
+        self.messages += messages

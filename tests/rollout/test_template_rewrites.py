@@ -1,0 +1,115 @@
+"""Where a chat template rewrites an episode's earlier turns (rlvr/rollout/template_rewrites.py), on Qwen2.5's,
+Qwen3's (hybrid thinking), Qwen3-2507's and Llama 3's template texts with the offline tokenizers of
+tests/model/test_chat_turns.py, and in episodes played by a scripted engine: the row stays one row, token in and
+token out, and the turns the template rewrote are counted."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from model.test_chat_turns import QWEN3, STRIPS_THINKING, llama3, qwen, qwen3_2507, text
+from test_episodes import guarded
+
+from rlvr.rollout.chat_turns import end_of_turn_id, render
+from rlvr.rollout.episodes import play
+from rlvr.rollout.template_rewrites import TemplateView
+from rlvr.telemetry import episode_metrics
+from rlvr.types import Example, SamplingParams
+
+THINKS = "<think>\nIt is above 5.\n</think>\n\nMy guess is 8."
+ACTIONS = ["My guess is 5.", THINKS, "My guess is 7."]  # the second one reasons before answering
+TEMPLATES = {"qwen2.5": qwen, "qwen3-2507": qwen3_2507, "llama3": llama3, "qwen3": lambda: qwen(QWEN3),
+             "strips-thinking": lambda: qwen(STRIPS_THINKING)}
+
+
+def rewritten(tok, actions: list[str], observation: str = "Too low.") -> list[int]:
+    """The turns after whose observation the template's render no longer extends the conversation's."""
+    view = TemplateView.start(tok, "Guess a number from 1 to 9.")
+    assert view is not None
+    return [k for k, action in enumerate(actions) if not view.extends(action, observation)]
+
+
+@pytest.mark.parametrize("name", ["qwen2.5", "qwen3-2507", "llama3"])
+def test_prefix_preserving_templates_never_rewrite_even_past_reasoning(name):
+    assert rewritten(TEMPLATES[name](), ACTIONS) == []
+
+
+def test_qwen3_rewrites_every_turn_its_generation_prompt_opened_a_think_block_in():
+    # enable_thinking=False opens each assistant turn with "<think>\n\n</think>\n\n"; once a user message follows,
+    # the turn renders without it (and without any reasoning the action wrote): every observation turn rewrites
+    tok = qwen(QWEN3)
+    assert rewritten(tok, ACTIONS) == [0, 1, 2]
+    view = TemplateView.start(tok, "Q")
+    assert view is not None and view.rendered.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert not view.extends(THINKS, "Too low.")
+    assert "<|im_start|>assistant\nMy guess is 8.<|im_end|>" in view.rendered and "It is above" not in view.rendered
+
+
+def test_a_template_dropping_past_reasoning_rewrites_only_after_the_turn_that_reasoned():
+    # turn 1's action carries <think>: the render after its observation drops it (rewrite at 1); turn 2's render
+    # shows turn 1 as the render after turn 1 did, then turn 2's action: it extends again
+    assert rewritten(qwen(STRIPS_THINKING), ACTIONS) == [1]
+
+
+def test_llama3_trims_an_action_and_that_is_a_rewrite():
+    assert rewritten(llama3(), ["My guess is 5.\n", "My guess is 7."]) == [0]
+
+
+def test_tool_turns_under_qwen2_5_extend():
+    tok = qwen()
+    schemas = [{"type": "function", "function": {"name": "add", "description": "a + b", "parameters": {}}}]
+    view = TemplateView.start(tok, "What is 1 + 2?", schemas)
+    assert view is not None and "<tools>" in view.rendered
+    assert view.extends('<tool_call>\n{"name": "add", "arguments": {}}\n</tool_call>', "", ["3"])
+    assert view.rendered.endswith("<tool_response>\n3\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    assert view.extends("3", "Right.")
+
+
+def test_without_a_chat_template_there_is_no_view():
+    tok = qwen()
+    tok.chat_template = None
+    assert TemplateView.start(tok, "Q") is None
+
+
+class Scripted:
+    """An engine that samples each turn's scripted text, ended with the end-of-turn token, logprob −0.5 each."""
+
+    def __init__(self, tok, turns: list[str]):
+        self.tok, self.turns, self.contexts = tok, turns, []
+
+    def sample(self, contexts, n, sampling, seeds, with_entropy=False):
+        ids = self.tok.encode(self.turns[len(self.contexts)], add_special_tokens=False) + [end_of_turn_id(self.tok)]
+        self.contexts.append([list(c) for c in contexts])
+        rows = len(contexts)
+        return SimpleNamespace(tokens_PG_T=torch.tensor([ids] * rows), mask_PG_T=torch.ones(rows, len(ids), dtype=bool),
+                               logprobs_PG_T=torch.full((rows, len(ids)), -0.5), entropy_PG_T=None)
+
+
+@pytest.mark.parametrize(("name", "expected"), [("qwen2.5", []), ("llama3", []), ("qwen3", [0, 1, 2]),
+                                                ("strips-thinking", [1])])
+def test_an_episode_stays_one_exact_row_and_counts_the_turns_its_template_rewrote(name, expected):
+    tok = TEMPLATES[name]()
+    engine = Scripted(tok, ACTIONS)
+    env = guarded(max_context_tokens=2048, observation="Too low.")
+    played = play(engine, tok, env, [Example("Guess a number from 1 to 9.", "x")], 2, SamplingParams(1.0, 1.0, 64),
+                  seeds=[0], sample_seeds=[0])
+    assert played.turns_PG.tolist() == [3, 3] and played.rewritten_turns == [expected, expected]
+    metrics = episode_metrics(played, env.failures.take())
+    assert metrics["env/template_rewrite_frac"] == (1.0 if expected else 0.0)
+    ro = played.rollouts
+    prompt = ro.prompt_ids_P[0]
+    messages = [{"role": "user", "content": "Guess a number from 1 to 9."}]
+    for r in range(2):
+        row = ro.tokens_PG_T[r, : int(ro.mask_PG_T[r].sum())].tolist()
+        for turn, contexts in enumerate(engine.contexts):
+            # every trained token is what the policy conditioned on: action k was sampled from the prompt and the
+            # row up to it, never from a re-render
+            start = int((ro.turn_PG_T[r] == turn).nonzero()[0])
+            assert contexts[r] == prompt + row[:start]
+            assert ro.logprobs_PG_T[r, start] == -0.5 and bool(ro.actions_PG_T[r, start])
+            # the template's own render of the conversation so far is that context exactly when no turn before
+            # this one was rewritten (prefix-preserving templates: every turn)
+            rendered = render(tok, messages, generation_prompt=True)
+            assert (rendered == contexts[r]) == (not [k for k in expected if k < turn]), (turn, text(tok, rendered))
+            messages += [{"role": "assistant", "content": ACTIONS[turn]}, {"role": "user", "content": "Too low."}]
+        messages = messages[:1]
