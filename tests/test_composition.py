@@ -9,7 +9,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from composing import CONF_DIR, compose_config, groups, options
 from rlvr.protocols import Needs
 from rlvr.requirements import EnvVar
-from rlvr.run import ConfigError, build_all, check, check_components, condition_label
+from rlvr.run import ConfigError, build_all, build_env, check, check_components, condition_label
 from tests.hub_models import answering_hub
 
 GROUPS = groups()  # read from conf/ (nested groups as algorithm/loss), so a new option file is tested here
@@ -62,6 +62,9 @@ def test_every_option_composes_and_builds(group, option):
         return  # deltas to the whole config, not objects; or no object at all (env=none composes `env: null`)
     assert next(iter(node)) == "_target_", f"{group}={option} composes with {next(iter(node))} first"
     if group == "data" and reads_at_construction(node):
+        return
+    if group == "env":  # as a run builds it: its tool keys (env.max_tool_calls, …) go to the tool harness
+        build_env(cfg)
         return
     built = instantiate(node, _convert_="all", _partial_=True)
     if group not in RUNTIME_ARGS:
