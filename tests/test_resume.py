@@ -25,7 +25,11 @@ BASE = [
 ]
 VARIANTS = {
     "lora": [],
-    "full": ["model.lora=null", "trainer.lr=1e-4"],
+    # full fine-tuning, with DAPO's dynamic sampling: a step draws as many prompts as its rewards ask (groups of 2:
+    # half of them tie) and the next step starts where it stopped; overlong punishment and filtering on the untrained
+    # policy's long rows
+    "full_refill": ["model.lora=null", "trainer.lr=1e-4", "trainer.dynamic_sampling=refill", "trainer.group_size=2",
+                    "trainer.overlong.buffer_frac=0.5", "trainer.overlong.filter=true"],
     # auto λ and a gate that opens mid-run: the controller's state matters after a resume
     "sepa": ["condition=maxrl_gtpo_sepa", "transform.schedule.kind=auto", "transform.schedule.warmup_sequences=16",
              "transform.schedule.delay_steps=0", "transform.schedule.correct_rate_gate=0.5"],
@@ -36,10 +40,6 @@ VARIANTS = {
     "ahead": ["trainer.off_policy_steps=2", *OVERLAP],
     "ahead_guess": ["env=guess", "trainer.sampling.max_tokens=2", "trainer.eval_max_tokens=2",
                     "trainer.off_policy_steps=1", *OVERLAP],
-    # DAPO's dynamic sampling: a step draws as many prompts as its rewards ask (groups of 2: half of them tie), and
-    # the next step starts where it stopped; overlong punishment and filtering on the untrained policy's long rows
-    "refill": ["trainer.dynamic_sampling=refill", "trainer.group_size=2", "trainer.overlong.buffer_frac=0.5",
-               "trainer.overlong.filter=true"],
 }
 
 
@@ -103,7 +103,7 @@ def test_killed_at_a_random_step_then_resumed_is_exact(variant, reference, tmp_p
 
 
 def test_refill_steps_train_batch_size_groups_that_differ(reference):
-    steps = [r for r in reference["refill"] if "loss" in r]
+    steps = [r for r in reference["full_refill"] if "loss" in r]
     assert all(r["reward_uniform_groups"] == 0 and r["dynamic/kept_groups"] == r["batch_size"] == 8 for r in steps)
     drawn = sum(r["dynamic/prompts"] for r in steps)
     assert drawn == 8 * sum(r["dynamic/sample_batches"] for r in steps) > 8 * STEPS  # some steps drew again
