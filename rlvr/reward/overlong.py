@@ -46,10 +46,10 @@ class Overlong:
             raise ValueError(f"trainer.overlong.penalty={self.penalty} must be >= 0")
 
     def punishment_PG(self, rollouts: Rollouts, max_tokens: int) -> Tensor:
-        """float [P·G]: R_length of each row (0 everywhere when off)."""
+        """float [P·G]: R_length of each row (buffer_frac > 0: its callers return early when off)."""
         buffer = self.buffer_frac * max_tokens
         over_PG = (rollouts.lengths_PG - (max_tokens - buffer)).clamp(min=0).double()
-        return (-self.penalty * over_PG / buffer if buffer else over_PG * 0.0).float()
+        return (-self.penalty * over_PG / buffer).float()
 
     def punish(self, batch: StepBatch, max_tokens: int) -> StepBatch:
         """The batch with R_length added to its rewards (as given when off)."""
