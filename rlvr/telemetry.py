@@ -181,7 +181,8 @@ def episode_metrics(played: Played, failures: EnvFailures) -> dict[str, float]:
         **{f"env/turn_{k}_reward_mean": float(per_turn[:, k].nanmean()) for k in range(per_turn.shape[1])},
         "env/step_time_s": played.env_seconds,
         **({"env/probe_time_s": played.probe_seconds} if played.branch_rewards_PG_K_B is not None else {}),
-        **({"env/template_rewrite_frac": sum(map(bool, played.rewritten_turns)) / len(played.rewritten_turns)}
+        **({"env/template_rewrite_frac": sum(map(bool, played.rewritten_turns)) / len(played.rewritten_turns),
+            "env/sequences_mean": 1 + sum(map(len, ro.segments_PG or [])) / len(played.rewritten_turns)}
            if played.rewritten_turns else {}),
     }
 

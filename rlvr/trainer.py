@@ -71,7 +71,7 @@ from rlvr.resume import resume_command
 from rlvr.reward.overlong import Overlong
 from rlvr.rollout import Episodes, SingleTurn
 from rlvr.rollout import evaluate as held_out
-from rlvr.rollout.chat_turns import check_prefix_preserving
+from rlvr.rollout.chat_turns import check_chat_turns
 from rlvr.rollout.dynamic_sampling import DynamicSampling
 from rlvr.seeds import Seeds
 from rlvr.telemetry import (
@@ -422,10 +422,14 @@ class Trainer:
 
     @staticmethod
     def _check_chat_turns(c: Components, tokenizer, stops: list[int]) -> None:
-        """Multi-turn episodes append each observation as the chat template's ids for it: the template must
-        preserve prefixes (rlvr/rollout/chat_turns.py); refused here, before the warm-up and any training."""
+        """Multi-turn episodes append each observation as the chat template's ids for it (rlvr/rollout/chat_turns.py):
+        a template that cannot is refused here, before the warm-up and any training; one that rewrites earlier turns
+        is said once, its episodes' rows being split where it does (rlvr/rollout/template_rewrites.py)."""
         if c.env is not None and getattr(tokenizer, "chat_template", None):
-            check_prefix_preserving(tokenizer, c.preset.name, stops)
+            rewrites = check_chat_turns(tokenizer, c.preset.name, stops)
+            if rewrites is not None:
+                log.info("%s; an episode's row is split there, each part trained after the prompt its actions were "
+                         "sampled from", rewrites)
 
     def _restore(self, live: Live, path: Path) -> int:
         """Continue from checkpoint `path`: weights, optimizer, counters, controller, RNG; the run folder

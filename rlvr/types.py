@@ -109,6 +109,19 @@ class Rollouts:
     around it, on actions and on padding (rlvr/rollout/observation_body.py): what ECHO may target. None for single
     turns."""
 
+    segments_PG: list[list[tuple[int, list[int]]]] | None = None
+    """Multi-turn rows that a chat template split (rlvr/rollout/template_rewrites.py): per row, for each sequence after
+    its first, (the completion position it starts at, the prompt ids its first action was sampled from: the template's
+    re-render of the conversation so far). The row's tokens from there on followed that prompt, not the row's earlier
+    tokens, so the backends train each sequence on its own (`segments`). None: each row is one sequence after its
+    group's prompt."""
+
+    def segments(self, r: int) -> list[tuple[int, int, list[int]]]:
+        """Row r's sequences as (start, end, prompt ids): its completion tokens start..end-1 follow that prompt."""
+        starts = [(0, self.prompt_ids_P[r // self.group_size]), *(self.segments_PG[r] if self.segments_PG else [])]
+        ends = [a for a, _ in starts[1:]] + [int(self.mask_PG_T[r].sum())]
+        return [(a, b, prompt) for (a, prompt), b in zip(starts, ends, strict=True)]
+
     @property
     def lengths_PG(self) -> Tensor:
         """Real tokens per row (actions and observations)."""
@@ -135,7 +148,8 @@ class Rollouts:
                        logprobs_PG_T=self.logprobs_PG_T[rows], mask_PG_T=self.mask_PG_T[rows],
                        finished_PG=self.finished_PG[rows], entropy_PG_T=take(self.entropy_PG_T),
                        actions_PG_T=take(self.actions_PG_T), turn_PG_T=take(self.turn_PG_T),
-                       observation_body_PG_T=take(self.observation_body_PG_T))
+                       observation_body_PG_T=take(self.observation_body_PG_T),
+                       segments_PG=None if self.segments_PG is None else [self.segments_PG[r] for r in rows.tolist()])
 
 
 def cat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
@@ -163,6 +177,8 @@ def cat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
         mask_PG_T=cat([p.mask_PG_T for p in parts], False), finished_PG=torch.cat([p.finished_PG for p in parts]),
         entropy_PG_T=optional("entropy_PG_T", 0.0), actions_PG_T=optional("actions_PG_T", False),
         turn_PG_T=optional("turn_PG_T", -1), observation_body_PG_T=optional("observation_body_PG_T", False),
+        segments_PG=None if all(p.segments_PG is None for p in parts)
+        else [s for p in parts for s in (p.segments_PG or [[] for _ in range(len(p.tokens_PG_T))])],
     )
 
 

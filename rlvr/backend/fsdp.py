@@ -205,17 +205,14 @@ class FSDPBackend:
         t, mask = self.trainee, rollouts.mask_PG_T
         self._sharded()
         rows = t.step_rows(TrainBatch(rollouts, mask.float()))
-        keep = rollouts.action_mask_PG_T.any(-1).nonzero().squeeze(-1)
         plans = [t.micro_batches(rows, share) for share in rank_rows(rows.sizes, self.world.size, t.packing)]
         real = plans[self.world.rank]
         part = t.step_reference_logprobs(rows, real)
-        if len(keep):
+        if rows.prompts:
             for _ in range(max(1, *map(len, plans)) - len(real)):
                 t.reference_logprobs(rows, [0])  # passes that pair with the busier ranks' (results unused)
         part = sum(p.to(rows.engine_lp.device) for p in distributed.all_gather(part.cpu()))
-        out = torch.zeros(mask.shape, dtype=torch.float32)
-        out[keep, : part.shape[1]] = part.cpu()
-        return out
+        return rows.scatter(part, mask.shape)
 
     def _shared_selection(self, loss: PolicyLoss, rows: StepRows, real: list[list[int]], padding: list[list[int]]
                           ) -> Tensor | None:

@@ -48,7 +48,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -105,6 +105,9 @@ class StepRows:
     loss adds −Σ w·log π; None: echo=none."""
     scored: Tensor | None = None
     """[N, T] bool: the positions the LM head is applied at, `sampled` ∪ ECHO's targets (None: every real token)."""
+    origin: list[tuple[int, int]] = field(default_factory=list)
+    """Row i's place in the step's rollouts: (its row r, the completion position its tokens start at); 0 but for the
+    later sequences of a row a chat template split (`Rollouts.segments`)."""
 
     @property
     def Lp(self) -> int:
@@ -115,6 +118,36 @@ class StepRows:
     def sizes(self) -> list[int]:
         """Row i's tokens in a packed micro-batch: its prompt and its completion."""
         return [len(p) + n for p, n in zip(self.prompts, self.lengths, strict=True)]
+
+    def scatter(self, part_N_T: Tensor, shape: tuple[int, int]) -> Tensor:
+        """[PG, T] float32: row i's real values of `part_N_T` at its `origin`, 0 elsewhere."""
+        out = torch.zeros(shape, dtype=torch.float32)
+        for i, ((r, a), n) in enumerate(zip(self.origin, self.lengths, strict=True)):
+            out[r, a : a + n] = part_N_T[i, :n].cpu()
+        return out
+
+    def split(self, rollouts: Rollouts, pad_id: int) -> StepRows:
+        """The rows with each sequence of a row that a chat template split (`Rollouts.segments`) a row of its own,
+        after its own prompt, and the sequences without a scored token left out. Every per-token value, the loss's
+        token weights and `total` included, was taken over the whole row before: splitting moves tokens, never changes
+        what they weigh."""
+        pieces = [(i, a, b, prompt) for i, (r, _) in enumerate(self.origin) for a, b, prompt in rollouts.segments(r)
+                  if self.scored is None or bool(self.scored[i, a:b].any())]
+        T = max([0, *(b - a for _, a, b, _ in pieces)])
+
+        def cut(x: Tensor | None, fill: float | int | bool = 0) -> Tensor | None:
+            if x is None:
+                return None
+            out = x.new_full((len(pieces), T), fill)
+            for j, (i, a, b, _) in enumerate(pieces):
+                out[j, : b - a] = x[i, a:b]
+            return out
+
+        return replace(self, prompts=[prompt for *_, prompt in pieces], tokens=cut(self.tokens, pad_id),
+                       lengths=[b - a for _, a, b, _ in pieces], engine_lp=cut(self.engine_lp), adv=cut(self.adv),
+                       action=cut(self.action, False), sampled=cut(self.sampled, False), weight=cut(self.weight),
+                       echo=cut(self.echo), scored=cut(self.scored, False),
+                       origin=[(self.origin[i][0], a) for i, a, _, _ in pieces])
 
 
 def selection_generator(seed: int, step: int) -> Generator:
@@ -173,9 +206,11 @@ class Trainee:
             ro.logprobs_PG_T, batch.adv_PG_T, action_PG_T, sampled_PG_T, scored_PG_T))
         echo = None if echo_PG_T is None else echo_PG_T[keep, :T].float().to(self.device)
         weight = None if loss is None else loss.token_weights(action, keep // ro.group_size)
-        return StepRows([ro.prompt_ids_P[i // ro.group_size] for i in keep.tolist()], ro.tokens_PG_T[keep, :T],
+        rows = StepRows([ro.prompt_ids_P[i // ro.group_size] for i in keep.tolist()], ro.tokens_PG_T[keep, :T],
                         lengths.tolist(), engine_lp, adv, action, sampled, ro.temperature,
-                        max(int(action_PG_T.sum()), 1), int(action_PG_T.sum()), weight, echo, scored)
+                        max(int(action_PG_T.sum()), 1), int(action_PG_T.sum()), weight, echo, scored,
+                        [(r, 0) for r in keep.tolist()])
+        return rows if ro.segments_PG is None else rows.split(ro, self.pad_id)
 
     def micro_batches(self, rows: StepRows, share: Sequence[int]) -> list[list[int]]:
         """The forward/backward passes over the rows `share` (indices into `rows`). Padded: consecutive runs of
@@ -469,15 +504,12 @@ class LocalBackend:
         t, training = self.trainee, self.trainee.policy.training
         mask = rollouts.mask_PG_T
         rows = t.step_rows(TrainBatch(rollouts, mask.float()))  # every row with an action token, in order
-        keep = rollouts.action_mask_PG_T.any(-1).nonzero().squeeze(-1)
         t.policy.eval()
         try:
             part = t.step_logprobs(rows, t.micro_batches(rows, range(len(rows.prompts))), entropies=True)
         finally:
             t.policy.train(training)
-        out = torch.zeros(mask.shape, dtype=torch.float32)
-        out[keep, : part.shape[1]] = part.cpu()
-        return out
+        return rows.scatter(part, mask.shape)
 
     def reference_logprobs(self, rollouts: Rollouts) -> Tensor:
         """[PG, T] log π_ref of every sampled completion token of the rollouts (0 on padding and on rows without an
@@ -485,11 +517,8 @@ class LocalBackend:
         subtracts from (rlvr/algorithm/kl.py `kl_in_reward`)."""
         t, mask = self.trainee, rollouts.mask_PG_T
         rows = t.step_rows(TrainBatch(rollouts, mask.float()))  # every row with an action token, in order
-        keep = rollouts.action_mask_PG_T.any(-1).nonzero().squeeze(-1)
         part = t.step_reference_logprobs(rows, t.micro_batches(rows, range(len(rows.prompts))))
-        out = torch.zeros(mask.shape, dtype=torch.float32)
-        out[keep, : part.shape[1]] = part.cpu()
-        return out
+        return rows.scatter(part, mask.shape)
 
     def train_step(self, batch: TrainBatch, loss: PolicyLoss, lr: float) -> dict[str, float]:
         t0, t = time.perf_counter(), self.trainee

@@ -359,8 +359,9 @@ class TinkerBackend:
 
 
 def datums_of(batch: TrainBatch, loss: PolicyLoss | None = None) -> tuple[list[Datum], int]:
-    """One Datum per completion row with a non-zero advantage (alignment in the module docstring), and N,
-    the number of completion tokens with a non-zero advantage."""
+    """One Datum per completion row with a non-zero advantage (per sequence of a row a chat template split,
+    `Rollouts.segments`; alignment in the module docstring), and N, the number of completion tokens with a non-zero
+    advantage."""
     ro = batch.rollouts
     action_PG_T = (batch.adv_PG_T != 0) & ro.action_mask_PG_T
     total = int(action_PG_T.sum())
@@ -369,20 +370,21 @@ def datums_of(batch: TrainBatch, loss: PolicyLoss | None = None) -> tuple[list[D
     adv_PG_T = adv_PG_T / max(total, 1) if weight is None else adv_PG_T * weight
     datums = []
     for r in action_PG_T.any(-1).nonzero().squeeze(-1).tolist():
-        prompt = ro.prompt_ids_P[r // ro.group_size]
-        if not prompt:
-            raise ValueError(f"row {r}: an empty prompt has no position to predict the first completion token from")
-        n = int(ro.mask_PG_T[r].sum())
-        completion = ro.tokens_PG_T[r, :n].tolist()
-        pad = [0.0] * (len(prompt) - 1)
-        datums.append(tinker.types.Datum(
-            model_input=tinker.types.ModelInput.from_ints(prompt + completion[:-1]),
-            loss_fn_inputs={
-                "target_tokens": tensor(prompt[1:] + completion, torch.int64),
-                "logprobs": tensor(pad + ro.logprobs_PG_T[r, :n].tolist(), torch.float32),
-                "advantages": tensor(pad + adv_PG_T[r, :n].tolist(), torch.float32),
-            },
-        ))
+        for a, b, prompt in ro.segments(r):  # one sequence, or those a chat template split the row into
+            if not action_PG_T[r, a:b].any():
+                continue
+            if not prompt:
+                raise ValueError(f"row {r}: an empty prompt has no position to predict the first completion token from")
+            completion = ro.tokens_PG_T[r, a:b].tolist()
+            pad = [0.0] * (len(prompt) - 1)
+            datums.append(tinker.types.Datum(
+                model_input=tinker.types.ModelInput.from_ints(prompt + completion[:-1]),
+                loss_fn_inputs={
+                    "target_tokens": tensor(prompt[1:] + completion, torch.int64),
+                    "logprobs": tensor(pad + ro.logprobs_PG_T[r, a:b].tolist(), torch.float32),
+                    "advantages": tensor(pad + adv_PG_T[r, a:b].tolist(), torch.float32),
+                },
+            ))
     return datums, total
 
 

@@ -16,15 +16,17 @@ next assistant turn's generation prompt. For Qwen2.5 that is
 TRL derives a tool result's ids, by diffing two renders of a fixed reference conversation (with and without
 the extra user message), so it is exact for the template at hand rather than a hand-written ChatML string.
 
-That is only right if the template is prefix-preserving: adding a turn must not change how earlier turns
-render. `check_prefix_preserving` renders conversations of 1, 2 and 3 user turns once at start and requires
-each render to be the previous one, then the sampled action, then `observation_ids` of the new message:
-token for token for the history and the observation (so a template that rewrites earlier turns, e.g. Qwen3's
-original one dropping past `<think>` blocks, or one that decorates only the last user message, is refused),
-and as text for the action (its ids are whatever the model sampled; only the template's handling of its text
-can differ). The action of turn 2 carries a `<think>…</think>` block, so templates that strip past reasoning
-are caught even when the generation prompt opens no reasoning block. The refusal is a `ConfigError` naming
-the model and the first tokens that differ, raised before any training.
+A template should be prefix-preserving: adding a turn must not change how earlier turns render.
+`check_chat_turns` renders conversations of 1, 2 and 3 user turns once at start and checks that each render is
+the previous one, then the sampled action, then `observation_ids` of the new message: token for token for the
+history and the observation, and as text for the action (its ids are whatever the model sampled; only the
+template's handling of its text can differ). The action of turn 2 carries a `<think>…</think>` block, so
+templates that strip past reasoning are caught even when the generation prompt opens no reasoning block. A
+template that fails (Qwen3's hybrid one dropping past `<think>` blocks, one that decorates only the last user
+message) is not refused: its episodes' rows are split where it rewrites (rlvr/rollout/template_rewrites.py), and
+the check returns why, for the start-up log. What is refused (a `ConfigError` naming the model, before any
+training) is a template that cannot render a conversation, has no special end-of-turn token, or ends a turn with a
+token the engine does not stop at.
 
 An action that did not end with the end-of-turn token (cut by `max_tokens`, or stopped on another EOS id such
 as Qwen's `<|endoftext|>`) is not what the template's suffix follows: the caller closes it with
@@ -42,7 +44,7 @@ from rlvr.errors import ConfigError
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-# The conversation observation_ids diffs against; check_prefix_preserving uses other texts, so a suffix that
+# The conversation observation_ids diffs against; check_chat_turns uses other texts, so a suffix that
 # depended on the history would show there.
 _REFERENCE = [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": "Hi."}]
 _USERS = ["Guess a number from 1 to 9.", "Too low.", "Too high."]
@@ -103,7 +105,7 @@ def observation_ids(tokenizer: PreTrainedTokenizerBase, observation: str) -> lis
     A template that renders the reference assistant turn differently once a user message follows it (Qwen3's
     hybrid one drops the turn's empty `<think>` block) still closes that turn with its end-of-turn token: the
     suffix is then what follows the same count of end-of-turn tokens in the longer render (such a template
-    rewrites history, which rlvr/rollout/template_rewrites.py counts and `check_prefix_preserving` refuses).
+    rewrites history, where rlvr/rollout/template_rewrites.py splits an episode's row).
     Raises ValueError when the longer render has no such token."""
     turn = _reference_turn(tokenizer)
     full = render(tokenizer, [*_REFERENCE, {"role": "user", "content": observation}], generation_prompt=True)
@@ -118,11 +120,12 @@ def observation_ids(tokenizer: PreTrainedTokenizerBase, observation: str) -> lis
     return full[ends[closed - 1] + 1:]
 
 
-def check_prefix_preserving(tokenizer: PreTrainedTokenizerBase, model_name: str,
-                            stop_ids: Sequence[int] | None = None) -> None:
-    """Refuse (ConfigError naming `model_name`) a chat template under which context + action + observation ids
-    is not what the template renders for the longer conversation; with `stop_ids` (the engine's EOS ids,
-    `prompt_encoding.eos_ids`), also one whose end-of-turn token the engine would not stop at."""
+def check_chat_turns(tokenizer: PreTrainedTokenizerBase, model_name: str, stop_ids: Sequence[int] | None = None
+                     ) -> str | None:
+    """Refuse (ConfigError naming `model_name`) a chat template that cannot play multi-turn episodes token in, token
+    out; with `stop_ids` (the engine's EOS ids, `prompt_encoding.eos_ids`), also one whose end-of-turn token the
+    engine would not stop at. Returns None when context + action + observation ids is what the template renders for
+    the longer conversation, else how it rewrites an earlier turn (the episodes' rows split there)."""
     try:
         eot = end_of_turn_id(tokenizer)
         renders, messages = [], []
@@ -139,32 +142,34 @@ def check_prefix_preserving(tokenizer: PreTrainedTokenizerBase, model_name: str,
                           f"{_text(tokenizer, [eot])!r} (id {eot}) but the engine stops at ids {sorted(stop_ids)} "
                           f"({_text(tokenizer, sorted(stop_ids))!r}): its actions would not end where a turn ends")
     for k in range(1, len(renders)):
-        _check_turn(tokenizer, model_name, k, renders[k - 1], renders[k], eot)
+        try:
+            closing = [eot, *observation_ids(tokenizer, _USERS[k])]
+        except ValueError as e:
+            raise ConfigError(f"model {model_name!r}: its chat template cannot play multi-turn episodes (token in, "
+                              f"token out): {e}") from e
+        rewrite = _rewrite(tokenizer, k, renders[k - 1], renders[k], closing)
+        if rewrite is not None:
+            return f"model {model_name!r}: its chat template rewrites earlier turns: {rewrite}"
+    return None
 
 
-def _check_turn(tokenizer, model_name: str, k: int, context: list[int], longer: list[int], eot: int) -> None:
-    """`longer` (k+1 user turns) must be `context` (k), the k-th action's text, `eot`, then the observation ids
-    of the (k+1)-th user message."""
-    refused = (f"model {model_name!r}: its chat template does not preserve prefixes, so multi-turn episodes "
-               "(token in, token out) cannot use it: ")
+def _rewrite(tokenizer, k: int, context: list[int], longer: list[int], closing: list[int]) -> str | None:
+    """How `longer` (k+1 user turns) differs from `context` (k), the k-th action's text, then `closing` (the end of
+    turn and the observation ids of the (k+1)-th user message); None when it does not."""
     if longer[: len(context)] != context:
         i = _first_difference(context, longer)
-        raise ConfigError(refused + f"adding turn {k + 1} rewrites turn {k}'s context from token {i}: the context "
-                          f"holds {_around(tokenizer, context, i)} where the {k + 1}-turn render has "
-                          f"{_around(tokenizer, longer, i)}")
-    try:
-        closing = [eot, *observation_ids(tokenizer, _USERS[k])]
-    except ValueError as e:
-        raise ConfigError(refused + str(e)) from e
+        return (f"adding turn {k + 1} rewrites turn {k}'s context from token {i}: the context holds "
+                f"{_around(tokenizer, context, i)} where the {k + 1}-turn render has {_around(tokenizer, longer, i)}")
     action_end = len(longer) - len(closing)
     if action_end < len(context) or longer[action_end:] != closing:
-        raise ConfigError(refused + f"after turn {k}'s context the {k + 1}-turn render continues with "
-                          f"{_text(tokenizer, longer[len(context):])!r}, which does not end with "
-                          f"{_text(tokenizer, closing)!r} (the end of turn, then the observation's ids)")
+        return (f"after turn {k}'s context the {k + 1}-turn render continues with "
+                f"{_text(tokenizer, longer[len(context):])!r}, which does not end with {_text(tokenizer, closing)!r} "
+                "(the end of turn, then the observation's ids)")
     action = _text(tokenizer, longer[len(context): action_end])
     if action != _ACTIONS[k - 1]:
-        raise ConfigError(refused + f"the {k + 1}-turn render shows turn {k}'s action as {action!r}, not as the "
-                          f"model sampled it: {_ACTIONS[k - 1]!r}")
+        return (f"the {k + 1}-turn render shows turn {k}'s action as {action!r}, not as the model sampled it: "
+                f"{_ACTIONS[k - 1]!r}")
+    return None
 
 
 def _around(tokenizer, ids: list[int], i: int, width: int = 8) -> str:

@@ -30,14 +30,15 @@ the batch is played, rlvr/rollout/branch_probes.py tries alternatives on those f
 An observation's ids: `tokenizer.encode(text, add_special_tokens=False)` without a chat template; with one,
 the suffix the template adds for a user message after the assistant's turn (rlvr/rollout/chat_turns.py), led by
 the end-of-turn token when the action did not sample it (cut by max_tokens). The trainer checks once at start
-that the template preserves prefixes (`check_prefix_preserving`), refusing the model otherwise.
+that the template can play episodes this way (`chat_turns.check_chat_turns`), refusing the model otherwise.
 
 Rewrites. After each observation the conversation is also rendered as the chat template renders it
 (rlvr/rollout/template_rewrites.py); a turn at which that render no longer extends the previous one and the action
 (prime-rl's extension property: the template rewrote an earlier turn, e.g. dropped a past `<think>` block or
-trimmed the action) is recorded in `Played.rewritten_turns` and counted (`env/template_rewrite_frac`). The row
-goes on token in, token out (every trained token is what the policy conditioned on); prime-rl would start a new
-sample there from the re-render, which needs more than one row per episode (not built).
+trimmed the action) is recorded in `Played.rewritten_turns` and counted (`env/template_rewrite_frac`). There, as
+prime-rl does, the row starts a new sequence: the next action is sampled from the template's re-render, and the row
+records where (`Rollouts.segments_PG`), so the backends train the tokens after it behind that re-render, the prompt
+they were sampled from, not behind the row's earlier tokens (`env/sequences_mean` counts the sequences).
 """
 
 from __future__ import annotations
@@ -98,6 +99,9 @@ class _Play:
     """The conversation as the chat template renders it (rlvr/rollout/template_rewrites.py); None without one."""
     rewritten: list[int] = field(default_factory=list)
     """The turns after whose observation the template's render no longer extends the row."""
+    segments: list[tuple[int, list[int]]] = field(default_factory=list)
+    """At each rewrite: (the row position the next action starts at, the template's re-render it is sampled from):
+    the row's later sequences (`Rollouts.segments_PG`)."""
     done: bool = False
     truncated: bool = False
     failed: bool = False
@@ -111,6 +115,12 @@ class _Play:
         self.entropy += entropy
         self.actions += [turn >= 0] * len(ids)
         self.turns += [turn] * len(ids)
+
+    def context(self) -> list[int]:
+        """The ids the next action is sampled from: the prompt and the row, or since the last rewrite the template's
+        re-render and the row after it."""
+        start, prompt = self.segments[-1] if self.segments else (0, self.prompt)
+        return prompt + self.tokens[start:]
 
 
 class Episodes:
@@ -234,13 +244,14 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
                             transcript=[{"role": "env", "text": first}], view=view and view.copy()) for r in group]
         for turn in range(env.max_turns):
             live = [p for p in plays if not p.done and not p.truncated]
-            for p in live:
-                if len(p.prompt) + len(p.tokens) + sampling.max_tokens > env.max_context_tokens:
+            contexts = [p.context() for p in live]
+            for p, context in zip(live, contexts, strict=True):
+                if len(context) + sampling.max_tokens > env.max_context_tokens:
                     p.truncated = True
+            contexts = [c for p, c in zip(live, contexts, strict=True) if not p.truncated]
             live = [p for p in live if not p.truncated]
             if not live:
                 break
-            contexts = [p.prompt + p.tokens for p in live]
             sampled = engine.sample(contexts, 1, sampling, seeds=[sub_seed(p.seed, f"turn/{turn}") for p in live],
                                     with_entropy=with_entropy)
             actions = []
@@ -268,7 +279,8 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
                     empty = encode_observation(tokenizer, "", p.tokens, blank)
                     p.append(ids, [0.0] * len(ids), [0.0] * len(ids), -1, observation_body(ids, empty))
                     if p.view is not None and not p.view.extends(p.actions_text[-1], step.observation, results):
-                        p.rewritten.append(turn)
+                        p.rewritten.append(turn)  # the next action follows the re-render: a new sequence
+                        p.segments.append((len(p.tokens), p.view.ids()))
                     p.transcript.append({"role": "tool" if "tool_results" in step.info else "env",
                                          "text": step.observation})
         for p in plays:
@@ -313,6 +325,8 @@ def _pack(plays: list[_Play], examples, G: int, temperature: float, pad_id: int,
         actions_PG_T=padded([p.actions for p in plays], False, torch.bool),
         turn_PG_T=padded([p.turns for p in plays], -1, torch.long),
         observation_body_PG_T=padded([p.body for p in plays], False, torch.bool),
+        segments_PG=[[(a, ids) for a, ids in p.segments if a < len(p.tokens)] for p in plays]
+        if any(p.segments for p in plays) else None,
     )
     return Played(
         rollouts=rollouts,

@@ -16,14 +16,14 @@ earlier turn (or the action's text) there. This is prime-rl's extension property
 contains all previous prompts and completions as a prefix"), checked on text rather than ids: an action whose
 sampled ids are not the tokenizer's own encoding of its text is the same turn to the template, not a rewrite.
 
-What rlvr does with it (issue 26 req 2, a departure from prime-rl, which starts a new training sample at such a
-turn from the re-rendered prompt): the row goes on, token in, token out, so every trained token is still exactly
-what the policy conditioned on, and the turn is counted (`Played.rewritten_turns`, `env/template_rewrite_frac`).
-Starting a new row there (the policy then sampling from the template's re-render, as a served model would) needs
-rows that are not one per episode, which the P·G row layout does not have yet; the start-up check
-(`chat_turns.check_prefix_preserving`) therefore still refuses a template that rewrites a plain user-turn
-conversation (Qwen3's hybrid one), and this count catches what that check cannot see: rewrites that depend on
-what the policy sampled (an action Llama 3 trims) or on tool turns.
+What rlvr does with it (issue 26 req 2, prime-rl's rule): the turn is counted (`Played.rewritten_turns`,
+`env/template_rewrite_frac`) and the row starts a new sequence there. The next action is sampled from the
+template's re-render of the conversation (`TemplateView.ids`), as a served model would see it, and the row records
+the position and that prompt (`Rollouts.segments_PG`); the backends train each sequence of the row behind its own
+prompt (`Rollouts.segments`), so every trained token is still exactly what the policy conditioned on. The episode's
+reward, credit and token weights stay the row's: splitting moves tokens between sequences, never their weights.
+What reads a sequence as a whole reads each one: GSPO's sequence ratio, the sequence-level mismatch corrections.
+Qwen3's hybrid template rewrites at every turn, so each of its actions is a sequence of its own.
 """
 
 from __future__ import annotations
@@ -79,6 +79,10 @@ class TemplateView:
             except Exception:  # noqa: BLE001 - a template without a tool role: the results as a user message
                 self._add([{"role": "user", "content": responses_text(tool_results)}])
         return self.rendered.startswith(before)
+
+    def ids(self) -> list[int]:
+        """The render's ids, as `encode_prompts` encodes a prompt's render: what a new sequence is sampled from."""
+        return list(self.tokenizer.encode(self.rendered, add_special_tokens=False))
 
     def _add(self, messages: list[dict]) -> None:
         self.rendered = render_text(self.tokenizer, [*self.messages, *messages], self.tools)

@@ -16,8 +16,8 @@ user message's (and led by the end-of-turn token when the action did not sample 
      \\n<|im_start|>assistant\\n"
 
 A template that cannot render the tool role (it raises) gets the results as one user message of
-`<tool_response>` blocks; no template: the blocks' plain text. The start-up prefix check
-(`check_prefix_preserving`) covers user turns only; tests/tools/test_render.py checks Qwen2.5's tool turns.
+`<tool_response>` blocks; no template: the blocks' plain text. The start-up check
+(`chat_turns.check_chat_turns`) covers user turns only; tests/tools/test_render.py checks Qwen2.5's tool turns.
 """
 
 from __future__ import annotations

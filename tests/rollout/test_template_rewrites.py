@@ -1,7 +1,9 @@
 """Where a chat template rewrites an episode's earlier turns (rlvr/rollout/template_rewrites.py), on Qwen2.5's,
 Qwen3's (hybrid thinking), Qwen3-2507's and Llama 3's template texts with the offline tokenizers of
-tests/model/test_chat_turns.py, and in episodes played by a scripted engine: the row stays one row, token in and
-token out, and the turns the template rewrote are counted."""
+tests/model/test_chat_turns.py; in episodes played by a scripted engine, where a turn the template rewrote starts a new
+sequence of the row, sampled from the template's re-render; and on a real tiny model, where the backend reads every
+action token of a split row behind the prompt the engine sampled it from (its log-probabilities equal the engine's),
+which it would not without the split."""
 
 from types import SimpleNamespace
 
@@ -87,7 +89,7 @@ class Scripted:
 
 @pytest.mark.parametrize(("name", "expected"), [("qwen2.5", []), ("llama3", []), ("qwen3", [0, 1, 2]),
                                                 ("strips-thinking", [1])])
-def test_an_episode_stays_one_exact_row_and_counts_the_turns_its_template_rewrote(name, expected):
+def test_a_turn_the_template_rewrote_starts_a_sequence_sampled_from_its_re_render(name, expected):
     tok = TEMPLATES[name]()
     engine = Scripted(tok, ACTIONS)
     env = guarded(max_context_tokens=2048, observation="Too low.")
@@ -96,20 +98,68 @@ def test_an_episode_stays_one_exact_row_and_counts_the_turns_its_template_rewrot
     assert played.turns_PG.tolist() == [3, 3] and played.rewritten_turns == [expected, expected]
     metrics = episode_metrics(played, env.failures.take())
     assert metrics["env/template_rewrite_frac"] == (1.0 if expected else 0.0)
+    # a rewrite after the last action starts no sequence (qwen3 rewrites after turn 2, the episode's last)
+    splits = [k for k in expected if k < 2]
+    assert metrics["env/sequences_mean"] == 1 + len(splits)
     ro = played.rollouts
-    prompt = ro.prompt_ids_P[0]
+    assert (ro.segments_PG is None) == (not splits)
     messages = [{"role": "user", "content": "Guess a number from 1 to 9."}]
     for r in range(2):
         row = ro.tokens_PG_T[r, : int(ro.mask_PG_T[r].sum())].tolist()
+        sequences = ro.segments(r)
+        assert len(sequences) == 1 + len(splits) and sequences[-1][1] == len(row)
         for turn, contexts in enumerate(engine.contexts):
-            # every trained token is what the policy conditioned on: action k was sampled from the prompt and the
-            # row up to it, never from a re-render
+            # every trained token is what the policy conditioned on: action k was sampled from its sequence's prompt
+            # and the row from that sequence's start up to it
             start = int((ro.turn_PG_T[r] == turn).nonzero()[0])
-            assert contexts[r] == prompt + row[:start]
+            a, b, prompt = next(s for s in sequences if s[0] <= start < s[1])
+            assert contexts[r] == prompt + row[a:start]
             assert ro.logprobs_PG_T[r, start] == -0.5 and bool(ro.actions_PG_T[r, start])
-            # the template's own render of the conversation so far is that context exactly when no turn before
-            # this one was rewritten (prefix-preserving templates: every turn)
+            # a sequence starts at the first action after a rewrite, from the template's own render of the
+            # conversation so far; before any rewrite the prompt and the row are that render token for token
             rendered = render(tok, messages, generation_prompt=True)
-            assert (rendered == contexts[r]) == (not [k for k in expected if k < turn]), (turn, text(tok, rendered))
+            assert rendered == contexts[r], (turn, text(tok, rendered), text(tok, contexts[r]))
+            assert (a == start and turn > 0) == (turn - 1 in splits)
             messages += [{"role": "assistant", "content": ACTIONS[turn]}, {"role": "user", "content": "Too low."}]
         messages = messages[:1]
+
+
+@pytest.mark.parametrize("packing", [False, True], ids=["padded", "packed"])
+def test_the_backend_reads_a_split_rows_actions_behind_the_prompts_they_were_sampled_from(packing):
+    """A tiny random Llama over the Qwen3 tokenizer plays real episodes (engine=pytorch samples every action; the
+    hybrid template rewrites at every turn, so each action is a sequence of its own): the backend's log-probability
+    of every action token, padded or packed, equals the engine's to 1e-5: what it trains is what the policy sampled
+    from. Read as one row (no split), the later actions' differ."""
+    from dataclasses import replace
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rlvr.backend.local import LocalBackend
+    from rlvr.engine.pytorch import PyTorchEngine
+    from rlvr.types import TrainBatch
+
+    tok = qwen(QWEN3)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, max_position_embeddings=512))
+    b = LocalBackend(model, None, 0, tok.pad_token_id, "cpu", (0.9, 0.95), 1e-8, 0.0, 0.0, 0, False, packing, 4096)
+    engine = PyTorchEngine(b.policy, [end_of_turn_id(tok)], tok.pad_token_id, 256, merge_lora=False)
+    env = guarded(max_context_tokens=400, observation="Too low.")
+    played = play(engine, tok, env, [Example("Guess a number from 1 to 9.", "x"), Example("Pick one.", "y")], 2,
+                  SamplingParams(1.0, 1.0, 6), seeds=[0, 1], sample_seeds=[3, 4])
+    ro = played.rollouts
+    assert played.turns_PG.tolist() == [3, 3, 3, 3] and [len(s) for s in ro.segments_PG] == [2, 2, 2, 2]
+    actions = ro.action_mask_PG_T
+
+    def logprobs(rollouts):
+        """The backend's no-grad log-probabilities of the rollouts' tokens, back in their [PG, T] layout."""
+        rows = b.trainee.step_rows(TrainBatch(rollouts, actions.float()))
+        passes = b.trainee.micro_batches(rows, range(len(rows.prompts)))
+        return rows, rows.scatter(b.trainee.step_logprobs(rows, passes), actions.shape)
+
+    rows, got = logprobs(ro)  # 4 rows × 3 sequences, each behind its own prompt
+    assert rows.origin == [(r, a) for r in range(4) for a, _, _ in ro.segments(r)] and len(rows.prompts) == 12
+    torch.testing.assert_close(got[actions], ro.logprobs_PG_T[actions], rtol=0, atol=1e-5)
+    _, unsplit = logprobs(replace(ro, segments_PG=None))
+    later = actions & (ro.turn_PG_T > 0)
+    assert float((unsplit[later] - ro.logprobs_PG_T[later]).abs().max()) > 1e-2
