@@ -117,6 +117,7 @@ def value_errors(cfg: DictConfig) -> list[str]:
         errors.append(f"backend.max_tokens_per_micro_batch={budget!r}: backend.packing=true needs a token budget per "
                       "forward/backward > 0 (prompt + completion tokens)")
     errors += check_backpressure(cfg) + overlap_errors(cfg) + dynamic_sampling_errors(cfg) + echo_errors(cfg)
+    errors += capture_errors(cfg)
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**63:
         errors.append(f"seed={cfg.seed!r} must be an integer in [0, 2**63)")
     threads = cfg.get("threads")
@@ -227,6 +228,23 @@ def dynamic_sampling_errors(cfg: DictConfig) -> list[str]:
                           f"length and EOS); env={cfg.env._target_.rsplit('.', 1)[-1]} plays episodes: leave "
                           "trainer.dynamic_sampling=off and trainer.overlong off")
     return errors
+
+
+def capture_errors(cfg: DictConfig) -> list[str]:
+    """trainer.capture_steps (rlvr/capture.py): steps of this run, whose update backend=local writes down (its
+    checkpoint writer saves the exact starting state; FSDP's shards and Tinker's service are not captured)."""
+    steps = cfg.trainer.get("capture_steps") or []
+    if not steps:
+        return []
+    setting, max_steps = f"trainer.capture_steps={list(steps)}", cfg.trainer.max_steps
+    if any(not isinstance(s, int) or isinstance(s, bool) or not 0 <= s < max_steps for s in steps):
+        return [f"{setting}: expected a list of step indices in 0 .. {max_steps - 1} (0-based, as metrics.jsonl's "
+                f"`step`; trainer.max_steps={max_steps})"]
+    target = str(cfg.backend.get("_target_", ""))
+    if target != "rlvr.backend.local.LocalBackend":
+        return [f"{setting}: a capture holds backend=local's update (its exact starting state and result); "
+                f"backend <{target}> is not captured: use backend=local, or trainer.capture_steps=[]"]
+    return []
 
 
 def check_backpressure(cfg: DictConfig) -> list[str]:

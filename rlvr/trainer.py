@@ -10,6 +10,8 @@
     credit      = assign_credit(batch.rewards, token signals) rlvr/credit.py: episode (turn) → token advantages
                                                              (trainer.overlong.filter: truncated rows' set to 0)
     stats       = backend.train_step(batch.rollouts, credit.adv_PG_T, algorithm.loss)
+                                                             (trainer.capture_steps: written down for `rlvr replay`,
+                                                             rlvr/capture.py)
     row         = step_row(...)                              rlvr/telemetry.py: metrics.jsonl, samples/, console
 
 The rollout is single-turn completions (data → engine → reward) or episodes (env → turns → turn signals), chosen
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from rlvr.algorithm.kl import kl_in_reward, uses_reference
 from rlvr.backpressure import BackPressure
+from rlvr.capture import Capture
 from rlvr.checkpoint import Checkpoints, pending_file, rng_state, set_rng_state
 from rlvr.credit import assign_credit
 from rlvr.data.order import prompts_at
@@ -249,9 +252,13 @@ class Trainer:
     """refill: rounds of sampling a step may take, its first included."""
     overlong: Overlong = field(default_factory=Overlong)
     """DAPO's soft overlong punishment and overlong filtering (rlvr/reward/overlong.py); off by default."""
+    capture_steps: list[int] = field(default_factory=list)
+    """Steps (0-based, as metrics.jsonl's `step`) whose optimizer update is written to captures/step_<N>/ for
+    `rlvr replay` (rlvr/capture.py); empty: none."""
 
     def __post_init__(self) -> None:
         self.dynamic = DynamicSampling(self.dynamic_sampling, self.max_sample_batches)
+        self.capture = Capture(frozenset(int(s) for s in self.capture_steps))
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
@@ -535,8 +542,8 @@ class Trainer:
         train: dict[str, Any] = {}
         if not credit.skipped:
             live.engine.sleep()  # sampling is over until the next sync: a sleeping vLLM gives the trainer its memory
-            train = live.backend.train_step(TrainBatch(batch.rollouts, credit.adv_PG_T, credit.echo_PG_T),
-                                            c.algorithm.loss, self.lr)
+            train = self.capture.train_step(  # the backend's train_step, written down at a captured step
+                live, step, TrainBatch(batch.rollouts, credit.adv_PG_T, credit.echo_PG_T), c.algorithm.loss, self.lr)
         train = {**echo, **train}
         # The step's time getting its rollouts: syncs and sampling (k ≥ 1: syncs and waiting for the sampler), less
         # what an episode's environment and branch probes took, counted as scoring and credit (refill: plus its

@@ -1,7 +1,7 @@
 """The `rlvr` command: `status`, `compare` and `plot` over run folders (see `rlvr/cli/__init__.py`);
 `plan`, which previews a campaign before it is launched; `doctor`, what is usable here and what a run
 needs; `squeeze`, a LoRA adapter's variance per rank and a compressed copy; `eval`, `sample` and `export`, a saved
-checkpoint used from its run folder alone.
+checkpoint used from its run folder alone; `replay`, a captured step's update run again and compared.
 
 Sub-command modules are imported only when chosen, so `rlvr status` loads neither numpy nor matplotlib."""
 
@@ -73,6 +73,14 @@ def _parser() -> argparse.ArgumentParser:
     squeeze.add_argument("--device", default="cpu", help="where the QR/SVD run (default cpu)")
     squeeze.add_argument("--json", action="store_true", help="machine-readable output")
     _checkpoint_parsers(sub)
+    replay = sub.add_parser("replay", help="run a captured step's update again (trainer.capture_steps) and compare")
+    replay.add_argument("path", type=Path, metavar="CAPTURE", help="a run's captures/step_<N> folder")
+    replay.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                        help="key=value on the captured config (backend.micro_batch_size=2, backend.packing=true)")
+    replay.add_argument("--threads", type=int, default=1, help="torch threads for the update (default 1: bitwise)")
+    replay.add_argument("--expect-manifest", default=None, metavar="SHA256",
+                        help="the manifest's sha256 the run logged at capture")
+    replay.add_argument("--conf", type=Path, default=Path("conf"), help="the config folder for group swaps")
     return parser
 
 
@@ -142,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
 
             print(sample.run(args.path, args.overrides, args.conf, args.prompt, args.prompts, args.n, args.temperature,
                              args.top_p, args.max_tokens, args.seed, args.json))
+        elif args.command == "replay":
+            from rlvr.cli import replay
+
+            return replay.run(args.path, args.overrides, args.conf, args.threads, args.expect_manifest)
         elif args.command == "export":
             from rlvr.cli import export
 
