@@ -3,10 +3,10 @@
     torchrun --nproc-per-node 2 tests/distributed/steps_worker.py OUT.pt CASES_JSON
 
 CASES_JSON is a list of cases, each a dict of `case()`'s keyword arguments (full, micro_batch_size, clip, mode,
-correction, packing, aggregation, kl). The cases run one after another in the same processes (one torchrun start for
-them all: its processes' start-up is most of a case's time). Rank 0 saves, per case, {"params": the full trainable
-weights after the steps, "stats": each step's train_step dict} to OUT.pt, with "world". `steps(backend)` is the loop
-both sides run (the test runs it on backend=local in its own process)."""
+correction, packing, aggregation, kl, split). The cases run one after another in the same processes (one torchrun
+start for them all: its processes' start-up is most of a case's time). Rank 0 saves, per case, {"params": the full
+trainable weights after the steps, "stats": each step's train_step dict} to OUT.pt, with "world". `steps(backend)` is
+the loop both sides run (the test runs it on backend=local in its own process)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from rlvr.model.tiny import TinyLlama  # noqa: E402
 from rlvr.seeds import prompt_seeds  # noqa: E402
 from rlvr.types import (  # noqa: E402
     LoraSpec,  # noqa: E402
+    Rollouts,
     SamplingParams,
     TrainBatch,
 )
@@ -37,14 +38,19 @@ KNOBS = {"device": "cpu", "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0
 
 
 def steps(backend, clip: float, mode: str = "standard", n: int = 3, correction: str = "none",
-          aggregation: str = "token_mean", kl: float = 0.0) -> list[dict]:
+          aggregation: str = "token_mean", kl: float = 0.0, split: bool = False) -> list[dict]:
     """`n` steps on one set of rollouts sampled before the first (so the later steps' ratios are not 1), 11 of its
     12 rows with an advantage (the row with 0 is dropped: an odd count splits unevenly over 2 ranks). AdamW divides
     each gradient element by its running RMS, so float noise in a near-zero element moves its weight by up to ~lr:
     at lr=1e-2 two summation orders differ by ~5e-5 in one LoRA weight after 3 steps, at 1e-3 by ~5e-6. `kl` > 0:
-    a reference KL of that β (k3, in the loss) and an entropy bonus of β/10."""
+    a reference KL of that β (k3, in the loss) and an entropy bonus of β/10, and the first step's stats gain
+    `ref_lp_sum`, the sum of `backend.reference_logprobs` (what `algorithm.kl.where=reward` reads). `split`: every row
+    longer than 3 tokens is two sequences (`Rollouts.segments_PG`), the second behind its own context as its prompt,
+    which must train as the whole row does."""
     engine = PyTorchEngine(backend.policy, [1], 0, 256, merge_lora=False)
     ro = engine.sample(PROMPTS, 4, SamplingParams(0.9, 1.0, 6), seeds=prompt_seeds(7, len(PROMPTS)))
+    if split:
+        ro = split_rows(ro, 3)
     adv = torch.linspace(-1.0, 1.0, 12)
     adv[5] = 0.0
     batch = TrainBatch(ro, adv[:, None] * ro.mask_PG_T)
@@ -53,7 +59,19 @@ def steps(backend, clip: float, mode: str = "standard", n: int = 3, correction: 
     loss = PolicyLoss(clip, clip, 0.0, mode=mode, kl_cov_percent=10.0, clip_cov_ratio=0.2, clip_cov_min=-1e3,
                       clip_cov_max=1e3, correction=Correction(correction, low=0.999, high=1.001),
                       aggregation=aggregation, kl=ReferenceKL(kl, "k3"), entropy_coef=kl / 10)
-    return [backend.train_step(batch, loss, lr=1e-3) for _ in range(n)]  # trainer.lr's default
+    reference = {"ref_lp_sum": float(backend.reference_logprobs(ro).sum())} if kl else {}
+    stats = [backend.train_step(batch, loss, lr=1e-3) for _ in range(n)]  # trainer.lr's default
+    return [stats[0] | reference, *stats[1:]]
+
+
+def split_rows(ro: Rollouts, at: int) -> Rollouts:
+    """`ro` with each row longer than `at` tokens two sequences, the second from completion position `at`, behind
+    the prompt and the row's first `at` tokens (the context it was sampled from) as its own prompt."""
+    from dataclasses import replace
+
+    return replace(ro, segments_PG=[
+        [(at, ro.prompt_ids_P[r // ro.group_size] + ro.tokens_PG_T[r, :at].tolist())] if n > at else []
+        for r, n in enumerate(ro.lengths_PG.tolist())])
 
 
 def trainable(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -61,10 +79,11 @@ def trainable(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def case(full: bool = False, micro_batch_size: int = 0, clip: float = 0.0, mode: str = "standard",
-         correction: str = "none", packing: int = 0, aggregation: str = "token_mean", kl: float = 0.0) -> dict:
+         correction: str = "none", packing: int = 0, aggregation: str = "token_mean", kl: float = 0.0,
+         split: bool = False) -> dict:
     """One case on backend=fsdp over this torchrun's processes: the trainable weights after `steps` and its stats
     (full fine-tuning or LoRA; packing: backend.packing with that token budget, 0 padded; kl: algorithm.kl.coef, and
-    entropy_coef = kl/10)."""
+    entropy_coef = kl/10; split: the rows split in two sequences)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     from rlvr.backend.fsdp import FSDPBackend
@@ -74,7 +93,7 @@ def case(full: bool = False, micro_batch_size: int = 0, clip: float = 0.0, mode:
     backend = FSDPBackend(model, None if full else LORA, 0, tok.pad_token_id, micro_batch_size=micro_batch_size,
                           reshard_after_forward=True, timeout_s=120, world=World.from_env(), packing=packing > 0,
                           max_tokens_per_micro_batch=packing, reference=kl > 0, **KNOBS)
-    stats = steps(backend, clip, mode, correction=correction, aggregation=aggregation, kl=kl)
+    stats = steps(backend, clip, mode, correction=correction, aggregation=aggregation, kl=kl, split=split)
     full_state = get_model_state_dict(backend.policy, options=StateDictOptions(full_state_dict=True,
                                                                                cpu_offload=True,
                                                                                ignore_frozen_params=True))

@@ -6,7 +6,9 @@ same seeded draw); a token mask (correction=token_mask) divides by the tokens ev
 with an advantage, so the ranks hold 6 and 5; with micro_batch_size=5 rank 0 runs 2 passes and rank 1 one pass plus
 a zero-weight one. Packed (backend.packing, budget 24 tokens) the ranks hold rows balanced by tokens, in passes of
 their own count, against the padded single process. A reference KL and an entropy bonus (full fine-tuning: the frozen
-copy sharded as the policy; LoRA: the adapter disabled, packed) give the same weights and the same kl and entropy."""
+copy sharded as the policy; LoRA: the adapter disabled, packed) give the same weights and the same kl and entropy, and
+the same reference log-probabilities (`algorithm.kl.where=reward`'s collective). Rows split in two sequences (a chat
+template's rewrite, `Rollouts.segments_PG`) are shared over the ranks as sequences and train as one process does."""
 
 import json
 import os
@@ -30,18 +32,19 @@ def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.Complet
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-CASES = [  # (full, micro_batch_size, clip, mode, correction, packing, aggregation, kl)
-    (False, 0, 0.0, "standard", "none", 0, "token_mean", 0.0),
-    (False, 5, 0.001, "standard", "none", 0, "seq_mean_token_mean", 0.0),
-    (True, 0, 0.001, "standard", "none", 0, "token_mean", 0.0),
-    (False, 5, 0.0, "kl_cov", "none", 0, "token_mean", 0.0),
-    (False, 5, 0.2, "clip_cov", "none", 0, "token_mean", 0.0),
-    (False, 5, 0.0, "standard", "token_mask", 0, "token_mean", 0.0),
-    (True, 5, 0.0, "standard", "token_mask", 24, "prompt_mean", 0.0),
-    (True, 5, 0.0, "standard", "none", 0, "token_mean", 0.5),  # the frozen copy, sharded; the adapter disabled:
-    (False, 5, 0.0, "standard", "none", 24, "seq_mean_token_mean", 0.5),  # reference passes paired over the ranks
+CASES = [  # (full, micro_batch_size, clip, mode, correction, packing, aggregation, kl, split)
+    (False, 0, 0.0, "standard", "none", 0, "token_mean", 0.0, False),
+    (False, 5, 0.001, "standard", "none", 0, "seq_mean_token_mean", 0.0, False),
+    (True, 0, 0.001, "standard", "none", 0, "token_mean", 0.0, False),
+    (False, 5, 0.0, "kl_cov", "none", 0, "token_mean", 0.0, False),
+    (False, 5, 0.2, "clip_cov", "none", 0, "token_mean", 0.0, False),
+    (False, 5, 0.0, "standard", "token_mask", 0, "token_mean", 0.0, False),
+    (True, 5, 0.0, "standard", "token_mask", 24, "prompt_mean", 0.0, False),
+    (True, 5, 0.0, "standard", "none", 0, "token_mean", 0.5, False),  # the frozen copy, sharded; the adapter
+    (False, 5, 0.0, "standard", "none", 24, "seq_mean_token_mean", 0.5, False),  # disabled: reference passes paired
+    (False, 5, 0.0, "standard", "none", 0, "seq_mean_token_mean", 0.5, True),  # over the ranks; split rows
 ]
-KEYS = ("full", "micro_batch_size", "clip", "mode", "correction", "packing", "aggregation", "kl")
+KEYS = ("full", "micro_batch_size", "clip", "mode", "correction", "packing", "aggregation", "kl", "split")
 
 
 @pytest.fixture(scope="module")
@@ -56,17 +59,18 @@ def two_ranks(tmp_path_factory):
 
 @pytest.mark.parametrize(KEYS, CASES)
 def test_two_ranks_update_the_weights_as_one_process_does(two_ranks, full, micro_batch_size, clip, mode, correction,
-                                                          packing, aggregation, kl):
+                                                          packing, aggregation, kl, split):
     """Each case as one process and as two: the same weights and statistics. The aggregations other than token_mean
     weigh rows by counts over the whole step, which each rank must see whole."""
     assert two_ranks["world"] == 2
-    fsdp = two_ranks["cases"][CASES.index((full, micro_batch_size, clip, mode, correction, packing, aggregation, kl))]
+    fsdp = two_ranks["cases"][CASES.index((full, micro_batch_size, clip, mode, correction, packing, aggregation, kl,
+                                           split))]
     torch.set_num_threads(1)
     model, tok = TINY.load(0)
     local = LocalBackend(model, None if full else LORA, 0, tok.pad_token_id, micro_batch_size=micro_batch_size,
                          reference=kl > 0, **KNOBS)
     before = trainable(local.policy)
-    stats = steps(local, clip, mode, correction=correction, aggregation=aggregation, kl=kl)
+    stats = steps(local, clip, mode, correction=correction, aggregation=aggregation, kl=kl, split=split)
     weights = trainable(local.policy)
     assert set(fsdp["params"]) == set(weights)
     assert max(float((weights[n] - before[n]).abs().max()) for n in weights) > 1e-3, "the steps moved the weights"
@@ -76,7 +80,9 @@ def test_two_ranks_update_the_weights_as_one_process_does(two_ranks, full, micro
         for key in ("loss", "grad_norm", "clip_fraction", "policy/abs_kl", "policy/ratio_max", "mismatch/kl",
                     "mismatch/ratio_max", "mismatch/ratio_min", "mismatch/masked_frac",
                     *(["policy/cov_fraction"] if mode != "standard" else []),
-                    *(["policy/kl_ref", "policy/entropy"] if kl else [])):
+                    *(["policy/kl_ref", "policy/entropy", "ref_lp_sum"] if kl else [])):
+            if key not in mine:  # the reference log-probabilities: the first step's alone
+                continue
             assert theirs[key] == pytest.approx(mine[key], rel=1e-5, abs=1e-6), key
         tokens = "rl/optimizer_nonzero_advantage_action_tokens"
         assert theirs[tokens] == mine[tokens]

@@ -77,10 +77,10 @@ class Scripted:
     """An engine that samples each turn's scripted text, ended with the end-of-turn token, logprob −0.5 each."""
 
     def __init__(self, tok, turns: list[str]):
-        self.tok, self.turns, self.contexts = tok, turns, []
+        self.tok, self.script, self.contexts = tok, turns, []
 
     def sample(self, contexts, n, sampling, seeds, with_entropy=False):
-        ids = self.tok.encode(self.turns[len(self.contexts)], add_special_tokens=False) + [end_of_turn_id(self.tok)]
+        ids = self.tok.encode(self.script[len(self.contexts)], add_special_tokens=False) + [end_of_turn_id(self.tok)]
         self.contexts.append([list(c) for c in contexts])
         rows = len(contexts)
         return SimpleNamespace(tokens_PG_T=torch.tensor([ids] * rows), mask_PG_T=torch.ones(rows, len(ids), dtype=bool),
@@ -163,3 +163,28 @@ def test_the_backend_reads_a_split_rows_actions_behind_the_prompts_they_were_sam
     _, unsplit = logprobs(replace(ro, segments_PG=None))
     later = actions & (ro.turn_PG_T > 0)
     assert float((unsplit[later] - ro.logprobs_PG_T[later]).abs().max()) > 1e-2
+
+
+@pytest.mark.parametrize("packing", [0, 24], ids=["padded", "packed"])
+def test_a_row_split_where_its_prompt_is_its_own_context_trains_exactly_as_the_whole_row(packing):
+    """Splitting moves tokens between sequences, never their weights: rows split at completion position 3 behind
+    their own first 3 tokens as the prompt (the context those tokens were sampled from) give the unsplit rows'
+    weights, loss and statistics after 3 steps (seq_mean_token_mean: the per-row weights are the whole row's)."""
+    from distributed.steps_worker import KNOBS, LORA, TINY, steps, trainable
+
+    from rlvr.backend.local import LocalBackend
+
+    torch.set_num_threads(1)
+    runs = []
+    for split in (False, True):
+        model, tok = TINY.load(0)
+        b = LocalBackend(model, LORA, 0, tok.pad_token_id, micro_batch_size=5, packing=packing > 0,
+                         max_tokens_per_micro_batch=packing, reference=True, **KNOBS)
+        runs.append((steps(b, 0.2, aggregation="seq_mean_token_mean", kl=0.5, split=split), trainable(b.policy)))
+    (whole, whole_w), (split_stats, split_w) = runs
+    for name, value in whole_w.items():
+        torch.testing.assert_close(split_w[name], value, rtol=0, atol=1e-6)
+    for a, b in zip(whole, split_stats, strict=True):
+        for key in ("loss", "grad_norm", "clip_fraction", "policy/kl_ref", "policy/entropy"):
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), key
+    assert split_stats[0]["ref_lp_sum"] == pytest.approx(whole[0]["ref_lp_sum"], rel=1e-6)
