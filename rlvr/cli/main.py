@@ -1,7 +1,8 @@
 """The `rlvr` command: `status`, `compare` and `plot` over run folders (see `rlvr/cli/__init__.py`);
 `plan`, which previews a campaign before it is launched; `doctor`, what is usable here and what a run
 needs; `squeeze`, a LoRA adapter's variance per rank and a compressed copy; `eval`, `sample` and `export`, a saved
-checkpoint used from its run folder alone; `replay`, a captured step's update run again and compared.
+checkpoint used from its run folder alone; `tree`, an experiment tech tree of multiruns; `serve-status`, the runs
+as a live Prometheus and JSON endpoint; `replay`, a captured step's update run again and compared.
 
 Sub-command modules are imported only when chosen, so `rlvr status` loads neither numpy nor matplotlib."""
 
@@ -81,7 +82,40 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--expect-manifest", default=None, metavar="SHA256",
                         help="the manifest's sha256 the run logged at capture")
     replay.add_argument("--conf", type=Path, default=Path("conf"), help="the config folder for group swaps")
+    _tree_parsers(sub)
+    serve = sub.add_parser("serve-status", help="the runs under PATH as Prometheus gauges and JSON over loopback HTTP")
+    serve.add_argument("path", type=Path, metavar="PATH")
+    serve.add_argument("--host", default="127.0.0.1", help="a loopback address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=9464, help="default 9464; 0 = any free port (printed)")
+    serve.add_argument("--stale-after", type=float, default=STALE_AFTER_S, metavar="SECONDS", help="as for status")
     return parser
+
+
+def _tree_parsers(sub) -> None:
+    """`tree FILE [view|next|run ID|eval [ID]|note ID TEXT|reset ID]` (rlvr/cli/tree.py)."""
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+    tree = sub.add_parser("tree", help="an experiment tech tree: multiruns unlocked by their parents' outcomes",
+                          parents=[as_json])
+    tree.add_argument("file", type=Path, metavar="TREE.yaml")
+    tree.set_defaults(json=False)
+    actions = tree.add_subparsers(dest="action")
+    actions.add_parser("view", help="every node: state, outcome, notes (the default)", parents=[as_json])
+    actions.add_parser("next", help="the nodes unlocked and not yet run", parents=[as_json])
+    run = actions.add_parser("run", help="launch a node's multirun (python train.py --multirun …), then eval it",
+                             parents=[as_json])
+    run.add_argument("node")
+    run.add_argument("--train", type=Path, default=Path("train.py"), help="the entry point (default ./train.py)")
+    run.add_argument("--force", action="store_true", help="run a node that is locked or already has an outcome")
+    evaluate = actions.add_parser("eval", help="read the nodes' runs again and decide their outcomes",
+                                  parents=[as_json])
+    evaluate.add_argument("node", nargs="?", default=None, help="one node (default: every node with runs)")
+    note = actions.add_parser("note", help="add a dated note to a node (kept by reset)", parents=[as_json])
+    note.add_argument("node")
+    note.add_argument("text")
+    reset = actions.add_parser("reset", help="forget a node's outcome (its notes and run folders stay)",
+                               parents=[as_json])
+    reset.add_argument("node")
 
 
 def _checkpoint_parsers(sub) -> None:
@@ -158,6 +192,16 @@ def main(argv: list[str] | None = None) -> int:
             from rlvr.cli import export
 
             print(export.run(args.path, args.out, args.force))
+        elif args.command == "tree":
+            from rlvr.cli import tree
+
+            text, code = tree.run(args)
+            print(text)
+            return code
+        elif args.command == "serve-status":
+            from rlvr.cli import serve_status
+
+            print(serve_status.serve(args.path, args.host, args.port, args.stale_after))
         else:
             if args.smooth < 1:
                 raise CliError(f"--smooth must be at least 1, got {args.smooth}")
