@@ -38,7 +38,7 @@ SAFE_TO_CHANGE = (
     "trainer.samples_per_step", "trainer.max_nonfinite_skips", "trainer.max_skipped_steps", "trainer.evaluate",
     "trainer.max_failed_steps", "trainer.warmup.cache_dir", "threads", "resume", "resume_allow_changes",
     "backend.micro_batch_size", "backend.packing", "backend.max_tokens_per_micro_batch", "backend.device",
-    "engine.max_batch_rows", "engine.max_batch_mb", "logger",
+    "engine.max_batch_rows", "engine.max_batch_mb", "logger", "trainer.capture_steps",
 )
 
 

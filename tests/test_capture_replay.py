@@ -17,6 +17,7 @@ from rlvr.capture import MANIFEST, PAYLOAD, RESULT, file_sha256
 from rlvr.cli.main import main
 from rlvr.config_check import check
 from rlvr.errors import ConfigError
+from rlvr.resume import changed_keys
 from rlvr.run import run
 
 TRAIN = FAST + MIXED + ["trainer.evaluate=false", "trainer.batch_size=4", "trainer.group_size=4",
@@ -144,3 +145,8 @@ def test_capture_steps_are_checked_at_start():
         check(compose_config(TRAIN + ["trainer.max_steps=2", "trainer.capture_steps=[2]"]))
     with pytest.raises(ConfigError, match=r"trainer.capture_steps=\[0\]: .* backend <rlvr.backend.fsdp"):
         check(compose_config(TRAIN + ["backend=fsdp", "trainer.capture_steps=[0]"]))
+
+
+def test_a_resumed_run_may_capture_other_steps():
+    """Capture steps are bookkeeping, as `threads` is: a run continues with other ones (to capture a later step)."""
+    assert changed_keys({"trainer": {"capture_steps": []}}, {"trainer": {"capture_steps": [3]}}, []) == []
