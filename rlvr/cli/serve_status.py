@@ -40,6 +40,10 @@ LATEST = {
     "loss": ("rlvr_latest_loss", "policy loss of the newest step that trained"),
     "step_time_s": ("rlvr_latest_step_time_seconds", "wall time of the newest step"),
     "tokens_per_second": ("rlvr_latest_tokens_per_second", "tokens per second of the newest step"),
+    "sample_share": ("rlvr_latest_sample_share", "share of the newest step spent sampling"),
+    "train_share": ("rlvr_latest_train_share", "share of the newest step spent training"),
+    "max_token_hit_rate": ("rlvr_latest_max_token_hit_rate", "share of the newest step's completions cut at the "
+                           "token limit"),
     "process_max_rss_mb": ("rlvr_latest_process_max_rss_megabytes", "peak resident memory the run reported (MB)"),
     "eval/accuracy": ("rlvr_latest_eval_accuracy", "held-out accuracy of the newest evaluation"),
 }
@@ -106,7 +110,7 @@ def _labels(labels: dict) -> str:
 
 
 def _number(value: float) -> str:
-    return repr(float(value)) if not isinstance(value, bool) else str(int(value))
+    return str(int(value)) if isinstance(value, bool | int) else repr(float(value))
 
 
 class _Exposition:
@@ -138,6 +142,7 @@ def prometheus(scan: dict) -> str:
         out.add("rlvr_run_info", "one per run; its state in the state label", 1, {**run, "state": row["state"]})
         out.add("rlvr_run_active", "1 while the run is running", row["state"] == "running", run)
         out.add("rlvr_run_completed", "1 once the run has finished", row["state"] == "finished", run)
+        out.add("rlvr_metrics_present", "1 once the run has logged a step", row["step"] > 0, run)
         out.add("rlvr_latest_step", "optimizer steps the run has completed", row["step"], run)
         out.add("rlvr_max_steps", "steps the run is to train", row["max_steps"], run)
         for name, (gauge, help_text) in LATEST.items():

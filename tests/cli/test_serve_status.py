@@ -92,6 +92,7 @@ def test_gauges_and_json_of_every_run_rescanned_per_request(server, campaign):
     assert of_run(samples, "rlvr_run_completed", "grpo/seed=0") == 1 and of_run(samples, "rlvr_run_active",
                                                                                 "grpo/seed=0") == 0
     assert of_run(samples, "rlvr_latest_tokens_per_second", "grpo/seed=0") is None  # never logged: no sample
+    assert of_run(samples, "rlvr_metrics_present", "grpo/seed=0") == 1
     # live memory only for the running run on this host: its pid is this test's, read from /proc by the server
     assert of_run(samples, "rlvr_process_resident_memory_bytes", "hicra/seed=0") > 10e6
     assert of_run(samples, "rlvr_process_resident_memory_bytes", "grpo/seed=0") is None

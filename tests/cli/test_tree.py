@@ -127,7 +127,9 @@ def test_a_three_node_tree_runs_judges_and_unlocks_over_real_grids(tmp_path, cap
     scan = snapshot(tmp_path / "outputs" / "demo", 1800.0)
     assert len(scan["runs"]) == 5 and scan["counts"] == {"finished": 5}
     assert all(r["latest"]["tokens_per_second"] > 0 and r["latest"]["process_max_rss_mb"] > 0 for r in scan["runs"])
-    assert 'rlvr_latest_tokens_per_second{run="baseline/0",condition="grpo+none",seed="0"}' in prometheus(scan)
+    text = prometheus(scan)
+    for gauge in ("tokens_per_second", "sample_share", "train_share", "max_token_hit_rate", "step_time_seconds"):
+        assert f'rlvr_latest_{gauge}{{run="baseline/0",condition="grpo+none",seed="0"}} ' in text, gauge
 
 
 BAD = """\
