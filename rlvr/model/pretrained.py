@@ -139,6 +139,19 @@ class PretrainedWeights:
         return True, f"in the hub cache ({weights} weight file{'s' if weights > 1 else ''}, {config.parent})"
 
 
+def check_all_loaded(name_or_path: str, model_class: str, missing: set[str] | list[str]) -> None:
+    """Refuse a model some of whose weights the checkpoint did not hold: transformers initialises them at random
+    and only logs it. A multimodal checkpoint read into its text-only class (Qwen3.5's: Qwen3_5ForCausalLM) is
+    where this happens: its `tie_word_embeddings` read from the text config alone leaves an untied `lm_head`
+    missing."""
+    if missing:
+        keys = sorted(missing)
+        raise ValueError(f"model.name_or_path={name_or_path!r}: {len(keys)} weight(s) of {model_class} are not in "
+                         f"the checkpoint and would start at random ({', '.join(keys[:3])}"
+                         f"{', …' if len(keys) > 3 else ''}): a checkpoint of another architecture, or a config that "
+                         "does not match its weights (e.g. tie_word_embeddings)")
+
+
 @dataclass(frozen=True)
 class Pretrained:
     name_or_path: str
@@ -166,9 +179,11 @@ class Pretrained:
         del seed  # pretrained weights are fixed; the LoRA init has its own sub-seed
         kwargs = {"revision": self.revision, "trust_remote_code": self.trust_remote_code}
         tokenizer = self._tokenizer()
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            self.name_or_path, dtype=getattr(torch, self.dtype), attn_implementation=self.attn_implementation, **kwargs
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            self.name_or_path, dtype=getattr(torch, self.dtype), attn_implementation=self.attn_implementation,
+            output_loading_info=True, **kwargs
         )
+        check_all_loaded(self.name_or_path, type(model).__name__, info["missing_keys"])
         return model, tokenizer
 
     def load_tokenizer(self) -> tuple[PreTrainedTokenizerBase, list[int]]:
