@@ -7,26 +7,29 @@ fine-tuning) writes, at each step N that trains, before and after its `backend.t
 
     <run>/captures/step_<N>/
       manifest.json         what the files are and their sha256 pins (below)
-      payload.safetensors   the TrainBatch the update consumed: completion tokens, masks, the engine's
-                            log-probabilities and the advantages as float64 (cast back to their dtypes on replay:
-                            exact), the prompts (flat ids + lengths) and the torch RNG state the update starts from
-                            (`rng.torch`; dropout, if the model has any, draws from it)
+      payload.safetensors   the TrainBatch the update consumed: every tensor of its rollouts (completion tokens,
+                            masks, the engine's log-probabilities, …), its advantages (and ECHO weights), floats as
+                            float64 (cast back to their dtypes on replay: exact), and the RNG state the update
+                            starts from (`rng.torch`, `rng.cuda`: dropout, if the model has any, draws from it); the
+                            file's metadata holds the dtypes and the rollouts' other fields (prompt ids, group size,
+                            temperature, …) as JSON, so the payload's sha256 covers them
       config.json           the run's composed config, resolved (what rebuilds the loss, the backend, the model)
       start/                the backend's state before the update, written by its checkpoint writer (`save`):
                             adapter or full weights, optimizer.pt (AdamW moments, step counts), local_state.json
       result.safetensors    the trainable parameters after the update
 
 `manifest.json` pins by sha256 every file above (`files`) and the run's `base/base.json` (`base`: which in turn pins
-the base weights; `load_base` checks them), records the step, the learning rate, the batch's shape and dtypes, the
-thread count and device of the update, the step's loss and gradient norm, and the result's per-tensor sha256. Its
-own sha256 is logged at capture (`captured step N: … manifest sha256 …`): `rlvr replay --expect-manifest` checks it,
-which catches a manifest rewritten together with the files it pins.
+the base weights; `load_base` checks them), records the step, the learning rate, the batch's row count, the torch
+version, thread count and device of the update, the step's loss and gradient norm, and the result's per-tensor sha256.
+Its own sha256 is logged at capture (`captured step N: … manifest sha256 …`): `rlvr replay --expect-manifest` checks
+it, which catches a manifest rewritten together with the files it pins.
 
 Exactness: on a CPU the captured update runs on one thread (`torch.set_num_threads(1)` around the update alone,
 restored after; the run's other work keeps its threads), so a replay on one thread of the same torch build gives the
 same bits. With more threads a CPU reduction may sum in another order: replay then reports the largest |Δ| per tensor
 (measured: README, "Exact step capture and replay"). On a GPU the update runs as the run ran it; a replay is compared
-and its differences reported the same way (cuBLAS/cuDNN are not bitwise deterministic by default).
+and its differences reported the same way (cuBLAS/cuDNN are not bitwise deterministic by default; not run here: no
+GPU in these sessions).
 
 A step with nothing to train (every group's rewards tied) makes no update and writes no capture.
 """
