@@ -7,6 +7,8 @@
     batch       = _collect(batch)                            overlong punishment (rlvr/reward/overlong.py); dynamic
                                                              sampling drops tied groups or refills (rlvr/rollout/
                                                              dynamic_sampling.py)
+    searched    = observe(data, batch)                       data=discover: the rows join its archive (rlvr/discover/
+                                                             source.py); other sources: nothing
     credit      = assign_credit(batch.rewards, token signals) rlvr/credit.py: episode (turn) → token advantages
                                                              (trainer.overlong.filter: truncated rows' set to 0)
     stats       = backend.train_step(batch.rollouts, credit.adv_PG_T, algorithm.loss)
@@ -45,6 +47,7 @@ from rlvr.capture import Capture
 from rlvr.checkpoint import Checkpoints, pending_file, rng_state, set_rng_state
 from rlvr.credit import assign_credit
 from rlvr.data.order import prompts_at
+from rlvr.discover.source import data_state, load_data_state, observe
 from rlvr.distributed import World
 from rlvr.engine.sync_check import SyncCheck, check_sync
 from rlvr.errors import ConfigError, RunFailed
@@ -447,6 +450,7 @@ class Trainer:
         live.c.backpressure.load_state_dict(state.get("backpressure", {}))
         if live.c.turn_credit is not None:
             live.c.turn_credit.load_state_dict(state["turn_credit"])
+        load_data_state(live.c.data, state.get("data", {}))
         live.totals.update(state["totals"])
         live.evals[:] = state["evals"]
         progress = state.get("progress", {})  # absent in checkpoints written before it was saved
@@ -528,6 +532,7 @@ class Trainer:
         live.totals["prompts"] += P
         wait_s = clock.lap()
         batch, examples, drawn = self._collect(live, step, live.rollout.finish(job.sampled), examples)
+        searched = observe(c.data, batch, live.out)
         clock.lap()
         self._warn_on_failures(step, batch)
         signals, pieces_PG = self._signals(live, step, batch.rollouts, batch.rewards_P_G)
@@ -562,7 +567,7 @@ class Trainer:
             step=step, batch_size=P, group_size=G, tokens=counts.tokens, seconds=times.total, skipped=credit.skipped,
         )
         skip = {"skip_cause": skip_cause(batch.rewards_P_G)} if credit.skipped else {}
-        return {**row, **batch.metrics, **drawn, **filtered, **skip, **kl_ref, "train/nonfinite_skips":
+        return {**row, **batch.metrics, **drawn, **searched, **filtered, **skip, **kl_ref, "train/nonfinite_skips":
                 float(live.totals["nonfinite"]), **pressure, **cast(SampleInline | SampleAhead, live.sampler).meter()}
 
     def _collect(self, live: Live, step: int, batch: StepBatch, examples: list[Example]
@@ -656,6 +661,7 @@ class Trainer:
             "transform": live.c.transform.state_dict(),
             "backpressure": live.c.backpressure.state_dict(),
             "turn_credit": live.c.turn_credit.state_dict() if live.c.turn_credit is not None else {},
+            "data": data_state(live.c.data),
             "progress": {"consecutive_skipped": live.consecutive_skipped, "consecutive_failed": live.consecutive_failed,
                          **{f"{k}_seconds": v for k, v in self._elapsed(live).items()}},
             "seeds": live.c.seeds.as_dict(),
