@@ -370,10 +370,17 @@ def run_node(tree: Tree, node_id: str, train: Path, force: bool) -> tuple[str, i
     print(f"rlvr tree: {node_id}: {shlex.join(argv)}", flush=True)
     _record(tree, node_id, outcome="running", started=_now(), host=socket.gethostname(), pid=os.getpid(),
             command=argv, overrides=list(tree.overrides + node.overrides), **dict.fromkeys(RESULT_KEYS))
-    try:
-        status = subprocess.run(argv).returncode
-    except KeyboardInterrupt:
-        _record(tree, node_id, outcome="error", reason="interrupted (Ctrl-C)", finished=_now())
+    proc = subprocess.Popen(argv)
+    interrupted = False
+    while True:
+        try:
+            status = proc.wait()
+            break
+        except KeyboardInterrupt:  # the multirun got the Ctrl-C too: it checkpoints and exits; killing it would not
+            interrupted = True
+    if interrupted:
+        _record(tree, node_id, outcome="error", exit_status=status, finished=_now(),
+                reason=f"interrupted (Ctrl-C; the multirun exited with status {status})")
         return f"{node_id}: interrupted; `rlvr tree {tree.file.name} run {node_id} --force` continues it", 130
     if status != 0:
         record = _record(tree, node_id, outcome="error", exit_status=status, finished=_now(),

@@ -4,6 +4,11 @@ One real tree of three 2-step grids on the tiny model (python train.py --multiru
 through every command; the file's checks without any run."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -169,3 +174,36 @@ def test_every_problem_of_a_tree_file_is_named_at_once(tmp_path, capfd):
     ):
         assert problem in err, problem
     assert not (tmp_path / "bad.state.json").exists()
+
+
+def test_a_multirun_that_fails_is_an_error_and_unlocks_nothing(tmp_path, capfd):
+    file = tmp_path / "t.yaml"
+    file.write_text("nodes:\n  a:\n    overrides: trainer.no_such_key=1\n    success: mean_reward >= 0\n"
+                    "    on_success: [b]\n    on_failure: [b]\n  b:\n    success: mean_reward >= 0\n")
+    code, out, err = tree(file, capfd, "run", "a", "--train", str(ROOT / "train.py"))
+    assert code == 1 and "a: error: the multirun exited with status 2" in out  # train.py's config-error status
+    assert "no_such_key" in err  # train.py's own message reached the terminal
+    nodes = view(file, capfd)
+    assert nodes["a"]["state"] == "error" and nodes["b"]["state"] == "locked"
+
+
+def test_ctrl_c_lets_the_multirun_checkpoint_and_records_the_node_as_interrupted(tmp_path):
+    """Ctrl-C reaches the whole process group: `rlvr tree` waits for train.py to checkpoint and exit (130)."""
+    file = tmp_path / "t.yaml"
+    file.write_text(f"nodes:\n  long:\n    overrides: {FAST.replace('max_steps=2', 'max_steps=100000')} seed=0\n"
+                    "    success: mean_reward >= 0\n")
+    proc = subprocess.Popen([sys.executable, "-m", "rlvr.cli.main", "tree", str(file), "run", "long", "--train",
+                             str(ROOT / "train.py")], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    metrics = tmp_path / "outputs" / "t" / "long" / "0" / "metrics.jsonl"
+    deadline = time.time() + 120
+    while not (metrics.exists() and metrics.read_text().count('"loss"') >= 1) and time.time() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, out[-3000:]
+    assert "long: interrupted; `rlvr tree t.yaml run long --force` continues it" in out
+    record = json.loads((tmp_path / "t.state.json").read_text())["nodes"]["long"]
+    assert record["outcome"] == "error" and record["exit_status"] == 130 and "interrupted" in record["reason"]
+    assert (metrics.parent / "checkpoints" / "latest").exists()  # the run saved its step before it exited
