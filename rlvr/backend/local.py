@@ -119,7 +119,7 @@ class StepRows:
         """Row i's tokens in a packed micro-batch: its prompt and its completion."""
         return [len(p) + n for p, n in zip(self.prompts, self.lengths, strict=True)]
 
-    def scatter(self, part_N_T: Tensor, shape: tuple[int, int]) -> Tensor:
+    def scatter(self, part_N_T: Tensor, shape: tuple[int, ...]) -> Tensor:
         """[PG, T] float32: row i's real values of `part_N_T` at its `origin`, 0 elsewhere."""
         out = torch.zeros(shape, dtype=torch.float32)
         for i, ((r, a), n) in enumerate(zip(self.origin, self.lengths, strict=True)):
@@ -135,18 +135,20 @@ class StepRows:
                   if self.scored is None or bool(self.scored[i, a:b].any())]
         T = max([0, *(b - a for _, a, b, _ in pieces)])
 
-        def cut(x: Tensor | None, fill: float | int | bool = 0) -> Tensor | None:
-            if x is None:
-                return None
+        def cut(x: Tensor, fill: float | int | bool = 0) -> Tensor:
             out = x.new_full((len(pieces), T), fill)
             for j, (i, a, b, _) in enumerate(pieces):
                 out[j, : b - a] = x[i, a:b]
             return out
 
+        def cut_optional(x: Tensor | None, fill: float | int | bool = 0) -> Tensor | None:
+            return None if x is None else cut(x, fill)
+
         return replace(self, prompts=[prompt for *_, prompt in pieces], tokens=cut(self.tokens, pad_id),
                        lengths=[b - a for _, a, b, _ in pieces], engine_lp=cut(self.engine_lp), adv=cut(self.adv),
-                       action=cut(self.action, False), sampled=cut(self.sampled, False), weight=cut(self.weight),
-                       echo=cut(self.echo), scored=cut(self.scored, False),
+                       action=cut(self.action, False), sampled=cut(self.sampled, False),
+                       weight=cut_optional(self.weight), echo=cut_optional(self.echo),
+                       scored=cut_optional(self.scored, False),
                        origin=[(self.origin[i][0], a) for i, a, _, _ in pieces])
 
 
