@@ -44,7 +44,7 @@ def check(cfg: DictConfig) -> dict[str, Needs]:
     """Checks on the config alone (no component is built), every problem at once, as a ConfigError; returns
     each group's declared needs."""
     needs, errors = config_problems(cfg)
-    errors = condition_errors(cfg) + errors
+    errors = condition_errors(cfg) + discover_errors() + errors
     if errors:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
     return needs
@@ -288,6 +288,17 @@ def condition_errors(cfg: DictConfig) -> list[str]:
             errors.append(f"condition={choice} trains {group}={named}, but {group}={chosen} was chosen too: drop one "
                           f"of them, or say condition=none to train {group}={chosen}")
     return errors
+
+
+def discover_errors() -> list[str]:
+    """trainer=discover is TTT-Discover's loop only over its archive, the data source data=discover selects, which
+    also selects trainer=discover (Hydra lets the data group choose the trainer's option, not the reverse):
+    trainer=discover without it would train the data's task without an archive."""
+    if hydra_choice("trainer") == "discover" and hydra_choice("data") != "discover":
+        return [f"trainer=discover searches over an archive that only data=discover keeps (data="
+                f"{hydra_choice('data')} was chosen): run `python train.py data=discover`, which selects "
+                "trainer=discover, reward=closeness and algorithm=discover_entropic"]
+    return []
 
 
 def config_dir() -> Path:

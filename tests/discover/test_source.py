@@ -54,3 +54,16 @@ def test_the_archive_is_its_checkpoint_state():
 def test_settings_it_cannot_work_with_are_refused(key, value, match):
     with pytest.raises(ConfigError, match=match):
         source(**{key: value})
+
+
+def test_trainer_discover_without_its_data_source_is_refused_naming_data_discover(monkeypatch):
+    from rlvr import config_check
+
+    choices = {"trainer": "discover", "data": "arithmetic"}
+    monkeypatch.setattr(config_check, "hydra_choice", choices.get)
+    assert config_check.discover_errors() == [
+        "trainer=discover searches over an archive that only data=discover keeps (data=arithmetic was chosen): run "
+        "`python train.py data=discover`, which selects trainer=discover, reward=closeness and "
+        "algorithm=discover_entropic"]
+    choices["data"] = "discover"
+    assert config_check.discover_errors() == []
