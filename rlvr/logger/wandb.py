@@ -6,77 +6,131 @@ and `resume="allow"`, so a job that is requeued or relaunched in its folder cont
 (offline runs with the same id merge when synced). Rows are logged against their own `step` field
 (`define_metric(step_metric="step")`), not wandb's internal counter, so a resume that goes back to
 its last checkpoint never trips wandb's "steps must increase" rule. `reinit="finish_previous"` gives
-one wandb run per job even when several jobs share a process. `mode: offline` needs no network or key.
+one wandb run per job even when several jobs share a process.
+
+`logger.mode` defaults to $WANDB_MODE, else online (conf/logger/wandb.yaml); what the mode needs (a key, a
+server that answers) is checked before any model loads (rlvr/logger/preflight.py). `mode: offline` needs no
+network or key.
+
+The logger never ends the training: the trainer writes each row to metrics.jsonl before it hands it here, and
+when wandb fails (its service process gone, the server unreachable at `wandb.init`) the failure is reported once
+(a warning), the logger tears wandb down, reopens the same run id offline and logs every row of the run into it
+again, those before the failure and those after, so the offline run's files in the run folder hold the whole run
+whatever wandb lost (its service buffers records): `wandb sync <folder>/wandb/offline-run-<time>-<id>` uploads it,
+into the same run. If reopening fails too, the rest of the rows are only counted. At the end one line says how
+many calls failed and how many rows did not reach wandb; the count is also in the (reopened) wandb run's summary
+as `logger/failures`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
-import netrc
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any
 
-from rlvr.protocols import Finding, Needs
+from rlvr.logger.preflight import Mode, resolve_mode, wandb_requirements
+from rlvr.protocols import Needs
 from rlvr.requirements import Package, pip_extra
 
 if TYPE_CHECKING:
     from wandb import Run
 
 WANDB_PACKAGE = Package("wandb", pip_extra("wandb"))
-Mode = Literal["online", "offline", "disabled"]
-
-
-@dataclass(frozen=True)
-class WandbKey:
-    """logger.mode=online needs a W&B key ($WANDB_API_KEY or a netrc entry for api.wandb.ai); offline does not."""
-
-    mode: str
-    item: str = "wandb key"
-    at_start: bool = False
-
-    def check(self) -> Finding:
-        if os.environ.get("WANDB_API_KEY", "").strip():
-            return Finding("ok", "$WANDB_API_KEY is set (the value is never shown)")
-        try:
-            if netrc.netrc(os.environ.get("NETRC")).authenticators("api.wandb.ai"):
-                return Finding("ok", "a netrc entry for api.wandb.ai")
-        except (OSError, netrc.NetrcParseError):
-            pass
-        if self.mode == "online":
-            return Finding("missing", "logger.mode=online needs a W&B key: $WANDB_API_KEY or `wandb login` "
-                                      "(or logger.mode=offline)")
-        return Finding("ok", f"logger.mode={self.mode} needs no key")
+log = logging.getLogger("rlvr")
 
 
 class WandbLogger:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs(machine=(WANDB_PACKAGE, WandbKey(settings["mode"])))
+        return Needs(machine=(WANDB_PACKAGE, *wandb_requirements(settings["mode"])))
 
     def __init__(self, project: str, entity: str | None, mode: str, dir: str | None) -> None:
-        if mode not in ("online", "offline", "disabled"):
-            raise ValueError(f"logger.mode={mode!r}: expected online, offline or disabled")
-        self.project, self.entity, self.dir = project, entity, dir
-        self.mode = cast(Mode, mode)  # checked above
+        resolved = resolve_mode(mode)
+        if resolved is None:
+            raise ValueError(f"logger.mode={mode!r} (from $WANDB_MODE unless given): expected online, offline or "
+                             "disabled")
+        self.project, self.entity, self.dir, self.mode = project, entity, dir, resolved
         self.run: Run | None = None
+        self.folder: Path | None = None
+        self.opening: dict[str, Any] = {}
+        self.failures = 0
+        """wandb calls that raised."""
+        self.unsent = 0
+        """Rows that did not reach wandb (online or offline)."""
+        self.reopened = False
+        self.rows: list[dict] = []
+        """Every row's values so far, replayed into a reopened run (tens of numbers a row: a few MB for 10^4 rows)."""
 
     def start(self, name: str, group: str, tags: list[str], folder: Path, config: dict) -> None:
+        self.folder = folder
+        self.opening = {"name": name, "group": group, "tags": tags, "config": config}
+        if not self._call("wandb.init", None, lambda: self._open(self.mode)):
+            self._reopen_offline()
+
+    def _open(self, mode: Mode) -> None:
         import wandb  # only in the job, and only when this logger is chosen
 
-        self.run = wandb.init(
-            project=self.project, entity=self.entity, mode=self.mode, dir=self.dir or str(folder), id=run_id(folder),
-            name=name, group=group, tags=tags, config=config, resume="allow", reinit="finish_previous",
-        )
+        assert self.folder is not None
+        self.run = wandb.init(project=self.project, entity=self.entity, mode=mode, dir=self.dir or str(self.folder),
+                              id=run_id(self.folder), resume="allow", reinit="finish_previous", **self.opening)
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")
 
     def log(self, row: dict) -> None:
-        if self.run is not None:
-            self.run.log({k: v for k, v in row.items() if isinstance(v, (int, float)) and not _bad(v)})
+        values = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not _bad(v)}
+        step = row.get("step")
+        if not (self._send(values, step) or (self.run is not None and self._reopen_offline() and
+                                             self._send(values, step))):
+            self.unsent += 1
+        self.rows.append(values)
+
+    def _send(self, values: dict, step: object) -> bool:
+        run = self.run
+        return run is not None and self._call("logging a row", step, lambda: run.log(values))
+
+    def _call(self, what: str, step: object, action: Callable[[], object]) -> bool:
+        """Run one wandb call; a failure is counted, and the first one reported."""
+        try:
+            action()
+            return True
+        except Exception as err:  # noqa: BLE001 - whatever wandb raises, the training goes on
+            self.failures += 1
+            if self.failures == 1:
+                at = f" at step {step}" if step is not None else ""
+                log.warning("wandb: %s failed%s (%s: %s); the training goes on and every row still goes to "
+                            "metrics.jsonl; the logger reopens the run offline in %s (`wandb sync` uploads it later)",
+                            what, at, type(err).__name__, " ".join(str(err).split())[:300], self._files())
+            return False
+
+    def _reopen_offline(self) -> bool:
+        """Once per run: tear wandb down (its service may be gone) and open the same run id offline."""
+        if self.reopened or self.folder is None:
+            self.run = None
+            return False
+        self.reopened = True
+        self.run = None
+        import wandb
+
+        try:
+            wandb.teardown()
+        except Exception:  # noqa: BLE001, S110 - a lost service fails its teardown too; its state is cleared anyway
+            pass
+        if self._call("reopening the run offline", None, self._open_offline_with_every_row):
+            return True
+        self.run = None
+        return False
+
+    def _open_offline_with_every_row(self) -> None:
+        self._open("offline")
+        assert self.run is not None
+        for values in self.rows:
+            self.run.log(values)
+
+    def _files(self) -> str:
+        return f"{Path(self.dir or str(self.folder)) / 'wandb'}"
 
     def update_summary(self, folder: Path, values: dict) -> None:
         """Add `values` to the summary of the (finished) wandb run of `folder`, reopened by its id; used by a
@@ -89,9 +143,15 @@ class WandbLogger:
         run.finish()
 
     def finish(self) -> None:
-        if self.run is not None:
-            self.run.finish()
-            self.run = None
+        run, self.run = self.run, None
+        if run is not None:
+            if self.failures:
+                self._call("recording the failures", None, lambda: run.summary.update({"logger/failures":
+                                                                                       self.failures}))
+            self._call("finishing the run", None, run.finish)
+        if self.failures:
+            log.warning("wandb: %d call(s) failed in this run; %d row(s) did not reach wandb (metrics.jsonl holds "
+                        "every row); the run's wandb files: %s", self.failures, self.unsent, self._files())
 
 
 def run_id(folder: Path) -> str:

@@ -236,13 +236,6 @@ def test_online_a_hub_that_answers_downloads_what_is_not_cached(tmp_path, monkey
         f"downloaded from {hub_server} when the run starts")
 
 
-def test_wandb_online_needs_a_key_offline_does_not():
-    report, code = run_doctor("logger=wandb")
-    assert code == 1 and line(report, "logger=wandb", "needs a W&B key").startswith("  missing")
-    report, code = run_doctor("logger=wandb", "logger.mode=offline")
-    assert code == 0 and all(row.startswith("  ok") for row in run_part(report, "logger=wandb"))
-
-
 def test_the_slurm_launcher_needs_the_commands(monkeypatch):
     monkeypatch.setattr("shutil.which", lambda name: None)
     report, code = run_doctor("hydra/launcher=slurm")

@@ -1,5 +1,13 @@
 """The W&B logger, for real, in offline mode (no network, no key)."""
 
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -9,6 +17,7 @@ from rlvr.logger.wandb import WandbLogger
 from rlvr.run import run
 
 pytest.importorskip("wandb")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -51,3 +60,80 @@ def test_each_job_in_one_process_gets_its_own_run_and_a_resume_continues_it(tmp_
         assert all(f.stat().st_size > 0 for f in (tmp_path / folder / "wandb").glob("offline-run-*/run-*.wandb"))
     run(compose_config(FAST + ["logger=wandb", "logger.mode=offline", "trainer.max_steps=3"]), tmp_path / "a")
     assert run_ids(tmp_path / "a") == {id_a}  # the same run, continued
+
+
+def wandb_records(path: Path) -> list:
+    """Every record of a run's transaction log (`run-<id>.wandb`, what `wandb sync` uploads), read as wandb-core
+    writes it: a 7-byte header (":W&B", magic 0xBEE1, version 0), then LevelDB-log chunks in 32-KiB blocks (CRC-32
+    of type byte and data, length, type: full, or first/middle/last), each record one of wandb's own protobuf
+    `Record`s. A torn or corrupt file fails here."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, block, records, pending = path.read_bytes(), 32768, [], b""
+    assert struct.unpack("<4sHB", data[:7]) == (b":W&B", 0xBEE1, 0)
+    pos = 7
+    while pos < len(data):
+        if block - pos % block < 7:  # a block's tail too short for a chunk header is padding
+            pos += block - pos % block
+            continue
+        crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk = data[pos + 7:pos + 7 + length]
+        assert len(chunk) == length and zlib.crc32(chunk, zlib.crc32(bytes([kind]))) == crc, f"corrupt at {pos}"
+        pos += 7 + length
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            records.append(wandb_internal_pb2.Record.FromString(pending))
+    return records
+
+
+def values(items) -> dict:
+    """A record's items (history, summary, config) as a dict; a key is `key`, or `nested_key` joined by "/"."""
+    return {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in items}
+
+
+def test_a_run_offline_by_the_environment_survives_its_logger_failing(tmp_path, silent_server):
+    """One real run as on a compute node: WANDB_MODE=offline, a malformed key, a server that never answers, no
+    logger.mode. It starts (no key check, no network), wandb's service is killed after the first evaluation,
+    and the training goes on: every row in metrics.jsonl, the failure reported once, the run reopened offline
+    with every row, in files that hold the whole run."""
+    psutil = pytest.importorskip("psutil")
+    max_steps, run_dir = 6, tmp_path / "run"
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_API_KEY": "short", "WANDB_SILENT": "true",
+           "HF_HUB_OFFLINE": "1"}
+    env.pop("WANDB_SERVICE", None)  # set by a wandb run of this process: the run would share its service
+    proc = subprocess.Popen([sys.executable, "train.py", "logger=wandb", f"trainer.max_steps={max_steps}",
+                             "trainer.warmup.steps=0", "data.eval_size=16", "threads=1", f"hydra.run.dir={run_dir}"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = []
+    deadline = time.monotonic() + 240
+    while not killed and proc.poll() is None and time.monotonic() < deadline:
+        log = run_dir / "train.log"
+        if log.exists() and "eval before training" in log.read_text():  # logged after its row went to wandb
+            killed = [p.pid for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == "wandb-core"]
+            for pid in killed:
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    stdout, stderr = proc.communicate(timeout=240)
+    stderr = stderr[-6000:] + stdout[-2000:]  # Hydra logs to stdout
+    assert proc.returncode == 0 and killed, stderr[-3000:]
+    assert "Traceback" not in stderr
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len([r for r in rows if "eval/accuracy" not in r]) == max_steps and rows[-1]["step"] == max_steps
+    failed = [line for line in stderr.splitlines() if "wandb: logging a row failed at step" in line]
+    assert len(failed) == 1 and "the training goes on" in failed[0], stderr[-3000:]
+    assert "wandb: 1 call(s) failed in this run; 0 row(s) did not reach wandb" in stderr
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
+    assert silent_server.connections == []  # offline: nothing tried the network, with or without a key
+    assert "mode: ${oc.env:WANDB_MODE,online}" in (run_dir / ".hydra" / "config.yaml").read_text()
+    first, reopened = sorted((run_dir / "wandb").glob("offline-run-*"))  # the same run id, opened twice
+    assert first.name.split("-")[-1] == reopened.name.split("-")[-1]
+    records = wandb_records(next(reopened.glob("run-*.wandb")))
+    config = values(item for r in records if r.HasField("run") for item in r.run.config.update)
+    assert config["logger"]["mode"] == "offline", config.get("logger")  # the mode the run used, resolved
+    kinds = [r.WhichOneof("record_type") for r in records]
+    assert kinds.count("run") == 1 and kinds[-1] == "exit"  # finished, so `wandb sync` uploads a complete run
+    logged = [values(r.history.item) for r in records if r.HasField("history")]
+    assert [r["step"] for r in logged] == [r["step"] for r in rows]  # every row, those before the failure too
+    assert logged[-1]["eval/accuracy"] == rows[-1]["eval/accuracy"]
+    summary = values(item for r in records if r.HasField("summary") for item in r.summary.update)
+    assert summary["logger/failures"] == 1

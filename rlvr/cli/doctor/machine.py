@@ -95,16 +95,18 @@ def key_line(var: str, why: str) -> Line:
 
 
 def wandb_line() -> Line:
-    from rlvr.logger.wandb import WANDB_PACKAGE, WandbKey
+    from rlvr.logger.preflight import base_url, key_finding
+    from rlvr.logger.wandb import WANDB_PACKAGE
 
     line = package_line(WANDB_PACKAGE, "logger=wandb needs it")
     if line.status != OK:
         return line
     mode = os.environ.get("WANDB_MODE")
-    mode_note = f"WANDB_MODE={mode} (logger.mode overrides it)" if mode else "WANDB_MODE unset"
-    key = WandbKey("online").check()
+    mode_note = f"WANDB_MODE={mode} (logger.mode defaults to it)" if mode else "WANDB_MODE unset (logger.mode " \
+                                                                                 "defaults to online)"
+    key = key_finding(base_url())
     return Line(OK, "wandb", f"{line.detail}; {mode_note}; " + (key.detail if key.status == OK else
-                                                                  "no key (logger.mode=online needs one)"))
+                                                                  f"{key.detail} (logger.mode=online needs one)"))
 
 
 def slurm_cluster() -> Cluster:
