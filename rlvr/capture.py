@@ -48,13 +48,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlvr.lazy import lazy_import
+from rlvr.model.base_folder import file_sha256
 from rlvr.types import Rollouts, TrainBatch
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
     from rlvr.protocols import Loss
-    from rlvr.trainer import Live
 
 torch = lazy_import("torch")
 safetensors_torch = lazy_import("safetensors.torch")
@@ -76,14 +76,6 @@ are refused at config time, rlvr/config_check.py)."""
 
 def capture_dir(run: Path, step: int) -> Path:
     return Path(run) / CAPTURES / f"step_{step}"
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def tensor_sha256(t: Tensor) -> str:
@@ -168,8 +160,9 @@ class Capture:
 
     steps: frozenset[int] = field(default_factory=frozenset)
 
-    def train_step(self, live: Live, step: int, batch: TrainBatch, loss: Loss, lr: float) -> dict[str, float]:
-        """`live.backend.train_step(batch, loss, lr)`; at a captured step, written down before and after."""
+    def train_step(self, live: Any, step: int, batch: TrainBatch, loss: Loss, lr: float) -> dict[str, float]:
+        """`live.backend.train_step(batch, loss, lr)`; at a captured step, written down before and after. `live`: the
+        trainer's working set (rlvr/trainer.py `Live`, not imported here: the trainer imports this module)."""
         if step not in self.steps:
             return live.backend.train_step(batch, loss, lr)
         backend = live.backend
