@@ -3,8 +3,9 @@
 A requirement particular to one component (vLLM's build, a server's model list, a hub preset's files) lives
 in that component's module. Checking imports nothing heavy unless the requirement is about that thing
 (`CudaDevice` imports torch); a child process or a request is only made by a requirement not `at_start`, with
-one exception: a model's files not in the local hub cache are downloaded at start, so whether the hub answers
-is asked then (`unanswered`: one HEAD request, at most HUB_PROBE_TIMEOUT_S) unless the hub is off anyway.
+two exceptions: a model's files not in the local hub cache are downloaded at start, so whether the hub answers
+is asked then (`unanswered`: one HEAD request, at most HUB_PROBE_TIMEOUT_S) unless the hub is off anyway; and
+logger=wandb online asks whether its server answers the same way (rlvr/logger/preflight.py).
 """
 
 from __future__ import annotations
