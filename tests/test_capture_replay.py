@@ -105,7 +105,7 @@ def flip_last_byte(path):
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("tamper", ["payload", "pin", "start", "base", "extra", "expect"])
+@pytest.mark.parametrize("tamper", ["payload", "pin", "start", "base", "unpinned_base", "extra", "expect"])
 def test_a_tampered_capture_is_refused(lora, tmp_path, capsys, tamper):
     capture = copy_run(lora, tmp_path)
     manifest_path = capture / MANIFEST
@@ -125,6 +125,10 @@ def test_a_tampered_capture_is_refused(lora, tmp_path, capsys, tamper):
         record = capture.parent.parent / "base" / "base.json"
         record.write_text(record.read_text().replace('"dtype"', '"dtype" ', 1))
         named = "base.json"
+    elif tamper == "unpinned_base":  # a pin taken out rather than changed
+        manifest["base"] = {"base/base.json": None}
+        manifest_path.write_text(json.dumps(manifest))
+        named = MANIFEST
     elif tamper == "extra":
         (capture / "start" / "extra.pt").write_bytes(b"x")
         named = "extra.pt"

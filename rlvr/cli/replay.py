@@ -70,15 +70,19 @@ def verify(capture: Path, expect_manifest: str | None = None) -> dict:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CliError(f"{path}: format {manifest.get('format') if isinstance(manifest, dict) else None!r}, expected "
                        f"{FORMAT!r}")
-    pins: dict[str, str] = manifest["files"]
+    pins, base = manifest.get("files"), manifest.get("base")
+    if not isinstance(pins, dict) or not isinstance(base, dict) or not all(isinstance(v, str) for v in base.values()):
+        raise CliError(f"{path}: its pins (`files`, and `base` for the run's base/base.json) are missing or not "
+                       "sha256 strings; refusing to replay")
     present = {p.relative_to(capture).as_posix() for p in capture.rglob("*") if p.is_file()} - {MANIFEST}
-    for name in sorted(present - pins.keys()):
-        raise CliError(f"{capture / name}: a file the manifest does not pin (added after capture); refusing to replay")
+    extra = sorted(present - pins.keys())
+    if extra:
+        raise CliError(f"{capture / extra[0]}: a file the manifest does not pin (added after capture); refusing to "
+                       "replay")
     for name, expected in sorted(pins.items()):
         check_pin(capture / name, expected)
-    for name, expected in manifest["base"].items():
-        if expected is not None:
-            check_pin(capture.parent.parent / name, expected)
+    for name, expected in base.items():
+        check_pin(capture.parent.parent / name, expected)
     return manifest
 
 
