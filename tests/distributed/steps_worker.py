@@ -3,7 +3,7 @@
     torchrun --nproc-per-node 2 tests/distributed/steps_worker.py OUT.pt CASES_JSON
 
 CASES_JSON is a list of cases, each a dict of `case()`'s keyword arguments (full, micro_batch_size, clip, mode,
-correction, packing, aggregation, kl, split). The cases run one after another in the same processes (one torchrun
+correction, packing, aggregation, kl, split, echo). The cases run one after another in the same processes (one torchrun
 start for them all: its processes' start-up is most of a case's time). Rank 0 saves, per case, {"params": the full
 trainable weights after the steps, "stats": each step's train_step dict} to OUT.pt, with "world". `steps(backend)` is
 the loop both sides run (the test runs it on backend=local in its own process)."""
@@ -38,7 +38,7 @@ KNOBS = {"device": "cpu", "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0
 
 
 def steps(backend, clip: float, mode: str = "standard", n: int = 3, correction: str = "none",
-          aggregation: str = "token_mean", kl: float = 0.0, split: bool = False) -> list[dict]:
+          aggregation: str = "token_mean", kl: float = 0.0, split: bool = False, echo: bool = False) -> list[dict]:
     """`n` steps on one set of rollouts sampled before the first (so the later steps' ratios are not 1), 11 of its
     12 rows with an advantage (the row with 0 is dropped: an odd count splits unevenly over 2 ranks). AdamW divides
     each gradient element by its running RMS, so float noise in a near-zero element moves its weight by up to ~lr:
@@ -46,7 +46,8 @@ def steps(backend, clip: float, mode: str = "standard", n: int = 3, correction: 
     a reference KL of that β (k3, in the loss) and an entropy bonus of β/10, and the first step's stats gain
     `ref_lp_sum`, the sum of `backend.reference_logprobs` (what `algorithm.kl.where=reward` reads). `split`: every row
     longer than 3 tokens is two sequences (`Rollouts.segments_PG`), the second behind its own context as its prompt,
-    which must train as the whole row does."""
+    which must train as the whole row does. `echo`: ECHO weights (0.05 / 4 each) on the last 2 real tokens of every
+    row, the row without an advantage included (it trains for ECHO alone)."""
     engine = PyTorchEngine(backend.policy, [1], 0, 256, merge_lora=False)
     ro = engine.sample(PROMPTS, 4, SamplingParams(0.9, 1.0, 6), seeds=prompt_seeds(7, len(PROMPTS)))
     if split:
@@ -54,6 +55,9 @@ def steps(backend, clip: float, mode: str = "standard", n: int = 3, correction: 
     adv = torch.linspace(-1.0, 1.0, 12)
     adv[5] = 0.0
     batch = TrainBatch(ro, adv[:, None] * ro.mask_PG_T)
+    if echo:
+        last_two = torch.arange(ro.mask_PG_T.shape[1])[None, :] >= ro.lengths_PG[:, None] - 2
+        batch = TrainBatch(ro, batch.adv_PG_T, 0.0125 * (ro.mask_PG_T & last_two))
     # kl_cov: the 10 % of tokens of largest covariance; clip_cov: 20 % drawn among all (a band wide enough for any)
     # token_mask: a band narrow enough that the later steps' stale ratios leave it (tokens masked on every rank)
     loss = PolicyLoss(clip, clip, 0.0, mode=mode, kl_cov_percent=10.0, clip_cov_ratio=0.2, clip_cov_min=-1e3,
@@ -80,10 +84,10 @@ def trainable(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def case(full: bool = False, micro_batch_size: int = 0, clip: float = 0.0, mode: str = "standard",
          correction: str = "none", packing: int = 0, aggregation: str = "token_mean", kl: float = 0.0,
-         split: bool = False) -> dict:
+         split: bool = False, echo: bool = False) -> dict:
     """One case on backend=fsdp over this torchrun's processes: the trainable weights after `steps` and its stats
     (full fine-tuning or LoRA; packing: backend.packing with that token budget, 0 padded; kl: algorithm.kl.coef, and
-    entropy_coef = kl/10; split: the rows split in two sequences)."""
+    entropy_coef = kl/10; split: the rows split in two sequences; echo: ECHO weights on every row's last 2 tokens)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     from rlvr.backend.fsdp import FSDPBackend
@@ -93,7 +97,8 @@ def case(full: bool = False, micro_batch_size: int = 0, clip: float = 0.0, mode:
     backend = FSDPBackend(model, None if full else LORA, 0, tok.pad_token_id, micro_batch_size=micro_batch_size,
                           reshard_after_forward=True, timeout_s=120, world=World.from_env(), packing=packing > 0,
                           max_tokens_per_micro_batch=packing, reference=kl > 0, **KNOBS)
-    stats = steps(backend, clip, mode, correction=correction, aggregation=aggregation, kl=kl, split=split)
+    stats = steps(backend, clip, mode, correction=correction, aggregation=aggregation, kl=kl, split=split,
+                  echo=echo)
     full_state = get_model_state_dict(backend.policy, options=StateDictOptions(full_state_dict=True,
                                                                                cpu_offload=True,
                                                                                ignore_frozen_params=True))

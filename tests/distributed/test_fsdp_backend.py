@@ -8,7 +8,8 @@ a zero-weight one. Packed (backend.packing, budget 24 tokens) the ranks hold row
 their own count, against the padded single process. A reference KL and an entropy bonus (full fine-tuning: the frozen
 copy sharded as the policy; LoRA: the adapter disabled, packed) give the same weights and the same kl and entropy, and
 the same reference log-probabilities (`algorithm.kl.where=reward`'s collective). Rows split in two sequences (a chat
-template's rewrite, `Rollouts.segments_PG`) are shared over the ranks as sequences and train as one process does."""
+template's rewrite, `Rollouts.segments_PG`) are shared over the ranks as sequences and train as one process does, and
+so do ECHO's weights, with a row that trains for ECHO alone."""
 
 import json
 import os
@@ -32,19 +33,21 @@ def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.Complet
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-CASES = [  # (full, micro_batch_size, clip, mode, correction, packing, aggregation, kl, split)
-    (False, 0, 0.0, "standard", "none", 0, "token_mean", 0.0, False),
-    (False, 5, 0.001, "standard", "none", 0, "seq_mean_token_mean", 0.0, False),
-    (True, 0, 0.001, "standard", "none", 0, "token_mean", 0.0, False),
-    (False, 5, 0.0, "kl_cov", "none", 0, "token_mean", 0.0, False),
-    (False, 5, 0.2, "clip_cov", "none", 0, "token_mean", 0.0, False),
-    (False, 5, 0.0, "standard", "token_mask", 0, "token_mean", 0.0, False),
-    (True, 5, 0.0, "standard", "token_mask", 24, "prompt_mean", 0.0, False),
-    (True, 5, 0.0, "standard", "none", 0, "token_mean", 0.5, False),  # the frozen copy, sharded; the adapter
-    (False, 5, 0.0, "standard", "none", 24, "seq_mean_token_mean", 0.5, False),  # disabled: reference passes paired
-    (False, 5, 0.0, "standard", "none", 0, "seq_mean_token_mean", 0.5, True),  # over the ranks; split rows
+CASES = [  # (full, micro_batch_size, clip, mode, correction, packing, aggregation, kl, split, echo)
+    (False, 0, 0.0, "standard", "none", 0, "token_mean", 0.0, False, False),
+    (False, 5, 0.001, "standard", "none", 0, "seq_mean_token_mean", 0.0, False, False),
+    (True, 0, 0.001, "standard", "none", 0, "token_mean", 0.0, False, False),
+    (False, 5, 0.0, "kl_cov", "none", 0, "token_mean", 0.0, False, False),
+    (False, 5, 0.2, "clip_cov", "none", 0, "token_mean", 0.0, False, False),
+    (False, 5, 0.0, "standard", "token_mask", 0, "token_mean", 0.0, False, False),
+    (True, 5, 0.0, "standard", "token_mask", 24, "prompt_mean", 0.0, False, False),
+    # the frozen copy, sharded; the adapter disabled: reference passes paired over the ranks
+    (True, 5, 0.0, "standard", "none", 0, "token_mean", 0.5, False, False),
+    (False, 5, 0.0, "standard", "none", 24, "seq_mean_token_mean", 0.5, False, False),
+    (False, 5, 0.0, "standard", "none", 0, "seq_mean_token_mean", 0.5, True, False),  # split rows
+    (False, 5, 0.0, "standard", "none", 24, "token_mean", 0.0, False, True),  # ECHO, a row trained for it alone
 ]
-KEYS = ("full", "micro_batch_size", "clip", "mode", "correction", "packing", "aggregation", "kl", "split")
+KEYS = ("full", "micro_batch_size", "clip", "mode", "correction", "packing", "aggregation", "kl", "split", "echo")
 
 
 @pytest.fixture(scope="module")
@@ -59,18 +62,18 @@ def two_ranks(tmp_path_factory):
 
 @pytest.mark.parametrize(KEYS, CASES)
 def test_two_ranks_update_the_weights_as_one_process_does(two_ranks, full, micro_batch_size, clip, mode, correction,
-                                                          packing, aggregation, kl, split):
+                                                          packing, aggregation, kl, split, echo):
     """Each case as one process and as two: the same weights and statistics. The aggregations other than token_mean
     weigh rows by counts over the whole step, which each rank must see whole."""
     assert two_ranks["world"] == 2
     fsdp = two_ranks["cases"][CASES.index((full, micro_batch_size, clip, mode, correction, packing, aggregation, kl,
-                                           split))]
+                                           split, echo))]
     torch.set_num_threads(1)
     model, tok = TINY.load(0)
     local = LocalBackend(model, None if full else LORA, 0, tok.pad_token_id, micro_batch_size=micro_batch_size,
                          reference=kl > 0, **KNOBS)
     before = trainable(local.policy)
-    stats = steps(local, clip, mode, correction=correction, aggregation=aggregation, kl=kl, split=split)
+    stats = steps(local, clip, mode, correction=correction, aggregation=aggregation, kl=kl, split=split, echo=echo)
     weights = trainable(local.policy)
     assert set(fsdp["params"]) == set(weights)
     assert max(float((weights[n] - before[n]).abs().max()) for n in weights) > 1e-3, "the steps moved the weights"
@@ -80,7 +83,8 @@ def test_two_ranks_update_the_weights_as_one_process_does(two_ranks, full, micro
         for key in ("loss", "grad_norm", "clip_fraction", "policy/abs_kl", "policy/ratio_max", "mismatch/kl",
                     "mismatch/ratio_max", "mismatch/ratio_min", "mismatch/masked_frac",
                     *(["policy/cov_fraction"] if mode != "standard" else []),
-                    *(["policy/kl_ref", "policy/entropy", "ref_lp_sum"] if kl else [])):
+                    *(["policy/kl_ref", "policy/entropy", "ref_lp_sum"] if kl else []),
+                    *(["echo/loss"] if echo else [])):
             if key not in mine:  # the reference log-probabilities: the first step's alone
                 continue
             assert theirs[key] == pytest.approx(mine[key], rel=1e-5, abs=1e-6), key
@@ -92,5 +96,7 @@ def test_two_ranks_update_the_weights_as_one_process_does(two_ranks, full, micro
         assert all(s["policy/cov_fraction"] > 0 for s in stats)
     if kl:  # the later steps' policy is off the reference
         assert stats[0]["policy/kl_ref"] == pytest.approx(0.0, abs=1e-6) and stats[-1]["policy/kl_ref"] > 1e-9
+    if echo:  # −Σ w·log π over 24 tokens of weight 0.0125 (log π < 0): positive
+        assert all(s["echo/loss"] > 0 for s in stats)
     if correction == "token_mask":  # the later steps mask tokens of both ranks; the kept count is the whole step's
         assert 0 < stats[-1]["mismatch/masked_frac"] < 1
