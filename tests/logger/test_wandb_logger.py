@@ -50,6 +50,25 @@ def test_naming_and_a_stable_id_per_folder(tmp_path):
     other.finish()
 
 
+@pytest.mark.parametrize("key", [None, "short", "local-" + "0123456789abcdef" * 3])
+def test_offline_by_the_environment_with_any_key_contacts_no_server(tmp_path, silent_server, monkeypatch, key):
+    """No key, a malformed one, a well-formed one: WANDB_MODE=offline and no logger.mode, and wandb starts, logs
+    and finishes without a connection to the server (which would never answer: a try would hang)."""
+    from hydra.utils import instantiate
+
+    if key is not None:
+        monkeypatch.setenv("WANDB_API_KEY", key)
+    logger = instantiate(compose_config(["logger=wandb"]).logger)
+    assert logger.mode == "offline"
+    start = time.monotonic()
+    logger.start("x_s0", "x", ["x", "seed0"], tmp_path, {})
+    logger.log({"step": 0, "mean_reward": 0.5})
+    logger.finish()
+    assert silent_server.connections == [] and logger.failures == 0
+    assert time.monotonic() - start < 30
+    assert len(run_ids(tmp_path)) == 1
+
+
 def test_each_job_in_one_process_gets_its_own_run_and_a_resume_continues_it(tmp_path):
     overrides = FAST + ["logger=wandb", "logger.mode=offline", "trainer.max_steps=2"]
     run(compose_config(overrides), tmp_path / "a")
