@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlvr.lazy import lazy_import
+from rlvr.model import unsloth
 from rlvr.model.lora import check_dtype
 from rlvr.model.prompt_encoding import eos_ids
 from rlvr.protocols import Finding, Needs
@@ -161,12 +162,21 @@ class Pretrained:
     attn_implementation: str | None
     """sdpa | eager | flash_attention_2; null lets transformers choose."""
     lora: LoraSpec | None
+    """The adapter the backend attaches; None: full fine-tuning, or the Unsloth loader's (`unsloth_lora`)."""
     trust_remote_code: bool = False
+    loader: str = "transformers"
+    """transformers | unsloth: a 4-bit base with Unsloth's LoRA and gradient checkpointing, CUDA only
+    (rlvr/model/unsloth.py)."""
+    unsloth_lora: LoraSpec | None = field(default=None, init=False)
+    """Under `loader: unsloth`, the `lora` the preset was given: Unsloth attaches it while loading."""
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         return Needs(provides=frozenset({"lora"}) if settings["lora"] is not None else frozenset(),
-                     machine=(PretrainedWeights(settings["name_or_path"], settings["revision"]),))
+                     requires=({"local_policy": "model.loader=unsloth loads the policy into this process"}
+                               if settings.get("loader") == "unsloth" else {}),
+                     machine=(PretrainedWeights(settings["name_or_path"], settings["revision"]),
+                              *unsloth.requirements(settings)))
 
     @property
     def name(self) -> str:
@@ -174,8 +184,20 @@ class Pretrained:
 
     def __post_init__(self) -> None:
         check_dtype(self.dtype)
+        if self.loader not in unsloth.LOADERS:
+            raise ValueError(f"model.loader={self.loader!r}: expected one of {', '.join(unsloth.LOADERS)}")
+        if self.loader == "unsloth" and self.lora is None:
+            raise ValueError("model.loader=unsloth trains a LoRA adapter on a 4-bit base, and model.lora is null "
+                             "(full fine-tuning): set model.lora, or use model.loader=transformers")
+        if self.loader == "unsloth":  # the module arrives with its adapter: the backend attaches none
+            object.__setattr__(self, "unsloth_lora", self.lora)
+            object.__setattr__(self, "lora", None)
 
     def load(self, seed: int) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        if self.loader == "unsloth":
+            assert self.unsloth_lora is not None  # __post_init__ refuses the unsloth loader without LoRA
+            return unsloth.load(self.name_or_path, self.revision, self.dtype, self.trust_remote_code,
+                                self.unsloth_lora, seed)
         del seed  # pretrained weights are fixed; the LoRA init has its own sub-seed
         kwargs = {"revision": self.revision, "trust_remote_code": self.trust_remote_code}
         tokenizer = self._tokenizer()
