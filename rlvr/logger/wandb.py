@@ -144,14 +144,18 @@ class WandbLogger:
 
     def finish(self) -> None:
         run, self.run = self.run, None
+        whole = None
         if run is not None:
             if self.failures:
                 self._call("recording the failures", None, lambda: run.summary.update({"logger/failures":
                                                                                        self.failures}))
+                whole = getattr(run.settings, "sync_dir", None) if self.reopened else None
             self._call("finishing the run", None, run.finish)
         if self.failures:
+            where = f"`wandb sync {whole}` uploads the whole run" if whole else \
+                f"the run's wandb files: {self._files()}"
             log.warning("wandb: %d call(s) failed in this run; %d row(s) did not reach wandb (metrics.jsonl holds "
-                        "every row); the run's wandb files: %s", self.failures, self.unsent, self._files())
+                        "every row); %s", self.failures, self.unsent, where)
 
 
 def run_id(folder: Path) -> str:

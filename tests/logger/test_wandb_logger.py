@@ -140,12 +140,15 @@ def test_a_run_offline_by_the_environment_survives_its_logger_failing(tmp_path, 
     assert len([r for r in rows if "eval/accuracy" not in r]) == max_steps and rows[-1]["step"] == max_steps
     failed = [line for line in stderr.splitlines() if "wandb: logging a row failed at step" in line]
     assert len(failed) == 1 and "the training goes on" in failed[0], stderr[-3000:]
-    assert "wandb: 1 call(s) failed in this run; 0 row(s) did not reach wandb" in stderr
+    tally = [line for line in stderr.splitlines() if "wandb: 1 call(s) failed in this run; 0 row(s) did not reach "
+             "wandb (metrics.jsonl holds every row); `wandb sync " in line]
+    assert len(tally) == 1, stderr[-3000:]
     assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
     assert silent_server.connections == []  # offline: nothing tried the network, with or without a key
     assert "mode: ${oc.env:WANDB_MODE,online}" in (run_dir / ".hydra" / "config.yaml").read_text()
     first, reopened = sorted((run_dir / "wandb").glob("offline-run-*"))  # the same run id, opened twice
     assert first.name.split("-")[-1] == reopened.name.split("-")[-1]
+    assert tally[0].endswith(f"`wandb sync {reopened}` uploads the whole run")
     records = wandb_records(next(reopened.glob("run-*.wandb")))
     config = values(item for r in records if r.HasField("run") for item in r.run.config.update)
     assert config["logger"]["mode"] == "offline", config.get("logger")  # the mode the run used, resolved
