@@ -19,7 +19,8 @@ Two parts, one line per item, each `ok`, `missing`, `warning` or `error` with th
 Exit status 0 when everything the run needs is usable, 1 otherwise: a job script can begin with
 `rlvr doctor "$@" || exit 1`. Rows of the machine part do not change the status; only the run's needs do.
 
-Nothing loads a model, and nothing is contacted but engine=openai's own server and the hub (no Tinker, no
+Nothing loads a model, and nothing is contacted but engine=openai's own server, logger=wandb online's server
+(one HEAD request, at most 3 s, as a run asks at start: rlvr/logger/preflight.py) and the hub (no Tinker, no
 judge endpoint): unless HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set, the machine part sends the hub one
 HEAD request ($HF_ENDPOINT, else https://huggingface.co), and the run part another when a chosen model's
 files are not in the local cache (such a model cannot run when the hub does not answer; a run refuses it at
