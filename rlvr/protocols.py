@@ -376,6 +376,24 @@ class Engine(Protocol):
         ...
 
 
+class TurnSampler(Protocol):
+    """Optional, for multi-turn episodes: what an engine's `turn_sampler()` returns (engine=pytorch's keeps each
+    episode's KV cache between its turns, rlvr/engine/pytorch.py "Turns"). The episode loop (rlvr/rollout/episodes.py)
+    makes one per played batch where the engine has `turn_sampler` and it returns one; otherwise, and for every other
+    engine, each turn is one `Engine.sample(contexts, 1, …)` call on the whole context."""
+
+    def sample(self, keys: list[int], contexts: list[list[int]], params: SamplingParams, seeds: Sequence[int],
+               with_entropy: bool = False) -> Rollouts:
+        """What `Engine.sample(contexts, 1, params, seeds, with_entropy)` samples (the same draws and tokens, the
+        log-probabilities to float summation order); `keys[i]` names context i's episode, whose context at its next
+        turn extends this one."""
+        ...
+
+    def close(self) -> None:
+        """The batch is played: free what is kept."""
+        ...
+
+
 class Backend(Protocol):
     """Where gradients are computed. A backend whose `needs` provide `remote_policy` (Tinker) keeps the policy on a
     service: the trainer loads only the tokenizer, builds it with `lora`/`lora_seed` alone, and its `policy` is a

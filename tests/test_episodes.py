@@ -77,6 +77,10 @@ class Recording(PyTorchEngine):
         self.contexts = [*getattr(self, "contexts", []), [list(p) for p in prompt_ids_P]]
         return super().sample(prompt_ids_P, group_size, params, seeds, with_entropy)
 
+    def turn_sampler(self):
+        """None: every turn through `sample`, recorded (tests/rollout/test_episode_cache.py: the cached turns)."""
+        return None
+
 
 EXAMPLES = [Example("12+34=", "46"), Example("7+8=", "15")]
 SAMPLING = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=3)

@@ -29,6 +29,21 @@ numbers are the same whatever the chunks (`multinomial`), and so are its logits 
 chunk's size and padding may change the kernels' order; the sampled tokens were identical on the CPU here,
 tests/engine/ and bench/eval_memory.py, as they already were when other prompts shared a row's batch).
 
+Turns. An episode's turn k + 1 continues turn k's context (rlvr/rollout/episodes.py): `turn_sampler()` gives the episode
+loop a `Turns`, which keeps each chunk's KV cache after decoding (`Past`) and, at the next turn, narrows it to the
+episodes still playing and feeds each only what its context adds (the last sampled token, the observation),
+instead of re-encoding the whole context. The cache's layout: a row's own tokens where its attention mask is 1;
+zeros on its left padding, on the left padding of each later feed (new tokens of different lengths are padded to
+the longest) and where a row that had finished was fed a pad while the chunk decoded on; position ids count the
+row's own tokens only, so each row sees what re-encoding would show it. Draws are unchanged (each context's
+generator is seeded as `sample` seeds it, `multinomial`), and the logits are those of re-encoding up to float
+summation order: the sampled tokens were identical here and the log-probabilities within 1e-5
+(tests/rollout/test_episode_cache.py). A context that does not extend what its cache holds, an episode the cache
+has not seen, and a chunk whose grown cache would pass the activation budget are re-encoded in fresh chunks. Cost:
+the caches of the episodes still playing stay in memory between turns, while the environment steps (the KV cache
+part of `Activations.bytes`, holes included), and are freed when the batch is played (`Turns.close`). The last
+sampled token of a call is never fed (nothing is sampled after it; the next turn feeds it), in `sample` as here.
+
 Weights: under LoRA with `merge_lora: true`, the engine samples from a plain copy of the model in which
 every adapted Linear holds W0 + s·B·A, refreshed by `sync` after each optimizer step (one addmm per
 adapted layer). Decoding then runs no PEFT wrapper code, which on the tiny model is half of each decode
@@ -44,7 +59,8 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +77,8 @@ if TYPE_CHECKING:
     Generators = list[tuple[Generator, slice, int, slice]]
     """Per group a chunk holds: (its generator, its rows within the chunk, group_size, the same rows within the
     group). Empty when greedy."""
+    Decoded = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
+    """A chunk's sampled tokens, logprobs, mask [N, T], finished [N] and entropies [N, T] (or the logprobs)."""
 
 torch = lazy_import("torch")
 transformers = lazy_import("transformers")
@@ -150,6 +168,113 @@ class Activations:
         return rows * (kv + attention + layer + logits)
 
 
+@dataclass
+class Past:
+    """A chunk's KV cache after a `_decode`: what its rows' next turn continues from (module docstring "Turns")."""
+
+    cache: Any
+    """The transformers cache: every layer's keys and values, [N, heads, S, head_dim]."""
+    attn: Tensor
+    """[N, S]: 1 where a position holds one of the row's own tokens, 0 on padding and on what a row that had
+    finished was fed."""
+    lengths: Tensor
+    """[N]: the row's own tokens in the cache (its next token's position id)."""
+
+    def select(self, rows: Tensor) -> Past:
+        """These rows only, in this order (the cache is narrowed in place)."""
+        self.cache.batch_select_indices(rows)
+        return Past(self.cache, self.attn[rows], self.lengths[rows])
+
+
+@contextmanager
+def evaluating(module: nn.Module) -> Iterator[None]:
+    """`module` in eval mode inside (dropout off), back to training mode after if it was."""
+    was_training = module.training
+    if was_training:
+        module.eval()
+    try:
+        yield
+    finally:
+        if was_training:
+            module.train()
+
+
+@dataclass
+class _Cached:
+    """One chunk's cache and, per row, the episode it holds and the ids whose keys and values it holds."""
+
+    past: Past
+    keys: list[int]
+    ids: list[list[int]]
+
+
+class Turns:
+    """The turns of one batch of episodes, each episode's KV cache kept from one turn to the next (module
+    docstring "Turns"). `PyTorchEngine.turn_sampler()` makes one per played batch; `close` frees the caches."""
+
+    def __init__(self, engine: PyTorchEngine) -> None:
+        self.engine = engine
+        self.chunks: list[_Cached] = []
+        self.synced = engine.synced
+        """The engine's weights the caches were computed with: a `sync` since drops them."""
+
+    @no_grad
+    def sample(self, keys: list[int], contexts: list[list[int]], params: SamplingParams, seeds: Sequence[int],
+               with_entropy: bool = False) -> Rollouts:
+        """One completion of each context, as `PyTorchEngine.sample(contexts, 1, params, seeds, with_entropy)`
+        would sample it: the same draws (seed i for context i), the same tokens, the log-probabilities to float
+        summation order. `keys[i]` names context i's episode; an episode whose context extends what its cache
+        holds feeds only the new tokens."""
+        engine, device = self.engine, next(self.engine.module.parameters()).device
+        seeds = group_seeds(seeds, len(contexts))
+        if self.synced != engine.synced:
+            self.chunks = []
+        where = {k: (c, r) for c, chunk in enumerate(self.chunks) for r, k in enumerate(chunk.keys)}
+        kept: dict[int, list[int]] = {}  # chunk → the calls' rows that continue from it
+        fresh: list[int] = []
+        for i, (key, context) in enumerate(zip(keys, contexts, strict=True)):
+            c, r = where.get(key, (-1, -1))
+            held = self.chunks[c].ids[r] if c >= 0 else None
+            if held is not None and len(context) > len(held) and context[: len(held)] == held:
+                kept.setdefault(c, []).append(i)
+            else:
+                fresh.append(i)
+        budget = engine.budget_bytes(device)
+        jobs: list[tuple[list[int], list[list[int]], Past | None]] = []  # (the call's rows, what each feeds, cache)
+        for c, calls in kept.items():
+            chunk, rows = self.chunks[c], [where[keys[i]][1] for i in calls]
+            feed = [contexts[i][len(chunk.ids[r]):] for i, r in zip(calls, rows, strict=True)]
+            length = chunk.past.attn.shape[1] + max(len(f) for f in feed)
+            activations = engine.activations
+            if activations is not None and activations.bytes(len(calls), length, params.max_tokens) > budget:
+                fresh += calls  # a cache grown past the budget: these rows are re-encoded in chunks that fit
+                continue
+            jobs.append((calls, feed, chunk.past.select(torch.tensor(rows, device=device))))
+        fresh.sort()
+        spans = engine.chunks([contexts[i] for i in fresh], params.max_tokens, budget)
+        jobs += [(fresh[start:stop], [contexts[i] for i in fresh[start:stop]], None) for start, stop in spans]
+        self.chunks, decoded, order = [], [], []
+        with evaluating(engine.module):
+            for calls, feed, past in jobs:
+                gen = [] if params.temperature == 0 else [
+                    (torch.Generator(device=device).manual_seed(seeds[i]), slice(j, j + 1), 1, slice(0, 1))
+                    for j, i in enumerate(calls)]
+                out, after = engine._decode(feed, params, gen, with_entropy, device, past)
+                fed, sampled = out[2][:, : out[0].shape[1] - 1].sum(1).tolist(), out[0].tolist()
+                self.chunks.append(_Cached(after, [keys[i] for i in calls],
+                                           [contexts[i] + sampled[j][: fed[j]] for j, i in enumerate(calls)]))
+                decoded.append(out)
+                order += calls
+        self.synced = engine.synced
+        position = torch.empty(len(order), dtype=torch.long)
+        position[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
+        return engine._rollouts(contexts, 1, params, decoded, with_entropy, position)
+
+    def close(self) -> None:
+        """Free the caches (the episodes are played)."""
+        self.chunks = []
+
+
 class PyTorchEngine:
 
     @classmethod
@@ -172,6 +297,8 @@ class PyTorchEngine:
         self.source = module
         """The module sampled from: the trainer's own, or a copy of it the engine was given (`sync`)."""
         self.merged = MergedLora.of(module) if merge_lora else None
+        self.synced = 0
+        """How many `sync`s: a `Turns`' caches hold keys and values of the weights of one."""
         self.sync(module)
         self.worker: SamplerProcess | None = None
         """Where `sample` runs once sampling runs beside training on a CPU (`sample_beside_training`)."""
@@ -186,6 +313,7 @@ class PyTorchEngine:
         if policy is not self.source:
             copy_trainable(policy, self.source)
         self.module = self.merged.refresh() if self.merged is not None else self.source
+        self.synced += 1
         return 0
 
     def sleep(self) -> None:
@@ -238,30 +366,37 @@ class PyTorchEngine:
                              group_size, slice(first - p * group_size, last - p * group_size)))
             return gens
 
-        was_training = self.module.training
-        if was_training:
-            self.module.eval()
-        try:
-            chunks = [self._decode(rows[start:stop], params, chunk_gen(start, stop), with_entropy, device)
+        with evaluating(self.module):
+            chunks = [self._decode(rows[start:stop], params, chunk_gen(start, stop), with_entropy, device)[0]
                       for start, stop in self.chunks(rows, params.max_tokens, self.budget_bytes(device))]
-        finally:
-            if was_training:
-                self.module.train()
+        return self._rollouts(prompt_ids_P, group_size, params, chunks, with_entropy)
+
+    def _rollouts(self, prompt_ids_P: list[list[int]], group_size: int, params: SamplingParams,
+                  chunks: list[Decoded], with_entropy: bool, order: Tensor | None = None) -> Rollouts:
+        """The chunks' rows, in order (or in `order`, indices into the chunks' rows), as one `Rollouts`."""
         T = max(c[0].shape[1] for c in chunks)
 
         def cat(i: int, fill: float | int) -> Tensor:
-            return torch.cat([torch.nn.functional.pad(c[i], (0, T - c[i].shape[1]), value=fill) for c in chunks]).cpu()
+            out = torch.cat([torch.nn.functional.pad(c[i], (0, T - c[i].shape[1]), value=fill) for c in chunks])
+            return (out if order is None else out[order.to(out.device)]).cpu()
 
+        finished = torch.cat([c[3] for c in chunks])
         return Rollouts(
             prompt_ids_P=prompt_ids_P,
             group_size=group_size,
             tokens_PG_T=cat(0, self.pad_id),
             logprobs_PG_T=cat(1, 0.0),
             mask_PG_T=cat(2, False),
-            finished_PG=torch.cat([c[3] for c in chunks]).cpu(),
+            finished_PG=(finished if order is None else finished[order.to(finished.device)]).cpu(),
             temperature=params.temperature,
             entropy_PG_T=cat(4, 0.0) if with_entropy else None,
         )
+
+    def turn_sampler(self) -> Turns | None:
+        """A sampler of an episode batch's turns that keeps each episode's KV cache from one turn to the next
+        (module docstring "Turns"); None while sampling runs in the worker process (`sample_beside_training`):
+        the episode loop then samples every turn with `sample`, re-encoding the context."""
+        return None if self.worker is not None else Turns(self)
 
     def budget_bytes(self, device) -> int:
         """One chunk's activation budget (module docstring)."""
@@ -287,25 +422,28 @@ class PyTorchEngine:
         return [*spans, (start, len(rows))] if rows else []
 
     def _decode(
-        self, rows: list[list[int]], params: SamplingParams, gen: Generators, with_entropy: bool, device
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        self, rows: list[list[int]], params: SamplingParams, gen: Generators, with_entropy: bool, device,
+        past: Past | None = None,
+    ) -> tuple[Decoded, Past]:
+        """Decode `rows` (after `past`, a cache holding their earlier tokens, when given: then `rows` are the new
+        tokens only). Returns the sampled tensors and the cache as it stands after them (module docstring "Turns")."""
         N, L = len(rows), max(len(r) for r in rows)
-        input_ids = torch.full((N, L), self.pad_id, dtype=torch.long, device=device)
-        attn = torch.zeros((N, L), dtype=torch.long, device=device)
-        for i, r in enumerate(rows):
-            input_ids[i, L - len(r) :] = torch.tensor(r, device=device)
-            attn[i, L - len(r) :] = 1
+        input_ids = torch.tensor([[self.pad_id] * (L - len(r)) + r for r in rows], dtype=torch.long, device=device)
+        attn = torch.tensor([[0] * (L - len(r)) + [1] * len(r) for r in rows], dtype=torch.long, device=device)
         position = (attn.cumsum(-1) - 1).clamp(min=0)
+        if past is not None:
+            position = position + past.lengths[:, None]
+            attn = torch.cat([past.attn, attn], dim=1)
         eos = torch.tensor(self.eos_ids, device=device)
         finished = torch.zeros(N, dtype=torch.bool, device=device)
         tokens, logprobs, masks, entropies = [], [], [], []
-        cache = transformers.DynamicCache()
+        cache = past.cache if past is not None else transformers.DynamicCache()
         out = self.module(
             input_ids=input_ids, attention_mask=attn, position_ids=position, past_key_values=cache,
             use_cache=True, logits_to_keep=1,
         )
         next_pos = position[:, -1:] + 1
-        for _ in range(params.max_tokens):
+        for t in range(params.max_tokens):
             token, logp, entropy = draw(out.logits[:, -1].float(), params, gen, with_entropy)
             alive = ~finished
             token = torch.where(alive, token, self.pad_id)
@@ -314,9 +452,10 @@ class PyTorchEngine:
             masks.append(alive)
             entropies.append(torch.where(alive, entropy, 0.0) if with_entropy else logp)
             finished = finished | torch.isin(token, eos)
-            if bool(finished.all()):
-                break
-            attn = torch.cat([attn, torch.ones((N, 1), dtype=attn.dtype, device=device)], dim=1)
+            if t == params.max_tokens - 1 or bool(finished.all()):
+                break  # the last token is not fed: nothing is sampled after it
+            # a finished row's pad is fed with attention 0: the cache then holds its own tokens only
+            attn = torch.cat([attn, alive[:, None].to(attn.dtype)], dim=1)
             out = self.module(
                 input_ids=token[:, None], attention_mask=attn, position_ids=next_pos, past_key_values=cache,
                 use_cache=True,
@@ -324,29 +463,30 @@ class PyTorchEngine:
             next_pos = next_pos + 1
         if not tokens:  # max_tokens == 0 is rejected by validation; keep shapes sane anyway
             empty = torch.zeros((N, 0), device=device)
-            return empty.long(), empty, empty.bool(), finished, empty
-        return (
-            torch.stack(tokens, 1),
-            torch.stack(logprobs, 1),
-            torch.stack(masks, 1),
-            finished,
-            torch.stack(entropies, 1),
-        )
+            return (empty.long(), empty, empty.bool(), finished, empty), Past(cache, attn, position[:, -1] + 1)
+        decoded = (torch.stack(tokens, 1), torch.stack(logprobs, 1), torch.stack(masks, 1), finished,
+                   torch.stack(entropies, 1))
+        fed = decoded[2][:, : len(tokens) - 1]  # the sampled tokens fed back: every one but the last step's
+        return decoded, Past(cache, attn, position[:, -1] + 1 + fed.sum(1))
 
 
 def multinomial(probs_N_V: Tensor, gen: Generators) -> Tensor:
     """One draw per row, [N, 1], by the exponential race: argmax(p / E), E ~ Exp(1) (torch.multinomial's own rule
     for one draw, which it equals draw for draw). Each group's generator draws E for all its group_size rows at
     every step, also when the chunk holds only some of them, so that a row's draw at step t is the same whatever
-    the chunking."""
+    the chunking. The groups' draws go into one buffer and race in one division: per group, one `exponential_`."""
     if not bool(torch.isfinite(probs_N_V).all()):
         raise RuntimeError("probability tensor contains either inf or nan: the policy's logits are not finite")
-    picks = []
-    for g, rows, group_size, within in gen:
-        race = torch.empty((group_size, probs_N_V.shape[-1]), dtype=probs_N_V.dtype, device=probs_N_V.device)
-        race = race.exponential_(1, generator=g)[within]
-        picks.append((probs_N_V[rows] / race).argmax(-1, keepdim=True))
-    return torch.cat(picks)
+    race = torch.empty((sum(group_size for _, _, group_size, _ in gen), probs_N_V.shape[-1]),
+                       dtype=probs_N_V.dtype, device=probs_N_V.device)
+    rows, start = [], 0
+    for g, _, group_size, within in gen:
+        race[start : start + group_size].exponential_(1, generator=g)
+        rows.append(range(start + within.start, start + within.stop))
+        start += group_size
+    if start != sum(len(r) for r in rows):  # only some of a group's rows are the chunk's
+        race = race[torch.tensor([i for r in rows for i in r], device=race.device)]
+    return (probs_N_V / race).argmax(-1, keepdim=True)
 
 
 def draw(logits_N_V: Tensor, params: SamplingParams, gen: Generators, with_entropy: bool):

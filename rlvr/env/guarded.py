@@ -30,6 +30,11 @@ times out, the episode is ended and its thread abandoned: it keeps running whate
 the process exits (a daemon thread never holds up the exit), and what it returns is dropped. That costs one
 thread per hung call, which is the price of not killing the process; a game that hangs often shows as a high
 `env/timeout_frac` long before threads run out. Pure, quick code (the `guess` game) runs on the loop directly.
+
+Calls that never suspend. A call is first run directly (`started`) until it first awaits something that is not ready:
+an in-process game's `step` returns before that, and then costs no task and no timer (a timer could not have stopped
+it: the event loop had no turn). A call that suspends runs on under `asyncio.wait_for` with what is left of
+`step_timeout_s`. The episode loop gathers a turn's calls the same way (`gather_eagerly`).
 """
 
 from __future__ import annotations
@@ -39,9 +44,11 @@ import logging
 import math
 import queue
 import threading
-from collections.abc import Awaitable, Callable
+import time
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from rlvr.errors import ConfigError
 from rlvr.protocols import Environment, Episode
@@ -198,10 +205,14 @@ class GuardedEpisode:
         self.guard.record(kind, message)
         return self.ended
 
-    async def _bounded(self, what: str, call: Callable[[], Awaitable[T]]) -> tuple[T | None, Step | None]:
+    async def _bounded(self, what: str, call: Callable[[], Coroutine[Any, Any, T]]) -> tuple[T | None, Step | None]:
         timeout = self.guard.step_timeout_s
         try:
-            return await asyncio.wait_for(call(), timeout), None
+            t0 = time.monotonic()
+            done, outcome = started(call())
+            if done:  # it never gave the event loop a turn: no timer could have stopped it (module docstring)
+                return outcome, None
+            return await asyncio.wait_for(finish(outcome), max(0.0, timeout - (time.monotonic() - t0))), None
         except TimeoutError:
             return None, self.fail("timeout", f"{what} took more than env.step_timeout_s={timeout:g} s")
         except ConfigError:
@@ -286,6 +297,69 @@ class GuardedEpisode:
             await asyncio.wait_for(inner.close(), self.guard.step_timeout_s)
         except Exception as err:  # noqa: BLE001 - cleanup of a finished episode
             log.debug("env %s: close raised %s", type(self.guard.env).__name__, describe(err))
+
+
+def started(coro: Coroutine[Any, Any, T]) -> tuple[bool, Any]:
+    """Run `coro` here until it first suspends: (True, its result) when it returned without suspending (an
+    in-process game's step), else (False, the rest of it, for `finish`). What it raises is raised."""
+    try:
+        yielded = coro.send(None)
+    except StopIteration as stop:
+        return True, stop.value
+    return False, _rest(coro, yielded)
+
+
+@types.coroutine
+def _rest(coro: Coroutine[Any, Any, T], yielded: Any) -> Generator[Any, Any, T]:
+    """What `await coro` does from where `started` left it: hand what it yields to the event loop, and what the
+    loop sends or throws (a cancellation) back to it."""
+    while True:
+        try:
+            sent = yield yielded
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as err:  # noqa: BLE001 - thrown into the coroutine, as `await` would
+            try:
+                yielded = coro.throw(err)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                yielded = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value
+
+
+async def finish(rest: Generator[Any, Any, T]) -> T:
+    """The rest of a coroutine `started` returned unfinished, awaited (`_rest` is a generator-based coroutine)."""
+    return await cast(Awaitable[T], rest)
+
+
+async def gather_eagerly(coros: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+    """`asyncio.gather`'s results, in order, each coroutine first run here until it suspends (`started`): those that
+    finish without suspending (an in-process game's calls) cost no task, timer or turn of the event loop; the others
+    run on concurrently, as gather runs them. What one raises is raised (the others are closed)."""
+    coros = list(coros)
+    results: list[Any] = [None] * len(coros)
+    pending: dict[int, Generator[Any, Any, T]] = {}
+    try:
+        for i, coro in enumerate(coros):
+            done, outcome = started(coro)
+            if done:
+                results[i] = outcome
+            else:
+                pending[i] = outcome
+    except BaseException:
+        for coro in coros[i + 1 :]:
+            coro.close()
+        for rest in pending.values():
+            rest.close()
+        raise
+    if pending:
+        for i, value in zip(pending, await asyncio.gather(*(finish(r) for r in pending.values())), strict=True):
+            results[i] = value
+    return results
 
 
 def observation_problem(observation: Any, max_chars: int, may_be_none: bool) -> str | None:

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from rlvr.distributed import gather_played
+from rlvr.env.guarded import gather_eagerly
 from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import encode_prompts
 from rlvr.rollout.branch_probes import Probed, probe
@@ -221,12 +222,14 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
         """Every episode's call at once (at most `env.max_concurrent` in flight), timed together."""
         nonlocal env_seconds
         t0 = time.perf_counter()
-        out = await asyncio.gather(*(bounded(a) for a in awaitables))
+        out = await gather_eagerly(bounded(a) for a in awaitables)
         env_seconds += time.perf_counter() - t0
         return out
 
     episodes = [env.episode(example, seed) for example, seed in zip(examples, seeds, strict=True) for _ in range(G)]
     plays: list[_Play] = []
+    turns = engine.turn_sampler() if hasattr(engine, "turn_sampler") else None  # rlvr/protocols.py
+    observations = Observations(tokenizer)
     try:
         firsts = await timed(e.reset() for e in episodes)
         for group_index in range(len(examples)):
@@ -252,17 +255,17 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
             live = [p for p in live if not p.truncated]
             if not live:
                 break
-            sampled = engine.sample(contexts, 1, sampling, seeds=[sub_seed(p.seed, f"turn/{turn}") for p in live],
-                                    with_entropy=with_entropy)
+            seeds = [sub_seed(p.seed, f"turn/{turn}") for p in live]
+            if turns is not None:  # the engine keeps each episode's KV cache between its turns (keyed by episode)
+                sampled = turns.sample([id(p) for p in live], contexts, sampling, seeds, with_entropy)
+            else:
+                sampled = engine.sample(contexts, 1, sampling, seeds=seeds, with_entropy=with_entropy)
             actions = []
-            for i, p in enumerate(live):
+            for p, context, (ids, logprobs, entropy) in zip(live, contexts, action_lists(sampled), strict=True):
                 if branching is not None:  # s_k, before the environment sees the action
                     p.snapshots.append(p.episode.fork())
-                    p.contexts.append(contexts[i])
-                n = int(sampled.mask_PG_T[i].sum())
-                ids = sampled.tokens_PG_T[i, :n].tolist()
-                entropy = sampled.entropy_PG_T[i, :n].tolist() if sampled.entropy_PG_T is not None else [0.0] * n
-                p.append(ids, sampled.logprobs_PG_T[i, :n].tolist(), entropy, turn)
+                    p.contexts.append(context)
+                p.append(ids, logprobs, entropy, turn)
                 actions.append(tokenizer.decode(ids, skip_special_tokens=True))
                 p.actions_text.append(actions[-1])
                 p.transcript.append({"role": "policy", "text": actions[-1]})
@@ -274,10 +277,8 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
                 p.failed = p.failed or "error" in step.info
                 if not p.done and step.observation:
                     results = step.info.get("tool_results")
-                    ids = encode_observation(tokenizer, step.observation, p.tokens, results)
-                    blank = None if results is None else [""] * len(results)  # the template alone: ECHO's marker
-                    empty = encode_observation(tokenizer, "", p.tokens, blank)
-                    p.append(ids, [0.0] * len(ids), [0.0] * len(ids), -1, observation_body(ids, empty))
+                    ids, body = observations.encode(step.observation, p.tokens, results)
+                    p.append(ids, [0.0] * len(ids), [0.0] * len(ids), -1, body)
                     if p.view is not None and not p.view.extends(p.actions_text[-1], step.observation, results):
                         p.rewritten.append(turn)  # the next action follows the re-render: a new sequence
                         p.segments.append((len(p.tokens), p.view.ids()))
@@ -293,9 +294,11 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
             probed = [Probed(p.snapshots, p.contexts, p.actions_text, p.rewards, not (p.truncated or p.failed), p.seed)
                       for p in plays]
             branches = await probe(engine, tokenizer, probed, branching, max([1, *(len(p.rewards) for p in plays)]),
-                                   sampling, lambda calls: asyncio.gather(*(bounded(c) for c in calls)))
+                                   sampling, lambda calls: gather_eagerly(bounded(c) for c in calls))
             probe_seconds = time.perf_counter() - t0
     finally:
+        if turns is not None:
+            turns.close()
         await asyncio.gather(*(e.close() for p in plays for e in p.snapshots), *(e.close() for e in episodes),
                              return_exceptions=True)
     played = _pack(plays, examples, G, sampling.temperature, tokenizer.pad_token_id, with_entropy, env_seconds)
@@ -308,11 +311,9 @@ def _pack(plays: list[_Play], examples, G: int, temperature: float, pad_id: int,
     K = max([1, *(len(p.rewards) for p in plays)])
 
     def padded(lists: list[list], fill, dtype, width: int = T):
-        """[rows, width] with each list at the left of its row, `fill` after it."""
-        out = torch.full((rows, width), fill, dtype=dtype)
-        for r, values in enumerate(lists):
-            out[r, : len(values)] = torch.tensor(values, dtype=dtype)
-        return out
+        """[rows, width] with each list at the left of its row, `fill` after it (one tensor, not one per row)."""
+        out = torch.tensor([values + [fill] * (width - len(values)) for values in lists], dtype=dtype)
+        return out.view(rows, width)
 
     mask = padded([[True] * len(p.tokens) for p in plays], False, torch.bool)
     turn_rewards = padded([p.rewards for p in plays], math.nan, torch.float32, K)
@@ -359,6 +360,37 @@ EVAL_SEED_ROOT = 0x5EED
 def transcript_text(transcript: list[dict]) -> str:
     """An episode's turns after its prompt, as one text (`samples/`' completion, a reference-free reading)."""
     return "".join(turn["text"] for turn in transcript[1:])
+
+
+def action_lists(sampled: Rollouts) -> list[tuple[list[int], list[float], list[float]]]:
+    """Each row's sampled ids, logprobs and entropies (0.0 each without them) up to its mask's end, as lists: one
+    `tolist` per tensor for the whole turn."""
+    lengths = sampled.mask_PG_T.sum(1).tolist()
+    tokens, logprobs = sampled.tokens_PG_T.tolist(), sampled.logprobs_PG_T.tolist()
+    entropy = sampled.entropy_PG_T.tolist() if sampled.entropy_PG_T is not None else None
+    return [(tokens[i][:n], logprobs[i][:n], entropy[i][:n] if entropy is not None else [0.0] * n)
+            for i, n in enumerate(lengths)]
+
+
+class Observations:
+    """Observations' ids and body flags (`encode_observation`, rlvr/rollout/observation_body.py), each distinct one
+    encoded once per played batch: they depend on the text, the tool results and whether the row ends with the
+    end-of-turn token, nothing else."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.closing = end_of_turn_id(tokenizer) if getattr(tokenizer, "chat_template", None) else None
+        self.seen: dict[tuple, tuple[list[int], list[bool]]] = {}
+
+    def encode(self, observation: str, row: list[int], results: list[str] | None) -> tuple[list[int], list[bool]]:
+        closed = self.closing is not None and bool(row) and row[-1] == self.closing
+        key = (observation, None if results is None else tuple(results), closed)
+        if key not in self.seen:
+            ids = encode_observation(self.tokenizer, observation, row, results)
+            blank = None if results is None else [""] * len(results)  # the template alone: ECHO's marker
+            self.seen[key] = ids, observation_body(ids, encode_observation(self.tokenizer, "", row, blank))
+        ids, body = self.seen[key]
+        return list(ids), list(body)
 
 
 def encode_observation(tokenizer, observation: str, row: list[int], tool_results: list[str] | None = None

@@ -1,0 +1,145 @@
+"""engine=pytorch keeps each episode's KV cache between its turns (rlvr/engine/pytorch.py "Turns"): an optimisation of
+time, never of what is sampled. Played with the cache and with every turn re-encoded (the plain `Engine.sample` path
+an engine without `turn_sampler` takes), the same episodes sample the same token ids from the same seeds, and the
+log-probabilities and entropies agree to 1e-5 (float32; float summation order is all that differs: the cache's rows
+carry padding holes where re-encoding has none). Tested on the tiny model with an environment whose actions differ in
+length (some rows finish while others decode on, so the cache holds holes) and on env=guess, in chunks of a few rows
+and with a budget that forces re-encoding."""
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from test_episodes import TINY, guarded
+
+from rlvr.engine.pytorch import PyTorchEngine
+from rlvr.env.guarded import GuardedEnvironment
+from rlvr.env.guess import GuessEnvironment
+from rlvr.rollout.episodes import play
+from rlvr.types import Example, SamplingParams
+
+TOL = 1e-5
+"""float32 both ways; measured gaps ~1e-7."""
+EXAMPLES = [Example("12+34=", "46"), Example("7+8=", "15"), Example("3+3=", "6")]
+GUESS = GuessEnvironment(0, 9, 3, 32, 5.0, "=", "+", "=")
+
+
+@dataclass
+class Plain:
+    """The engine without `turn_sampler`: every turn one `sample` call on the whole context (what other engines do)."""
+
+    engine: PyTorchEngine
+
+    def sample(self, prompt_ids_P, group_size, params, seeds, with_entropy=False):
+        return self.engine.sample(prompt_ids_P, group_size, params, seeds, with_entropy)
+
+
+@pytest.fixture(scope="module")
+def model_tok():
+    return TINY.load(0)
+
+
+def engine_of(model, tok, **settings) -> PyTorchEngine:
+    return PyTorchEngine(model, [tok.eos_token_id], tok.pad_token_id, settings.pop("max_batch_rows", 256),
+                         merge_lora=False, **settings)
+
+
+def assert_same_episodes(cached, plain) -> None:
+    a, b = cached.rollouts, plain.rollouts
+    assert torch.equal(a.tokens_PG_T, b.tokens_PG_T) and torch.equal(a.mask_PG_T, b.mask_PG_T)
+    assert torch.equal(a.actions_PG_T, b.actions_PG_T) and torch.equal(a.turn_PG_T, b.turn_PG_T)
+    assert torch.equal(cached.rewards_P_G, plain.rewards_P_G) and torch.equal(cached.turns_PG, plain.turns_PG)
+    assert torch.allclose(a.logprobs_PG_T, b.logprobs_PG_T, atol=TOL, rtol=0)
+    assert a.entropy_PG_T is not None and b.entropy_PG_T is not None
+    assert torch.allclose(a.entropy_PG_T, b.entropy_PG_T, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("settings", [{}, {"max_batch_rows": 4}], ids=["one-chunk", "chunks-of-4"])
+def test_the_cache_samples_what_re_encoding_samples(model_tok, settings):
+    model, tok = model_tok
+    engine = engine_of(model, tok, **settings)
+    sampling = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=3)
+    env = guarded(max_turns=4, max_context_tokens=64)
+    args = (tok, env, EXAMPLES, 6, sampling, [5, 6, 7], [1, 2, 3], True)
+    cached, plain = play(engine, *args), play(Plain(engine), *args)
+    assert_same_episodes(cached, plain)
+    ro = cached.rollouts
+    assert int(cached.turns_PG.max()) >= 3  # later turns continued from the cache
+    lengths = {int((ro.actions_PG_T[r] & (ro.turn_PG_T[r] == k)).sum()) for r in range(18) for k in range(3)}
+    assert {1, 2, 3} <= lengths  # actions that ended early beside others: holes in the cache
+
+
+def test_guess_episodes_are_the_same_with_and_without_the_cache(model_tok):
+    model, tok = model_tok
+    engine = engine_of(model, tok)
+    env = GuardedEnvironment(GUESS)
+    for temperature, top_p in ((1.0, 1.0), (0.7, 0.9), (0.0, 1.0)):
+        sampling = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=2)
+        args = (tok, env, [Example("=", "")] * 6, 8, sampling, list(range(6)), list(range(10, 16)), True)
+        assert_same_episodes(play(engine, *args), play(Plain(engine), *args))
+
+
+def test_an_episode_draws_the_same_whichever_other_episodes_play(model_tok):
+    model, tok = model_tok
+    engine = engine_of(model, tok, max_batch_rows=3)
+    sampling = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=3)
+    env = guarded(max_turns=4, max_context_tokens=64)
+    together = play(engine, tok, env, EXAMPLES, 2, sampling, [5, 6, 7], [1, 2, 3]).rollouts
+    alone = play(engine, tok, env, EXAMPLES[1:2], 2, sampling, [6], [2]).rollouts
+    n = alone.tokens_PG_T.shape[1]
+    assert torch.equal(together.tokens_PG_T[2:4, :n], alone.tokens_PG_T)
+    assert torch.allclose(together.logprobs_PG_T[2:4, :n], alone.logprobs_PG_T, atol=TOL, rtol=0)
+
+
+def test_a_sync_drops_the_caches_and_a_context_that_does_not_extend_its_cache_is_re_encoded():
+    model, tok = TINY.load(0)  # its own: its weights change
+    engine = engine_of(model, tok)
+    greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=2)
+    turns = engine.turn_sampler()
+    assert turns is not None
+    first = turns.sample([0, 1], [[3, 4, 5], [6, 7]], greedy, [0, 0])
+    grown = [[3, 4, 5, *first.tokens_PG_T[0].tolist(), 12], [9, 9, 9, 9]]  # row 1: not its cache's extension
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    engine.sync(model)  # new weights: the keys and values the cache holds are stale
+    cached = turns.sample([0, 1], grown, greedy, [0, 0], with_entropy=True)
+    fresh = engine.sample(grown, 1, greedy, [0, 0], with_entropy=True)
+    assert torch.equal(cached.tokens_PG_T, fresh.tokens_PG_T)
+    assert torch.allclose(cached.logprobs_PG_T, fresh.logprobs_PG_T, atol=TOL, rtol=0)
+    turns.close()
+    assert turns.chunks == []
+
+
+def test_a_cache_grown_past_the_activation_budget_is_re_encoded(model_tok):
+    model, tok = model_tok
+    engine = engine_of(model, tok, max_batch_mb=0.05)  # ~2 rows of 8 positions: the grown cache does not fit
+    sampling = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=3)
+    turns = engine.turn_sampler()
+    assert turns is not None
+    contexts = [[3, 4, 5], [6, 7]]
+    first = turns.sample([0, 1], contexts, sampling, [1, 2])
+    assert len(turns.chunks) == 1
+    grown = [c + first.tokens_PG_T[i].tolist() + [12, 12, 12] for i, c in enumerate(contexts)]
+    cached = turns.sample([0, 1], grown, sampling, [3, 4], with_entropy=True)
+    assert len(turns.chunks) == 2  # re-encoded, a row a chunk
+    fresh = engine.sample(grown, 1, sampling, [3, 4], with_entropy=True)
+    assert torch.equal(cached.tokens_PG_T, fresh.tokens_PG_T)
+    assert torch.allclose(cached.logprobs_PG_T, fresh.logprobs_PG_T, atol=TOL, rtol=0)
+
+
+def test_sampling_in_the_worker_process_bypasses_the_cache(model_tok):
+    """trainer.off_policy_steps ≥ 1 on a CPU: sampling runs in a forked worker (rlvr/engine/sampler_process.py), which
+    the cache would not reach; the loop re-encodes each turn there, and plays the same episodes."""
+    model, tok = model_tok
+    engine = engine_of(model, tok)
+    sampling = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=3)
+    args = (tok, guarded(max_turns=3, max_context_tokens=64), EXAMPLES[:2], 3, sampling, [5, 6], [1, 2], True)
+    cached = play(engine, *args)
+    engine.sample_beside_training(True)
+    try:
+        assert engine.turn_sampler() is None
+        in_worker = play(engine, *args)
+    finally:
+        engine.sample_beside_training(False)
+    assert_same_episodes(cached, in_worker)
