@@ -4,7 +4,12 @@ retrain's warm-up is described in docs/predecessor.md#the-training-step.
 
 Each step draws `batch_size` demonstrations in the seeded order of rlvr/data/order.py, tokenizes
 `prompt + completion + EOS`, and minimises the mean cross-entropy over completion tokens (EOS
-included; prompt tokens are not supervised). Optimizer: AdamW with betas (0.9, 0.999), no weight decay,
+included; prompt tokens are not supervised). A multi-turn demonstration (an environment's game, `followups`)
+is encoded as the rollout loop encodes an episode (rlvr/rollout/episodes.py): the prompt as `encode_prompts` does,
+or shown with the tools' schemas when the tool harness marked it (`ToolPrompt`, rlvr/tools/harness.py); each
+observation as `encode_observation` does, a `ToolTurn` as a tool-role turn; only the actions (each + EOS) are
+supervised. So a demonstration that calls a tool trains the same tokens, in the same context, as an RL row
+that does (env=calculator). Optimizer: AdamW with betas (0.9, 0.999), no weight decay,
 constant `lr`.
 
 Deliberate differences from the predecessor: the warm-up has its own step counter and its own rows
@@ -37,6 +42,7 @@ from rlvr.data.order import batch_indices
 from rlvr.lazy import lazy_import
 from rlvr.model.base_folder import BASE_FILE, WEIGHTS, read_record, verify_weights
 from rlvr.model.prompt_encoding import encode_prompts
+from rlvr.tools.harness import ToolPrompt, ToolTurn
 from rlvr.types import Demonstration
 
 if TYPE_CHECKING:
@@ -63,14 +69,18 @@ class Warmup:
         Evaluation settings (data.eval_size, …) and the cache folder are not in it."""
         preset = (asdict(model_preset) if is_dataclass(model_preset) and not isinstance(model_preset, type)
                   else repr(model_preset))
-        preset = {k: v for k, v in preset.items() if k != "lora"} if isinstance(preset, dict) else preset
+        preset = ({k: v for k, v in preset.items() if k != "lora" and not (k == "chat_template" and v is None)}
+                  if isinstance(preset, dict) else preset)  # no template: the key a preset without one had
         h = hashlib.sha256()
         h.update(json.dumps([preset, self.steps, self.batch_size, self.lr, seed, torch.__version__,
                              torch.get_num_threads()], sort_keys=True).encode())
         for d in demos:
             h.update(f"{d.prompt}\x00{d.completion}\x01".encode())
+            if isinstance(d.prompt, ToolPrompt):
+                h.update(json.dumps(d.prompt.schemas, sort_keys=True).encode() + b"\x04")
             if d.followups:
                 h.update("\x02".join(d.followups).encode() + b"\x03")
+                h.update(bytes(isinstance(t, ToolTurn) for t in d.followups))
         return h.hexdigest()[:20]
 
     def run(
@@ -145,8 +155,9 @@ def stored_weights(folder: Path | None, key: str) -> Path | None:
 
 class _Encoded:
     """Each demonstration's `prompt + completion + EOS` ids and labels (−100 on the prompt; a multi-turn one goes
-    on with observation, action + EOS, …, observations −100 too), tokenized the first time a step draws it: a
-    step re-tokenizing its batch spent about 40% of the warm-up in the tokenizer."""
+    on with observation, action + EOS, …, observations −100 too, each encoded as the rollout loop does: module
+    docstring), tokenized the first time a step draws it: a step re-tokenizing its batch spent about 40% of the
+    warm-up in the tokenizer."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, demos: list[Demonstration]) -> None:
         self.tokenizer, self.demos = tokenizer, demos
@@ -154,13 +165,19 @@ class _Encoded:
 
     def row(self, i: int) -> tuple[Tensor, Tensor]:
         if i not in self._rows:
-            d = self.demos[i]
-            ids = encode_prompts(self.tokenizer, [d.prompt])[0]
+            from rlvr.rollout.episodes import encode_observation
+            from rlvr.tools.render import tool_prompt_ids
+
+            d, tokenizer = self.demos[i], self.tokenizer
+            ids = (tool_prompt_ids(tokenizer, d.prompt, d.prompt.schemas) if isinstance(d.prompt, ToolPrompt)
+                   else encode_prompts(tokenizer, [d.prompt])[0])
             labels = [-100] * len(ids)
             for k, text in enumerate((d.completion, *d.followups)):
-                piece = self.tokenizer.encode(text, add_special_tokens=False)
                 if k % 2 == 0:  # an action, ended by EOS, supervised
-                    piece = piece + [self.tokenizer.eos_token_id]
+                    piece = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+                else:
+                    piece = encode_observation(tokenizer, text, ids, text.results if isinstance(text, ToolTurn)
+                                               else None)
                 ids, labels = ids + piece, labels + (piece if k % 2 == 0 else [-100] * len(piece))
             self._rows[i] = (torch.tensor(ids), torch.tensor(labels))
         return self._rows[i]

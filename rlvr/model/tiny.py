@@ -2,9 +2,11 @@
 
 One builder serves `conf/model/tiny.yaml` and the tests. The tokenizer is a `tokenizers` WordLevel vocab
 (`<pad>`, `<eos>`, `<unk>`, then one entry per alphabet character) with a split-every-character
-pre-tokenizer and a Fuse decoder; it has no BOS and no chat template, so prompts are encoded as plain
-text. Llama (not Qwen2) because AutoTokenizer would swap a Qwen2 model's tokenizer for a byte-level one
-that silently drops characters: "1+2=3 ab" → "1+2=3ab" (docs/environment.md#transformers-5).
+pre-tokenizer and a Fuse decoder; it has no BOS. model=tiny has no chat template, so prompts are encoded as
+plain text; a preset may give one (`chat_template`, a Jinja text: model=tiny_tools shows tools and tool-role
+turns in a few characters, conf/model/tiny_tools.yaml). Llama (not Qwen2) because AutoTokenizer would swap a
+Qwen2 model's tokenizer for a byte-level one that silently drops characters: "1+2=3 ab" → "1+2=3ab"
+(docs/environment.md#transformers-5).
 """
 
 from __future__ import annotations
@@ -28,15 +30,17 @@ transformers = lazy_import("transformers")
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 
 
-def build_char_tokenizer(alphabet: str) -> PreTrainedTokenizerFast:
+def build_char_tokenizer(alphabet: str, chat_template: str | None = None) -> PreTrainedTokenizerFast:
     chars = list(dict.fromkeys(alphabet))  # keep order, drop repeats
     vocab = {tok: i for i, tok in enumerate([PAD, EOS, UNK, *chars])}
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab=vocab, unk_token=UNK))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Split(tokenizers.Regex(r"[\s\S]"), behavior="isolated")
     tok.decoder = tokenizers.decoders.Fuse()
-    return transformers.PreTrainedTokenizerFast(
+    tokenizer = transformers.PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK, padding_side="left"
     )
+    tokenizer.chat_template = chat_template
+    return tokenizer
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,8 @@ class TinyLlama:
     max_positions: int
     dtype: str
     lora: LoraSpec | None
+    chat_template: str | None = None
+    """A Jinja chat template for the tokenizer (None: prompts are plain text)."""
 
     @property
     def name(self) -> str:
@@ -64,11 +70,11 @@ class TinyLlama:
         check_dtype(self.dtype)
 
     def load_tokenizer(self) -> tuple[PreTrainedTokenizerFast, list[int]]:
-        tokenizer = build_char_tokenizer(self.alphabet)
+        tokenizer = build_char_tokenizer(self.alphabet, self.chat_template)
         return tokenizer, [tokenizer.eos_token_id]
 
     def load(self, seed: int) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
-        tokenizer = build_char_tokenizer(self.alphabet)
+        tokenizer = build_char_tokenizer(self.alphabet, self.chat_template)
         config = transformers.LlamaConfig(
             vocab_size=len(tokenizer),
             hidden_size=self.hidden_size,

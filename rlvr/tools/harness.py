@@ -8,6 +8,8 @@
       max_tool_calls: 2                           # per episode
       tool_timeout_s: 5.0                         # per call (default 10)
       tool_output_chars: 500                      # a result longer than this is cut (default 2000)
+      tool_call_format: hermes                    # how calls are written: hermes (default) | marker (parse.py)
+      tool_call_marker: "?"                       # the marker format's call marker (default "?")
 
 rlvr/run.py builds the environment from `env` less these keys (`rlvr.tools.TOOL_KEYS`) and wraps it in a
 `ToolEnvironment`. An action
@@ -30,6 +32,12 @@ episode takes at most `env.max_turns` answers plus `max_tool_calls` tool-calling
 `max_turns` is their sum, and its `step_timeout_s` (the guard's bound on one step, rlvr/env/guarded.py) is the
 wrapped one's plus `max_tool_calls × tool_timeout_s`, so a tool timing out never reads as the environment's.
 
+Warm-up. When the wrapped environment plays its own demonstrations (`demonstrations(count, seed)`, transcripts
+[prompt, action, observation, …], env=calculator), the harness marks them for the warm-up (rlvr/warmup.py) to
+encode as the rollout loop encodes episodes: the prompt as a `ToolPrompt` (shown with the tools' schemas) and each
+observation that follows an action holding a call (this harness's format) as a `ToolTurn` (a tool-role turn, the
+observation its one result).
+
 A failure of the tool or the call (outcomes other than "ok") is the policy's observation and counted in the
 `env/tool_*` metrics (docs/metrics.md); it never ends the episode. The episode still fails, as any does, when
 the results together are longer than the guard's `max_observation_chars`: keep `tool_output_chars` × the calls of
@@ -44,7 +52,7 @@ from typing import Any
 
 from rlvr.errors import ConfigError
 from rlvr.protocols import Environment, Episode
-from rlvr.tools.parse import ParsedCall, parse_tool_calls
+from rlvr.tools.parse import ParsedCall, call_parser
 from rlvr.tools.run import Outcome, run_call
 from rlvr.tools.schema import Tool, build_tools
 from rlvr.types import Example, Step
@@ -56,7 +64,7 @@ class ToolEnvironment:
     `demonstrations`."""
 
     def __init__(self, env: Environment, tools: list[Tool], max_tool_calls: int, tool_timeout_s: float = 10.0,
-                 tool_output_chars: int = 2000) -> None:
+                 tool_output_chars: int = 2000, tool_call_format: str = "hermes", tool_call_marker: str = "?") -> None:
         if not tools:
             raise ConfigError("invalid config:\n  env.tools is empty: list at least one tool, or leave env.tools out")
         if isinstance(max_tool_calls, bool) or not isinstance(max_tool_calls, int) or max_tool_calls < 1:
@@ -73,7 +81,19 @@ class ToolEnvironment:
         self.max_context_tokens = env.max_context_tokens
         self.step_timeout_s = env.step_timeout_s + max_tool_calls * tool_timeout_s
         self.max_concurrent: int | None = getattr(env, "max_concurrent", None)
-        self.demonstrations = getattr(env, "demonstrations", None)
+        self.parse = call_parser(tool_call_format, tool_call_marker, self.tool_schemas)
+        self.demonstrations = self._demonstrations if getattr(env, "demonstrations", None) else None
+
+    def _demonstrations(self, count: int, seed: int) -> list[list[str]]:
+        """The wrapped environment's demonstrations, marked for the warm-up (module docstring)."""
+        marked = []
+        for game in self.env.demonstrations(count, seed):  # type: ignore[attr-defined]
+            turns: list[str] = [ToolPrompt(game[0], self.tool_schemas)]
+            for k, text in enumerate(game[1:], 1):
+                calls = k % 2 == 0 and self.parse(game[k - 1])  # an observation after an action with a call
+                turns.append(ToolTurn(text, [text]) if calls else text)
+            marked.append(turns)
+        return marked
 
     def episode(self, example: Example, seed: int) -> ToolEpisode:
         return ToolEpisode(self, self.env.episode(example, seed))
@@ -97,8 +117,31 @@ def with_tools(env: Environment, settings: Mapping[str, Any]) -> Environment:
     clash = sorted({t.name for t in tools if sum(u.name == t.name for u in tools) > 1})
     if clash:
         raise ConfigError(f"invalid config:\n  env.tools: {clash} also name tools the environment offers itself")
+    optional = ("tool_timeout_s", "tool_output_chars", "tool_call_format", "tool_call_marker")
     return ToolEnvironment(env, tools, settings["max_tool_calls"],
-                           **{k: settings[k] for k in ("tool_timeout_s", "tool_output_chars") if k in settings})
+                           **{k: settings[k] for k in optional if k in settings})
+
+
+class ToolPrompt(str):
+    """A demonstration's prompt, shown with the tools' `schemas` (rlvr/tools/render.py's tool_prompt_ids)."""
+
+    schemas: list[dict]
+
+    def __new__(cls, text: str, schemas: list[dict]) -> ToolPrompt:
+        prompt = super().__new__(cls, text)
+        prompt.schemas = schemas
+        return prompt
+
+
+class ToolTurn(str):
+    """A demonstration's observation that is a tool-role turn with `results` (render.py's tool_turn_ids)."""
+
+    results: list[str]
+
+    def __new__(cls, text: str, results: list[str]) -> ToolTurn:
+        turn = super().__new__(cls, text)
+        turn.results = results
+        return turn
 
 
 @dataclass
@@ -112,7 +155,7 @@ class ToolEpisode:
         return await self.inner.reset()
 
     async def step(self, action: str) -> Step:
-        parsed = parse_tool_calls(action)
+        parsed = self.env.parse(action)
         budget = self.env.max_tool_calls - self.calls
         if not parsed or budget <= 0:
             step = await self.inner.step(action)

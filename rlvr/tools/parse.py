@@ -1,4 +1,5 @@
-"""The policy's tool calls in an action's text: the Hermes format Qwen2.5/Qwen3 templates ask for.
+"""The policy's tool calls in an action's text: the Hermes format Qwen2.5/Qwen3 templates ask for (the default),
+or a one-character marker for models too small to write JSON (`env.tool_call_format`, `call_parser`).
 
     <tool_call>
     {"name": "calculate", "arguments": {"expression": "123 + 456"}}
@@ -19,13 +20,26 @@ policy is told why (an observation) and the run counts it (`env/tool_malformed`)
 
 A `</tool_call>` with no open block is text, not a call. Whether the name is a tool and the arguments fit its
 schema is run.py's check, not the parser's.
+
+The marker format (`env.tool_call_format: marker`, `env.tool_call_marker`, default "?"; `MarkerCalls`) is for a
+policy that cannot write a JSON object in a few tokens (model=tiny_tools, whose context is 64 characters): the text
+after the action's first marker is the one argument of the one tool, e.g. with the calculator
+
+    ?123*45      → calculate(expression="123*45")
+
+It needs exactly one tool with exactly one required parameter, of type string (`call_parser` refuses anything
+else naming the keys). An action holds at most one call; text before the marker is not an answer, as text beside
+a Hermes block is not; a marker inside the argument is a call inside a call (problem "nested: …", not run).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from rlvr.errors import ConfigError
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _TAG = re.compile(r"</?tool_call>")
@@ -85,3 +99,43 @@ def _decode(inner: str) -> ParsedCall:
         return ParsedCall(call["name"], None, f"malformed: arguments must be a JSON object, not "
                           f"{type(arguments).__name__}", inner)
     return ParsedCall(call["name"], arguments, None, inner)
+
+
+FORMATS = ("hermes", "marker")
+
+
+@dataclass(frozen=True)
+class MarkerCalls:
+    """The marker format (module docstring): the text after `marker` is `parameter` of tool `tool`."""
+
+    marker: str
+    tool: str
+    parameter: str
+
+    def __call__(self, action: str) -> list[ParsedCall]:
+        start = action.find(self.marker)
+        if start < 0:
+            return []
+        argument = action[start + len(self.marker):]
+        if self.marker in argument:
+            return [ParsedCall(None, None, f"nested: a {self.marker!r} inside a tool call is not run", argument)]
+        return [ParsedCall(self.tool, {self.parameter: argument}, None, argument)]
+
+
+def call_parser(call_format: str, marker: str, schemas: list[dict]) -> Callable[[str], list[ParsedCall]]:
+    """The parser of `env.tool_call_format` for tools with `schemas`: `parse_tool_calls` for "hermes", a
+    `MarkerCalls` for "marker" (ConfigError unless there is one tool with one required string parameter)."""
+    if call_format == "hermes":
+        return parse_tool_calls
+    if call_format != "marker":
+        raise ConfigError(f"invalid config:\n  env.tool_call_format={call_format!r}: expected one of {list(FORMATS)}")
+    if not isinstance(marker, str) or not marker:
+        raise ConfigError(f"invalid config:\n  env.tool_call_marker={marker!r} must be a non-empty string")
+    functions = [s["function"] for s in schemas]
+    parameters = functions[0]["parameters"] if len(functions) == 1 else {}
+    required = parameters.get("required", [])
+    if len(functions) != 1 or len(required) != 1 or len(parameters.get("properties", {})) != 1 or \
+            parameters["properties"][required[0]].get("type") != "string":
+        raise ConfigError(f"invalid config:\n  env.tool_call_format=marker needs exactly one tool with exactly one "
+                          f"parameter, a required string; the tools are {[f['name'] for f in functions]}")
+    return MarkerCalls(marker, functions[0]["name"], required[0])
