@@ -294,7 +294,10 @@ class GuardedEpisode:
             return
         inner, self.inner = self.inner, None
         try:
-            await asyncio.wait_for(inner.close(), self.guard.step_timeout_s)
+            t0 = time.monotonic()
+            done, rest = started(inner.close())
+            if not done:
+                await asyncio.wait_for(finish(rest), max(0.0, self.guard.step_timeout_s - (time.monotonic() - t0)))
         except Exception as err:  # noqa: BLE001 - cleanup of a finished episode
             log.debug("env %s: close raised %s", type(self.guard.env).__name__, describe(err))
 

@@ -260,15 +260,15 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
                 sampled = turns.sample([id(p) for p in live], contexts, sampling, seeds, with_entropy)
             else:
                 sampled = engine.sample(contexts, 1, sampling, seeds=seeds, with_entropy=with_entropy)
-            actions = []
-            for p, context, (ids, logprobs, entropy) in zip(live, contexts, action_lists(sampled), strict=True):
+            rows = action_lists(sampled)
+            actions = tokenizer.batch_decode([ids for ids, _, _ in rows], skip_special_tokens=True)
+            for p, context, (ids, logprobs, entropy), action in zip(live, contexts, rows, actions, strict=True):
                 if branching is not None:  # s_k, before the environment sees the action
                     p.snapshots.append(p.episode.fork())
                     p.contexts.append(context)
                 p.append(ids, logprobs, entropy, turn)
-                actions.append(tokenizer.decode(ids, skip_special_tokens=True))
-                p.actions_text.append(actions[-1])
-                p.transcript.append({"role": "policy", "text": actions[-1]})
+                p.actions_text.append(action)
+                p.transcript.append({"role": "policy", "text": action})
             steps = await timed(p.episode.step(a) for p, a in zip(live, actions, strict=True))
             for p, step in zip(live, steps, strict=True):
                 p.rewards.append(float(step.reward))
@@ -299,8 +299,7 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
     finally:
         if turns is not None:
             turns.close()
-        await asyncio.gather(*(e.close() for p in plays for e in p.snapshots), *(e.close() for e in episodes),
-                             return_exceptions=True)
+        await gather_eagerly([*(e.close() for p in plays for e in p.snapshots), *(e.close() for e in episodes)])
     played = _pack(plays, examples, G, sampling.temperature, tokenizer.pad_token_id, with_entropy, env_seconds)
     return replace(played, branch_rewards_PG_K_B=branches, probe_seconds=probe_seconds)
 
