@@ -141,15 +141,7 @@ class SGLangEngine(OpenAIEngine):
         seeds: Sequence[int],
         with_entropy: bool = False,
     ) -> Rollouts:
-        if with_entropy:
-            raise ValueError("engine=sglang cannot give full-distribution entropy")
-        seeds = group_seeds(seeds, len(prompt_ids_P))
-        self._check_logprobs_available(params)
-        bodies = [self._body(ids, 1, params, (seeds[p] + g) % 2**63)
-                  for p, ids in enumerate(prompt_ids_P) for g in range(group_size)]
-        replies = outside_running_loop(self.client.post_all_json, "completions", bodies)
-        rows = [row for reply in replies for row in self._read_choices(reply, 1, params.temperature > 0)]
-        return rollouts_from_rows(prompt_ids_P, group_size, rows, self.pad_id, self.eos_ids, params.temperature)
+        return sample_per_request(self, "engine=sglang", prompt_ids_P, group_size, params, seeds, with_entropy)
 
     def _check_logprobs_available(self, params: SamplingParams) -> None:
         if self.logprobs_mode == "raw_logprobs" and params.temperature > 0 and abs(params.temperature - 1) > 1e-6:
@@ -236,3 +228,18 @@ class SGLangEngine(OpenAIEngine):
             self.served = self.model
         if self._cleanup is not None:
             self._cleanup()
+
+
+def sample_per_request(engine: OpenAIEngine, name: str, prompt_ids_P: list[list[int]], group_size: int,
+                       params: SamplingParams, seeds: Sequence[int], with_entropy: bool) -> Rollouts:
+    """`engine.sample` for a server where each sample is its own completions request (n = 1): sample g of prompt p
+    seeded s_p + g, rows in order p·G + g (engine=sglang, engine=max)."""
+    if with_entropy:
+        raise ValueError(f"{name} cannot give full-distribution entropy")
+    seeds = group_seeds(seeds, len(prompt_ids_P))
+    engine._check_logprobs_available(params)
+    bodies = [engine._body(ids, 1, params, (seeds[p] + g) % 2**63)
+              for p, ids in enumerate(prompt_ids_P) for g in range(group_size)]
+    replies = outside_running_loop(engine.client.post_all_json, "completions", bodies)
+    rows = [row for reply in replies for row in engine._read_choices(reply, 1, params.temperature > 0)]
+    return rollouts_from_rows(prompt_ids_P, group_size, rows, engine.pad_id, engine.eos_ids, params.temperature)
