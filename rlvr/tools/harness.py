@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from rlvr.errors import ConfigError
 from rlvr.protocols import Environment, Episode
@@ -122,26 +122,29 @@ def with_tools(env: Environment, settings: Mapping[str, Any]) -> Environment:
                            **{k: settings[k] for k in optional if k in settings})
 
 
-class ToolPrompt(str):
+class _Marked(str):
+    """A demonstration's text that carries what the warm-up needs to encode it, under the subclass's `field`."""
+
+    field = ""
+
+    def __new__(cls, text: str, value: list) -> Self:
+        marked = super().__new__(cls, text)
+        setattr(marked, cls.field, value)
+        return marked
+
+
+class ToolPrompt(_Marked):
     """A demonstration's prompt, shown with the tools' `schemas` (rlvr/tools/render.py's tool_prompt_ids)."""
 
+    field = "schemas"
     schemas: list[dict]
 
-    def __new__(cls, text: str, schemas: list[dict]) -> ToolPrompt:
-        prompt = super().__new__(cls, text)
-        prompt.schemas = schemas
-        return prompt
 
-
-class ToolTurn(str):
+class ToolTurn(_Marked):
     """A demonstration's observation that is a tool-role turn with `results` (render.py's tool_turn_ids)."""
 
+    field = "results"
     results: list[str]
-
-    def __new__(cls, text: str, results: list[str]) -> ToolTurn:
-        turn = super().__new__(cls, text)
-        turn.results = results
-        return turn
 
 
 @dataclass
