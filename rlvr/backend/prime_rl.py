@@ -87,7 +87,7 @@ from typing import Any
 
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.errors import ConfigError
-from rlvr.protocols import Needs
+from rlvr.protocols import Finding, Needs
 from rlvr.requirements import Setting
 from rlvr.types import LoraSpec, TrainBatch
 
@@ -351,6 +351,24 @@ def trainer_loss(metrics_file: Path, step: int) -> float | None:
     return found
 
 
+@dataclass(frozen=True)
+class TrainerBroadcasts:
+    """`rlvr doctor`: the PRIME-RL trainer has broadcast weights into `output_dir` (it does at start: step 0)."""
+
+    output_dir: str
+    item: str = "prime-rl trainer"
+    at_start: bool = False
+
+    def check(self) -> Finding:
+        steps = sorted(int(p.parent.name.removeprefix("step_")) for p in
+                       broadcast_dir(Path(self.output_dir)).glob("step_*/STABLE") if p.parent.name[5:].isdigit())
+        if not steps:
+            return Finding("missing", f"no broadcasts/step_*/STABLE under {self.output_dir}: start the PRIME-RL "
+                                      "trainer with this output_dir and rollout_transport.type = \"filesystem\" (it "
+                                      "broadcasts step 0 at start)")
+        return Finding("ok", f"{self.output_dir}: the trainer has broadcast step {steps[-1]}")
+
+
 class PrimeRLBackend:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
@@ -363,6 +381,7 @@ class PrimeRLBackend:
                 Setting("backend.transport", transport in TRANSPORTS, f"backend.transport={transport!r}: only "
                         "filesystem is built (the trainer's rollout_transport.type = \"filesystem\"); PRIME-RL's zmq "
                         "transport is not"),
+                *((TrainerBroadcasts(settings["output_dir"]),) if settings["output_dir"] else ()),
             ),
         )
 
@@ -381,7 +400,8 @@ class PrimeRLBackend:
         metrics_wait_s: float,
     ) -> None:
         settings = {"output_dir": output_dir, "transport": transport}
-        problems = [f.detail for r in self.needs(settings).machine if (f := r.check()).status == "missing"]
+        at_start = [r for r in self.needs(settings).machine if r.at_start]  # not the doctor's trainer check
+        problems = [f.detail for r in at_start if (f := r.check()).status == "missing"]
         rules = [("data_world_size", data_world_size, data_world_size >= 1, ">= 1 (the trainer's data ranks)"),
                  ("seq_len", seq_len, seq_len >= 1, ">= 1"),
                  ("pad_to_multiple_of", pad_to_multiple_of, pad_to_multiple_of >= 1, ">= 1"),

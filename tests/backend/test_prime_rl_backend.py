@@ -26,7 +26,7 @@ from openai_compatible_server import OpenAICompatibleServer, _json
 
 from composing import FAST, MIXED, compose_config
 from rlvr.algorithm.loss import PolicyLoss
-from rlvr.backend.prime_rl import PrimeRLBackend, TrainerTimeout, msgpack, pack, samples_of
+from rlvr.backend.prime_rl import PrimeRLBackend, TrainerBroadcasts, TrainerTimeout, msgpack, pack, samples_of
 from rlvr.engine.openai import PolicySyncError
 from rlvr.engine.prime_rl import PrimeRLEngine
 from rlvr.errors import ConfigError
@@ -274,7 +274,7 @@ def test_the_engine_loads_each_broadcast_after_its_marker_and_samples_from_it(tm
                                                              ("/resume", None, False)]]
     asked = [r["body"] for r in server.requests if r["path"] == "/v1/completions"]
     assert [a["model"] for a in asked] == ["rlvr-lora" if lora else "policy"] * 2
-    assert [a["prompt"] for a in asked] == [[3, 4, 5], [6]] and [a["n"] for a in asked] == [2, 2]
+    assert sorted(a["prompt"] for a in asked) == [[3, 4, 5], [6]] and [a["n"] for a in asked] == [2, 2]  # concurrent
     assert rollouts.tokens_PG_T.shape == (4, 3) and bool(rollouts.finished_PG.all())
     assert rollouts.logprobs_PG_T[0].tolist() == [-0.5, -1.0, -0.25]
 
@@ -306,6 +306,17 @@ def test_without_the_trainers_file_monitor_the_loss_is_nan_and_a_step_with_no_cr
         assert b.train_step(batch, IS, 1e-5)["loss"] != b.train_step(batch, IS, 1e-5)["loss"]  # NaN ≠ NaN
         stats = b.train_step(TrainBatch(batch.rollouts, torch.zeros_like(batch.adv_PG_T)), IS, 1e-5)
     assert stats["prime_rl/samples"] == 0 and b.policy.version == 2 and sorted(trainer.received) == [1, 2]
+
+
+def test_the_doctor_says_whether_the_trainer_has_broadcast(tmp_path):
+    doctor_line = TrainerBroadcasts(str(tmp_path))
+    assert doctor_line.check().status == "missing" and "start the PRIME-RL trainer" in doctor_line.check().detail
+    backend(tmp_path)  # construction does not wait for the trainer (the doctor's check is not made at start)
+    with FakeTrainer(tmp_path):
+        deadline = time.monotonic() + 5
+        while doctor_line.check().status == "missing" and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert doctor_line.check().detail.endswith("the trainer has broadcast step 0")
 
 
 def test_save_and_load_carry_the_step_count(tmp_path):
