@@ -1,6 +1,6 @@
 """Episodes against single turns, side by side: rows trained per second by `env=guess` and by the default task.
 
-    .venv/bin/python -m bench.episodes                      # from the repository root; ~2 min on 2 cores
+    .venv/bin/python -m bench.episodes                      # from the repository root; ~1 min on 2 cores
     .venv/bin/python -m bench.episodes --steps 40 --profile
 
 Two trainers in one process, each composed from conf/ as `python train.py` composes it, with 128 rows a step:
@@ -14,6 +14,21 @@ shared machine the CPU time is the steadier: one thread, so it is the step's own
 sampling and scoring time from the step's row, and the ratio guess / single of each (issue 26's goal: ≥ 0.9).
 `--profile` also prints the top of a cProfile of the guess side's measured steps. The load average before and
 after is printed.
+
+Measured on the shared 2-core machine, 2026-12-04, default arguments (40 steps a side, ~50 s), load average ~7:
+  before (62e481b: every turn re-encoded, a task and a timer per environment call, per-row bookkeeping)
+    single 455 rows/s, guess 242 rows/s: 0.53× (CPU time 0.52×); guess's median step 0.508 s, of which
+    sampling 0.260 s and the environment 0.029 s (single: 0.275 s, sampling 0.106 s)
+  after (each episode's KV cache kept between turns, calls that never suspend run without a task or timer, one
+  tolist and one tensor per turn and per field)
+    single 440 rows/s, guess 325 rows/s: 0.74× (CPU time 0.74×); guess's median step 0.374 s, sampling 0.143 s,
+    the environment 0.006 s (single: 0.275 s, sampling 0.105 s)
+  Short of issue 26's 0.9×. What is left: sampling 0.04 s a step more than single's (three turns are six forwards
+  of the model, a decode each turn; 128 generators a turn, one per episode, where single draws from 16) and the
+  rest of the step 0.055 s more: training, which the rollout loop does not touch (the guess rows carry ~500 action
+  tokens a step with a non-zero advantage against single's ~210, whose groups tie more often: the step rows'
+  `rl/nonzero_advantage_action_tokens`, and `train_time_s` ~0.20 s against ~0.13 s). Equal sampling would give
+  ~0.82×.
 """
 
 from __future__ import annotations
