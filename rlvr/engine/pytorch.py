@@ -437,7 +437,8 @@ class PyTorchEngine:
         eos = torch.tensor(self.eos_ids, device=device)
         finished = torch.zeros(N, dtype=torch.bool, device=device)
         tokens, logprobs, masks, entropies = [], [], [], []
-        cache = past.cache if past is not None else transformers.DynamicCache()
+        # with the config: a model whose layers keep other state than keys and values (Qwen3.5's linear attention)
+        cache = past.cache if past is not None else transformers.DynamicCache(config=self.module.config)
         out = self.module(
             input_ids=input_ids, attention_mask=attn, position_ids=position, past_key_values=cache,
             use_cache=True, logits_to_keep=1,

@@ -94,8 +94,9 @@ def check_sync(engine: Engine, module: nn.Module, eos_ids: list[int], tokens: in
 
 def probe_prompts(module: nn.Module, eos_ids: list[int]) -> list[list[int]]:
     """Two fixed prompts of 4 token ids from the first min(V, 256) ids, no EOS among them."""
-    # a Hugging Face model (under LoRA, PEFT's PeftModel passes `config` through to the one it wraps)
-    vocab = min(int(cast("PreTrainedModel", module).config.vocab_size), 256)
+    # a Hugging Face model (under LoRA, PEFT's PeftModel passes `config` through to the one it wraps); a multimodal
+    # one (Gemma 4) keeps the vocabulary in its text config
+    vocab = min(int(cast("PreTrainedModel", module).config.get_text_config().vocab_size), 256)
     allowed = torch.tensor([t for t in range(vocab) if t not in eos_ids])
     gen = torch.Generator().manual_seed(PROBE_SEED)
     return [allowed[torch.randint(len(allowed), (4,), generator=gen)].tolist() for _ in range(2)]
