@@ -60,8 +60,8 @@ from rlvr.types import Example, Step
 
 class ToolEnvironment:
     """`env`'s episodes with tools (module docstring). Has `max_turns`, `max_context_tokens`, `step_timeout_s`
-    (widened as described), `tool_schemas` (for the prompt), and the wrapped one's `max_concurrent` and
-    `demonstrations`."""
+    (widened as described), `tool_schemas` (for the prompt), `parse` (the `tool_call_format`'s parser), the wrapped
+    one's `max_concurrent`, and its `demonstrations` marked for the warm-up (module docstring)."""
 
     def __init__(self, env: Environment, tools: list[Tool], max_tool_calls: int, tool_timeout_s: float = 10.0,
                  tool_output_chars: int = 2000, tool_call_format: str = "hermes", tool_call_marker: str = "?") -> None:
