@@ -18,9 +18,10 @@ after a step, so this waits only at start, for the trainer's step-0 broadcast), 
                    (PRIME-RL's wrapper reloads the same name in place); sampling then asks for that name
 
 `{root}` is `base_url` without `/v1`. A step already loaded is not loaded again (an evaluation right after a step
-syncs the same version). A refused update (a 4xx, or a 5xx after `retries`) stops the run with the server's answer;
-`/update_weights` is sent once (PRIME-RL retries it, but a second load of the same folder is what a retry would do,
-and rlvr's client retries it on 5xx and connection errors only). `sync` writes nothing itself: 0 bytes.
+syncs the same version). Admin requests are retried as every request is (`engine.retries`: connection errors,
+timeouts, 429, 5xx; PRIME-RL's own client retries them too); a refused update (a 4xx, or a 5xx after the retries)
+stops the run with the server's answer, and `/resume` is still sent after a failed `/update_weights`. `sync`
+writes nothing itself: 0 bytes.
 
 `connect` checks that `GET {base_url}/models` lists `engine.model` (a clear error naming the URL when the server is
 not answering), then loads the trainer's step-0 broadcast. There is no logprob probe against a local policy (there
