@@ -101,7 +101,8 @@ def merged(module, checkpoint: Path):
     if result.unexpected_keys or missing:
         raise CliError(f"{checkpoint}: the adapter does not fit the run's base model (unexpected "
                        f"{result.unexpected_keys[:3]}, missing {missing[:3]})")
-    targets = ", ".join(sorted(config.target_modules))
+    modules = config.target_modules  # a list of suffixes, or one pattern (rlvr.model.lora.TextOnlyLora)
+    targets = modules if isinstance(modules, str) else ", ".join(sorted(modules))
     return model.merge_and_unload(safe_merge=True), f"LoRA r={config.r}, alpha={config.lora_alpha} ({targets}) merged"
 
 
