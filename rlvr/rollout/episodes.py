@@ -19,10 +19,14 @@ samples every live episode of the batch in one `Engine.sample` call, each episod
     its turn k's seed     = sub_seed(episode seed, "turn/<k>")
 
 so an episode's actions depend on its own seeds and the weights alone, not on which other episodes are still
-playing, nor on how many processes share the step. The turn's environments are then stepped concurrently (at
-most `env.max_concurrent` calls in flight, for a server with a session limit). An episode ends when the
-environment says done, or is truncated (kept, marked) when it has taken `max_turns` actions or its next turn
-could not fit in `max_context_tokens` (context plus `max_tokens` new ones). Its reward is the sum of its turns' rewards.
+playing, nor on how many processes share the step. An engine with a `turn_sampler` (engine=pytorch) samples the
+turn instead through it, which keeps each episode's KV cache from its last turn and feeds only what the context
+adds: the same draws and ids, the log-probabilities to float summation order (rlvr/engine/pytorch.py "Turns").
+The turn's environments are then stepped concurrently (at most `env.max_concurrent` calls in flight, for a server
+with a session limit; a call that never suspends, an in-process game's, is simply run: rlvr/env/guarded.py).
+An episode ends when the environment says done, or is truncated (kept, marked) when it has taken `max_turns`
+actions or its next turn could not fit in `max_context_tokens` (context plus `max_tokens` new ones). Its reward
+is the sum of its turns' rewards.
 
 With `branching` (turn_credit=tl_grpo), each episode is forked before every action (the state s_k) and, once
 the batch is played, rlvr/rollout/branch_probes.py tries alternatives on those forks: `Played.branch_rewards_PG_K_B`.
