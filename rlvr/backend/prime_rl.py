@@ -66,7 +66,8 @@ the adapter, which the engine loads by name); rlvr cannot set PRIME-RL's model.
 
 Checkpoints: `save` writes `prime_rl_state.json` (the step count and output_dir); the weights and optimizer are
 the PRIME-RL trainer's checkpoints (`ckpt.interval`), so a resumed rlvr run needs the trainer resumed at the same
-step (`--resume.step N`); `load` checks that `broadcasts/step_N/STABLE` is there or says so.
+step (`--resume.step N`), whose startup broadcast of step N the engine loads; `load` warns when
+`broadcasts/step_N/STABLE` is not there yet.
 
 Not run here: the `prime-rl` package is not on the package index and needs CUDA; the tests
 (tests/backend/test_prime_rl_backend.py) decode the files with PRIME-RL's own struct definitions (msgspec) and play
@@ -80,7 +81,7 @@ import logging
 import os
 import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -322,18 +323,25 @@ class TrainerTimeout(RuntimeError):
     """The PRIME-RL trainer did not mark a step's weights ready in time."""
 
 
-def wait_for_marker(marker: Path, timeout_s: float, poll_s: float, what: str) -> float:
-    """Wait until `marker` exists; the seconds waited. TrainerTimeout naming it past `timeout_s`."""
+def wait_for_marker(marker: Path | Callable[[], bool], timeout_s: float, poll_s: float, what: str) -> float:
+    """Wait until `marker` exists (or returns True); the seconds waited. TrainerTimeout naming `what` past
+    `timeout_s`."""
     t0 = time.perf_counter()
-    while not marker.exists():
+    while not (marker.exists() if isinstance(marker, Path) else marker()):
         if time.perf_counter() - t0 > timeout_s:
             raise TrainerTimeout(
-                f"{what}: {marker} did not appear within {timeout_s:g} s. Is the PRIME-RL trainer running with "
-                f"output_dir={marker.parents[2]}, weight_broadcast.type = \"filesystem\" and rollout_transport.type = "
-                "\"filesystem\" (its log says why it stopped)?"
+                f"{what}{f': {marker}' if isinstance(marker, Path) else ''} did not appear within {timeout_s:g} s. "
+                "Is the PRIME-RL trainer running with this output_dir, weight_broadcast.type = \"filesystem\" and "
+                "rollout_transport.type = \"filesystem\" (its log says why it stopped)?"
             )
         time.sleep(poll_s)
     return time.perf_counter() - t0
+
+
+def newest_broadcast(folder: Path) -> int | None:
+    """The newest step under `folder` (a `broadcasts/`) whose weights are marked STABLE; None if none is."""
+    steps = [int(p.parent.name[5:]) for p in folder.glob("step_*/STABLE") if p.parent.name[5:].isdigit()]
+    return max(steps, default=None)
 
 
 def trainer_loss(metrics_file: Path, step: int) -> float | None:
@@ -360,13 +368,12 @@ class TrainerBroadcasts:
     at_start: bool = False
 
     def check(self) -> Finding:
-        steps = sorted(int(p.parent.name.removeprefix("step_")) for p in
-                       broadcast_dir(Path(self.output_dir)).glob("step_*/STABLE") if p.parent.name[5:].isdigit())
-        if not steps:
+        newest = newest_broadcast(broadcast_dir(Path(self.output_dir)))
+        if newest is None:
             return Finding("missing", f"no broadcasts/step_*/STABLE under {self.output_dir}: start the PRIME-RL "
                                       "trainer with this output_dir and rollout_transport.type = \"filesystem\" (it "
                                       "broadcasts step 0 at start)")
-        return Finding("ok", f"{self.output_dir}: the trainer has broadcast step {steps[-1]}")
+        return Finding("ok", f"{self.output_dir}: the trainer has broadcast step {newest}")
 
 
 class PrimeRLBackend:

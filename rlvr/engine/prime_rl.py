@@ -10,7 +10,7 @@ raw_logprobs, needs temperature 1).
 Weight sync, as PRIME-RL's orchestrator does it (src/prime_rl/orchestrator/watcher.py and utils/client.py
 `update_weights`): `sync(policy)` takes the backend's `PrimeRLPolicy` (a step n), waits for
 `{output_dir}/broadcasts/step_{n}/STABLE` (at most `sync_timeout_s`; `backend=prime_rl` has already waited for it
-after a step, so this waits only at start, for the trainer's step-0 broadcast), then
+after a step), then
 
     full weights:  POST {root}/pause  →  POST {root}/update_weights {"weight_dir": <the step folder>}
                    →  POST {root}/resume   (resume also when the update failed)
@@ -24,9 +24,10 @@ stops the run with the server's answer, and `/resume` is still sent after a fail
 writes nothing itself: 0 bytes.
 
 `connect` checks that `GET {base_url}/models` lists `engine.model` (a clear error naming the URL when the server is
-not answering), then loads the trainer's step-0 broadcast. There is no logprob probe against a local policy (there
-is none here: the policy is the trainer's); PRIME-RL's trainer reports the mismatch itself (`mismatch_kl`).
-No entropy (`needs` do not provide it).
+not answering), then waits for the trainer's startup broadcast and loads the newest one marked STABLE: step 0, or
+the step a resumed trainer restarts from (rlvr's resume then syncs that same step, which is not sent twice). There
+is no logprob probe against a local policy (there is none here: the policy is the trainer's); PRIME-RL's trainer
+reports the mismatch itself (`mismatch_kl`). No entropy (`needs` do not provide it).
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from rlvr.backend.prime_rl import PrimeRLPolicy, wait_for_marker
+from rlvr.backend.prime_rl import PrimeRLPolicy, broadcast_dir, newest_broadcast, wait_for_marker
 from rlvr.engine.openai import LOGPROBS_MODES, OpenAIEngine, PolicySyncError, ServerServes
 from rlvr.errors import ConfigError
 from rlvr.openai_api import OpenAIClient, ServerError, excerpt
@@ -114,13 +116,19 @@ class PrimeRLEngine(OpenAIEngine):
         return f"PrimeRLEngine(model={self.model!r}, base_url={self.base_url!r})"
 
     def connect(self) -> None:
-        """Check that the server lists `model`, then load the trainer's current broadcast (step 0 at start)."""
+        """Check that the server lists `model`, then load the trainer's newest broadcast: its startup one (step 0, or
+        the step a resumed trainer restarts from: rlvr's resume then syncs that same step, which is not sent again)."""
         try:
             self.max_model_len = self._check_model_listed()
         except ServerError as err:
             raise ServerError(f"engine=prime_rl: PRIME-RL's inference server at {self.base_url} is not answering "
                               f"(start it with `uv run inference …` and set engine.base_url): {err}") from err
-        self.sync(self.policy)
+        folder = broadcast_dir(self.policy.output_dir)
+        wait_for_marker(lambda: newest_broadcast(folder) is not None, self.sync_timeout_s, self.poll_s,
+                        f"engine=prime_rl: the trainer's startup broadcast ({folder}/step_*/STABLE)")
+        newest = newest_broadcast(folder)
+        assert newest is not None  # waited for just above
+        self.sync(replace(self.policy, version=newest))
 
     def sync(self, policy: PrimeRLPolicy) -> int:  # type: ignore[override]
         """Serve `policy`'s broadcast (waiting for its STABLE marker first); 0 bytes written here."""

@@ -291,7 +291,8 @@ def test_an_unreachable_server_or_trainer_is_a_clear_error(tmp_path):
     b = backend(tmp_path, step_timeout_s=0.2)
     with pytest.raises(ServerError, match="PRIME-RL's inference server at http://127.0.0.1:9/v1 is not answering"):
         engine(b.policy, "http://127.0.0.1:9/v1").connect()
-    with PrimeInferenceServer() as server, pytest.raises(TrainerTimeout, match="step_0/STABLE did not appear"):
+    with PrimeInferenceServer() as server, pytest.raises(TrainerTimeout, match=r"startup broadcast \(.*/broadcasts/"
+                                                                                 r"step_\*/STABLE\) did not appear"):
         engine(b.policy, server.base_url, sync_timeout_s=0.2).connect()
     with pytest.raises(TrainerTimeout, match=r"step 1: .*broadcasts/step_1/STABLE did not appear within 0.2 s. Is "
                                              "the PRIME-RL trainer running"):
@@ -319,14 +320,23 @@ def test_the_doctor_says_whether_the_trainer_has_broadcast(tmp_path):
     assert doctor_line.check().detail.endswith("the trainer has broadcast step 0")
 
 
-def test_save_and_load_carry_the_step_count(tmp_path):
+def test_a_resumed_run_serves_the_step_the_resumed_trainer_broadcasts_once(tmp_path):
+    """rlvr resumes at step 2 beside a PRIME-RL trainer resumed from its step-2 checkpoint, which broadcasts v2 at
+    start (step_0 is there too, from the first launch): the engine loads step 2 once."""
     b = backend(tmp_path / "prime")
     with FakeTrainer(tmp_path / "prime"):
         b.train_step(known_batch(), IS, 1e-5)
+        b.train_step(known_batch(), IS, 1e-5)
     b.save(tmp_path / "ckpt")
-    fresh = backend(tmp_path / "prime")
-    fresh.load(tmp_path / "ckpt")
-    assert fresh.policy == b.policy and fresh.policy.version == 1
+    fresh = backend(tmp_path / "prime")  # what a resumed run builds, before it loads the checkpoint
+    with PrimeInferenceServer() as server:
+        e = engine(fresh.policy, server.base_url)
+        e.connect()
+        fresh.load(tmp_path / "ckpt")
+        e.sync(fresh.policy)
+    assert fresh.policy == b.policy and fresh.policy.version == 2
+    assert [body["weight_dir"] for route, body, _ in server.admin if route == "/update_weights"] == [
+        str(tmp_path / "prime" / "broadcasts" / "step_2")]
 
 
 PRIME = ["backend=prime_rl", "trainer.batch_size=2", "trainer.group_size=2", "data.eval_size=8",
