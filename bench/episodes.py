@@ -15,20 +15,21 @@ sampling and scoring time from the step's row, and the ratio guess / single of e
 `--profile` also prints the top of a cProfile of the guess side's measured steps. The load average before and
 after is printed.
 
-Measured on the shared 2-core machine, 2026-12-04, default arguments (40 steps a side, ~50 s), load average ~7:
+Measured on the shared 2-core machine, 2026-12-04, default arguments (40 steps a side, ~50 s), load average ~1.3,
+the two versions one after the other:
   before (62e481b: every turn re-encoded, a task and a timer per environment call, per-row bookkeeping)
-    single 455 rows/s, guess 242 rows/s: 0.53× (CPU time 0.52×); guess's median step 0.508 s, of which
-    sampling 0.260 s and the environment 0.029 s (single: 0.275 s, sampling 0.106 s)
+    single 1,073 rows/s, guess 550 rows/s: 0.51× (CPU time 0.51×); guess's median step 0.215 s, of which
+    sampling 0.103 s and the environment 0.011 s (single: 0.117 s, sampling 0.043 s)
   after (each episode's KV cache kept between turns, calls that never suspend run without a task or timer, one
   tolist and one tensor per turn and per field)
-    single 440 rows/s, guess 325 rows/s: 0.74× (CPU time 0.74×); guess's median step 0.374 s, sampling 0.143 s,
-    the environment 0.006 s (single: 0.275 s, sampling 0.105 s)
-  Short of issue 26's 0.9×. What is left: sampling 0.04 s a step more than single's (three turns are six forwards
-  of the model, a decode each turn; 128 generators a turn, one per episode, where single draws from 16) and the
-  rest of the step 0.055 s more: training, which the rollout loop does not touch (the guess rows carry ~500 action
-  tokens a step with a non-zero advantage against single's ~210, whose groups tie more often: the step rows'
-  `rl/nonzero_advantage_action_tokens`, and `train_time_s` ~0.20 s against ~0.13 s). Equal sampling would give
-  ~0.82×.
+    single 1,124 rows/s, guess 840 rows/s: 0.75× (CPU time 0.75×); guess's median step 0.154 s, sampling 0.054 s,
+    the environment 0.003 s (single: 0.114 s, sampling 0.040 s)
+  At load ~7 an hour earlier: 0.53× before, 0.74× after. Short of issue 26's 0.9×. What is left: sampling 0.014 s
+  a step more than single's (three turns are six forwards of the model; 128 generators a turn, one per episode,
+  where single draws from 16 groups) and the rest of the step 0.023 s more: training, which the rollout loop does
+  not touch (the guess rows carry ~500 action tokens a step with a non-zero advantage against single's ~210, whose
+  groups tie more often: the step rows' `rl/nonzero_advantage_action_tokens`). Equal sampling and environment
+  time would give ~0.83×.
 """
 
 from __future__ import annotations
