@@ -209,8 +209,17 @@ def play(engine: Engine, tokenizer, env: GuardedEnvironment, examples: list[Exam
     """Play `group_size` episodes of each example (`seeds[p]`: the game its group starts from; `sample_seeds[p]`:
     its group's sampling seed, from which each episode's are derived, module docstring). With `branching`
     (tl_grpo) each episode is forked before every action and the branch probes run once all are played."""
-    return asyncio.run(_play(engine, tokenizer, env, examples, group_size, sampling, seeds, sample_seeds,
-                             with_entropy, branching))
+    played: list[Played] = []
+
+    async def main() -> None:  # returns None: see below
+        played.append(await _play(engine, tokenizer, env, examples, group_size, sampling, seeds, sample_seeds,
+                                  with_entropy, branching))
+
+    # Where no SIGINT handler is set (`rlvr eval`, tests; a run sets its own), asyncio.run sets one naming its main
+    # task and, setting the default back, formats that task, its result included: a Played would cost ~10 ms of
+    # tensor printing here.
+    asyncio.run(main())
+    return played[0]
 
 
 async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_seeds, with_entropy,
