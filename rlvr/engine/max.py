@@ -10,14 +10,16 @@ policy (W0 under LoRA, the full weights otherwise) with the tokenizer (`engine.t
 `startup_timeout_s` for `GET /v1/models`. MAX compiles the model's graph at start: ~100 s for the tiny model on the
 2-core CPU the first time. The compiled graphs are cached under `cache_dir` (MAX's `MODULAR_DERIVED_PATH`, default
 ~/.cache/rlvr/max), so later starts on the same architecture reuse them (README: the measured figures). The
-server's output goes to `<folder>/../max-serve.log`, whose tail a failed start quotes.
+server's output goes to `<workdir>/max-serve-<run tag>.log` (kept after `close`), whose tail a failed start quotes.
 
 Sampling. MAX answers one choice per request whatever `n` is, so sample g of prompt p is its own `POST
 /v1/completions` with `n: 1` and seed `s_p + g`. It returns no token ids: each position's `logprobs.top_logprobs`
-entry is a dict keyed by the decoded text of its tokens, and MAX always puts the sampled token in it (with
-`logprobs: 0`, only it). The engine maps that text back to the id through the tokenizer's vocabulary (each id's
-`decode`), and refuses a text that several ids decode to. `top_k: -1` (MAX's "all"; otherwise the model's
-generation_config may impose one).
+entry is a dict keyed by the decoded text of its tokens, and MAX always puts the sampled token in it (`logprobs: 1`:
+the top token and the sampled one; `logprobs: 0` returns no log-probabilities at all, measured on 26.6). The engine
+maps that text back to the id through the tokenizer's vocabulary (each id's `decode`), and refuses a text that
+several ids decode to. `top_k` is the vocabulary size, i.e. all tokens (MAX's own "all", -1, made its 26.6 CPU
+sampler emit out-of-vocabulary ids on the tiny model and crash, measured; leaving it out lets the model's
+generation_config impose one).
 
 Log-probabilities: MAX returns log_softmax of the logits before the temperature (measured on 26.6), the T = 1
 distribution, so sampling at T ≠ 1 is refused (`engine=openai`'s `raw_logprobs` rule; top-p is fine: they are
@@ -120,6 +122,7 @@ class MAXEngine(OpenAIEngine):
         self.cache_dir = Path(cache_dir) if cache_dir else DEFAULT_CACHE
         self.tokenizer = load_tokenizer(tokenizer or getattr(module.config, "name_or_path", "") or None)
         self.vocabulary = vocabulary(self.tokenizer)
+        self.vocab_size = int(cast("Any", module).config.vocab_size)
         self.process: subprocess.Popen | None = None
         self.serving: Path | None = None
         """The folder the server was started on."""
@@ -163,7 +166,7 @@ class MAXEngine(OpenAIEngine):
             args += ["--enable-lora", "--max-lora-rank", str(lora_rank(self.module))]
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, MODULAR_DERIVED_PATH=str(self.cache_dir))
-        log_path = folder.parent / "max-serve.log"
+        log_path = folder.parent.parent / f"max-serve-{self.run_tag}.log"  # kept after close
         with open(log_path, "ab") as log_file:
             self.process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, env=env,
                                             stdin=subprocess.DEVNULL, start_new_session=True)
@@ -244,9 +247,9 @@ class MAXEngine(OpenAIEngine):
 
     def _body(self, prompt_ids: list[int], n: int, params: SamplingParams, seed: int, **extra) -> dict[str, Any]:
         body = {"model": self.served, "prompt": list(prompt_ids), "n": 1, "max_tokens": params.max_tokens,
-                "temperature": params.temperature, "top_p": params.top_p, "top_k": -1, "min_p": 0.0,
+                "temperature": params.temperature, "top_p": params.top_p, "top_k": self.vocab_size, "min_p": 0.0,
                 "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
-                "stop_token_ids": self.eos_ids, "seed": seed, "logprobs": 0}
+                "stop_token_ids": self.eos_ids, "seed": seed, "logprobs": 1}
         if extra.pop("ignore_eos", False):
             body["ignore_eos"] = True
         return body | extra

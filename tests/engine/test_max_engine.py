@@ -1,6 +1,8 @@
 """engine=max: the parts that need no MAX server (refusals, token ids recovered from MAX's top-logprobs texts) in the
 default suite; against a real MAX server only when RLVR_MAX_COMMAND names its `max` (opt-in: its first start compiles
-the model, ~100 s for the tiny model on 2 CPU cores, and MAX's pins want a venv of its own):
+the model, minutes on 2 CPU cores, and MAX's pins want a venv of its own). There, on MAX 26.6 on this CPU, the server
+starts (14 s once its graphs are cached) and samples, but the random tiny model samples <pad>/<unk>, which MAX decodes
+to "" as it does <eos>, so their ids cannot be recovered and the probe stops the run: that outcome is an xfail.
 
     RLVR_MAX_COMMAND=~/maxvenv/bin/max python -m pytest tests/engine/test_max_engine.py -m max_server -p no:xdist
 """
@@ -19,6 +21,7 @@ from rlvr.engine.max import MaxCommand
 from rlvr.engine.sync_check import StaleEngineError, check_sync
 from rlvr.errors import ConfigError
 from rlvr.model.tiny import TinyLlama
+from rlvr.openai_api import ServerError
 from rlvr.run import build_all
 from rlvr.seeds import prompt_seeds
 from rlvr.types import LoraSpec, SamplingParams
@@ -72,7 +75,12 @@ def test_full_weights_parity_and_sync_by_reload_against_a_real_max_server(tmp_pa
     backend, tok, engine = setup(False, tmp_path, f"engine.command={MAX_COMMAND}",
                                  f"engine.cache_dir={os.environ.get('RLVR_MAX_CACHE', tmp_path / 'cache')}")
     try:
-        engine.connect()
+        try:
+            engine.connect()  # starts MAX (graphs from the cache after the first run), then the probe samples
+        except ServerError as err:  # measured on MAX 26.6: the random tiny model samples <pad>/<unk>, which MAX
+            print(f"MAX starts (s): {[round(s, 1) for s in engine.start_s]}")  # decodes to "" like <eos>
+            assert "is the decoding of 3 token ids" in str(err)
+            pytest.xfail("MAX decodes the tiny tokenizer's special tokens to '' and returns no ids: not told apart")
         params = SamplingParams(1.0, 1.0, 6)
         before = engine.sample(PROMPTS, 2, params, seeds=prompt_seeds(0, 3))
         check_rollouts(before, rows=6, max_tokens=6, pad_id=tok.pad_token_id, eos_id=tok.eos_token_id)
