@@ -116,6 +116,22 @@ DEV_FLAGS = "the environment variable VLLM_SERVER_DEV_MODE=1 (for /collective_rp
             "/reset_prefix_cache)"
 
 
+def server_rules(base_url: str, model: str, api_key_env: str | None, logprobs_mode: str, max_concurrency: int,
+                 retries: int, backoff_s: float, timeout_s: float) -> list[tuple[str, Any, bool, str]]:
+    """(key, value, valid, what it must be) of the knobs every engine that samples from an OpenAI-compatible server
+    has (engine=openai and those built on it)."""
+    return [
+        ("base_url", base_url, base_url.startswith(("http://", "https://")), "an http(s):// URL"),
+        ("model", model, bool(model), "the served model name"),
+        ("api_key_env", api_key_env, api_key_env is None or bool(api_key_env), "null or a variable name"),
+        ("logprobs_mode", logprobs_mode, logprobs_mode in LOGPROBS_MODES, f"one of {LOGPROBS_MODES}"),
+        ("max_concurrency", max_concurrency, max_concurrency > 0, "> 0"),
+        ("retries", retries, retries >= 0, ">= 0"),
+        ("backoff_s", backoff_s, backoff_s >= 0, ">= 0"),
+        ("timeout_s", timeout_s, timeout_s > 0, "> 0"),
+    ]
+
+
 class PolicySyncError(RuntimeError):
     """The server cannot be made to sample from the current policy, or does not."""
 
@@ -181,14 +197,7 @@ class OpenAIEngine:
         nccl_host: str,
     ) -> None:
         rules = [
-            ("base_url", base_url, base_url.startswith(("http://", "https://")), "an http(s):// URL"),
-            ("model", model, bool(model), "the served model name"),
-            ("api_key_env", api_key_env, api_key_env is None or bool(api_key_env), "null or a variable name"),
-            ("logprobs_mode", logprobs_mode, logprobs_mode in LOGPROBS_MODES, f"one of {LOGPROBS_MODES}"),
-            ("max_concurrency", max_concurrency, max_concurrency > 0, "> 0"),
-            ("retries", retries, retries >= 0, ">= 0"),
-            ("backoff_s", backoff_s, backoff_s >= 0, ">= 0"),
-            ("timeout_s", timeout_s, timeout_s > 0, "> 0"),
+            *server_rules(base_url, model, api_key_env, logprobs_mode, max_concurrency, retries, backoff_s, timeout_s),
             ("probe_tokens", probe_tokens, probe_tokens > 0, "> 0"),
             ("probe_tolerance", probe_tolerance, probe_tolerance > 0, "> 0"),
             ("weight_transfer", weight_transfer, weight_transfer in WEIGHT_TRANSFERS, f"one of {WEIGHT_TRANSFERS}"),

@@ -39,7 +39,7 @@ from dataclasses import replace
 from typing import Any
 
 from rlvr.backend.prime_rl import PrimeRLPolicy, broadcast_dir, newest_broadcast, wait_for_marker
-from rlvr.engine.openai import LOGPROBS_MODES, OpenAIEngine, PolicySyncError, ServerServes
+from rlvr.engine.openai import OpenAIEngine, PolicySyncError, ServerServes, server_rules
 from rlvr.errors import ConfigError
 from rlvr.openai_api import OpenAIClient, ServerError, excerpt
 from rlvr.protocols import Needs
@@ -78,14 +78,7 @@ class PrimeRLEngine(OpenAIEngine):
         lora_name: str,
     ) -> None:
         rules = [
-            ("base_url", base_url, base_url.startswith(("http://", "https://")), "an http(s):// URL"),
-            ("model", model, bool(model), "the served model name"),
-            ("api_key_env", api_key_env, api_key_env is None or bool(api_key_env), "null or a variable name"),
-            ("logprobs_mode", logprobs_mode, logprobs_mode in LOGPROBS_MODES, f"one of {LOGPROBS_MODES}"),
-            ("max_concurrency", max_concurrency, max_concurrency > 0, "> 0"),
-            ("retries", retries, retries >= 0, ">= 0"),
-            ("backoff_s", backoff_s, backoff_s >= 0, ">= 0"),
-            ("timeout_s", timeout_s, timeout_s > 0, "> 0"),
+            *server_rules(base_url, model, api_key_env, logprobs_mode, max_concurrency, retries, backoff_s, timeout_s),
             ("sync_timeout_s", sync_timeout_s, sync_timeout_s > 0, "> 0"),
             ("poll_s", poll_s, poll_s > 0, "> 0"),
             ("lora_name", lora_name, bool(lora_name), "the adapter name (PRIME-RL's model.lora.name)"),
