@@ -19,7 +19,9 @@ again, those before the failure and those after, so the offline run's files in t
 whatever wandb lost (its service buffers records): `wandb sync <folder>/wandb/offline-run-<time>-<id>` uploads it,
 into the same run. If reopening fails too, the rest of the rows are only counted. At the end one line says how
 many calls failed and how many rows did not reach wandb; the count is also in the (reopened) wandb run's summary
-as `logger/failures`.
+as `logger/failures`. An online run whose server went away mid-run does not fail a call (wandb retries in the
+background), so its end waits at most FINISH_TIMEOUT_S for the upload (wandb's `finish_timeout`; unbounded by
+default), then the run ends and its local files in the run folder are left for `wandb sync`.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
     from wandb import Run
 
 WANDB_PACKAGE = Package("wandb", pip_extra("wandb"))
+FINISH_TIMEOUT_S = 120.0
+"""The longest `finish` waits for the upload at the end of a run (module docstring)."""
 log = logging.getLogger("rlvr")
 
 
@@ -75,7 +79,8 @@ class WandbLogger:
 
         assert self.folder is not None
         self.run = wandb.init(project=self.project, entity=self.entity, mode=mode, dir=self.dir or str(self.folder),
-                              id=run_id(self.folder), resume="allow", reinit="finish_previous", **self.opening)
+                              id=run_id(self.folder), resume="allow", reinit="finish_previous",
+                              settings=wandb.Settings(finish_timeout=FINISH_TIMEOUT_S), **self.opening)
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")
 

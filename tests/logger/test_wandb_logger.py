@@ -38,6 +38,7 @@ def test_naming_and_a_stable_id_per_folder(tmp_path):
     run_a = logger.run
     assert (run_a.name, run_a.group, tuple(run_a.tags)) == ("maxrl_gtpo_sepa_s1", "maxrl_gtpo_sepa",
                                                               ("maxrl_gtpo_sepa", "seed1"))
+    assert run_a.settings.finish_timeout == 120.0  # an online run's end waits for its upload at most this long
     logger.log({"step": 0, "mean_reward": 0.5, "condition": "maxrl+sepa", "loss": float("nan")})
     logger.finish()
     again = WandbLogger(project="rlvr-test", entity=None, mode="offline", dir=None)
