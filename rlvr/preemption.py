@@ -32,6 +32,13 @@ def exit_code(signum: int) -> int:
     return INTERRUPT_EXIT_CODE if signum == signal.SIGINT else REQUEUE_EXIT_CODE
 
 
+def warn_from_handler(message: str, *args: object) -> None:
+    """A warning said in a signal handler, logged by a thread of its own: the handler may have interrupted the main
+    thread inside a logging call, where writing to the same stream again raises ("reentrant call", printed as a
+    logging error with a traceback); the thread waits for the handler's lock instead."""
+    threading.Thread(target=log.warning, args=(message, *args), daemon=True).start()
+
+
 def signal_name(signum: int) -> str:
     return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
 
@@ -79,10 +86,11 @@ class StopSignals:
             os._exit(exit_code(self.requested))
         self.requested = signum
         if self._interruptible:
-            log.warning("%s received while scoring: dropping this step, then checkpoint the steps done and exit "
-                        "(%s again: exit at once)", signal_name(signum), signal_name(signum))
+            warn_from_handler("%s received while scoring: dropping this step, then checkpoint the steps done and exit "
+                              "(%s again: exit at once)", signal_name(signum), signal_name(signum))
             raise StepInterrupted(signal_name(signum))
-        log.warning("%s received: %s (%s again: exit at once)", signal_name(signum), self.plan, signal_name(signum))
+        warn_from_handler("%s received: %s (%s again: exit at once)", signal_name(signum), self.plan,
+                          signal_name(signum))
 
     @contextmanager
     def interruptible(self) -> Iterator[None]:
