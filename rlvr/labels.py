@@ -65,12 +65,14 @@ NAMES = {
     "rlvr.env.textarena.TextArenaEnvironment": "textarena",
     "rlvr.env.openenv.OpenEnvEnvironment": "openenv",
     "rlvr.env.verifiers.VerifiersEnvironment": "verifiers",
+    "rlvr.env.calculator.CalculatorEnvironment": "calculator",
     # data
     "rlvr.data.arithmetic.Arithmetic": "arithmetic",
     "rlvr.data.gsm8k.GSM8K": "gsm8k",
     "rlvr.data.jsonl.JSONL": "jsonl",
     "rlvr.data.math.MATH": "math",
     "rlvr.data.reasoning_gym.ReasoningGym": "reasoning_gym",
+    "rlvr.discover.source.Discover": "discover",
     # reward
     "rlvr.reward.exact.ExactMatch": "exact",
     "rlvr.reward.function.FunctionReward": "function",
@@ -78,10 +80,12 @@ NAMES = {
     "rlvr.reward.match.BoxedMatch": "match",
     "rlvr.reward.math.MathVerify": "math",
     "rlvr.reward.reasoning_gym.ReasoningGymScore": "reasoning_gym",
+    "rlvr.discover.closeness.Closeness": "closeness",
     # backend
     "rlvr.backend.local.LocalBackend": "local",
     "rlvr.backend.fsdp.FSDPBackend": "fsdp",
     "rlvr.backend.tinker.TinkerBackend": "tinker",
+    "rlvr.backend.prime_rl.PrimeRLBackend": "prime_rl",
     # model
     "rlvr.model.tiny.TinyLlama": "tiny",
     "rlvr.model.pretrained.Pretrained": "pretrained",

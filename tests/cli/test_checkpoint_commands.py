@@ -100,7 +100,8 @@ def test_eval_of_a_checkpoint_folder_with_overrides(lora_run, capsys):
     ("data.nope=1", "the run's config has no key 'data.nope'"),
     ("model.lora=null", "model.* cannot be overridden"),
     ("algorithm=maxrl", "only engine=<option>, reward=<option>, data=<option> may swap a group"),
-    ("engine=nope", "Could not find 'engine/nope' Available options in 'engine': openai pytorch tinker vllm"),
+    ("engine=nope",
+     "Could not find 'engine/nope' Available options in 'engine': max mlx openai prime_rl pytorch sglang tinker vllm"),
     ("+extra=1", "only key=value overrides"),
 ])
 def test_a_bad_override_fails_before_loading_naming_it(lora_run, capsys, override, message):

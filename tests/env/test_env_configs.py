@@ -14,7 +14,7 @@ ENVS = [o for o in options("env") if o != "none"]
 
 
 def test_none_is_the_default_and_composes_env_null():
-    assert options("env") == ["guess", "none", "openenv", "retry", "textarena", "verifiers"]
+    assert options("env") == ["calculator", "guess", "none", "openenv", "retry", "textarena", "verifiers"]
     defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "train.yaml").defaults)
     assert {"env": "none"} in defaults
     for overrides in ([], ["env=none"]):
@@ -30,7 +30,7 @@ def test_every_environment_composes_declares_its_needs_and_builds(option):
     assert next(iter(cfg.env)) == "_target_"
     needs = declared_needs(cfg, "env")
     assert all(r.at_start for r in needs.machine if type(r).__name__ == "Package")
-    assert ("fork" in needs.provides) == (option not in ("openenv", "verifiers"))
+    assert ("fork" in needs.provides) == (option not in ("calculator", "openenv", "verifiers"))
     context, positions = cfg.env.max_context_tokens, cfg.model.max_positions
     if context > positions:  # an English-text environment's context does not fit model=tiny: refused at start
         assert config_problems(cfg, at_start=False)[1] == [
@@ -46,6 +46,7 @@ def test_every_environment_composes_declares_its_needs_and_builds(option):
     if option in ("textarena", "verifiers"):
         pytest.importorskip(option)
     env = build_env(cfg)  # as a run builds it (its tool keys to the tool harness); openenv's url is not contacted
+    env = env.env if "tools" in cfg.env else env  # env=calculator's: the tool harness around the environment
     assert isinstance(env, get_class(cfg.env._target_))
     assert (env.max_turns, env.max_context_tokens, env.step_timeout_s) == (cfg.env.max_turns,
                                                                           cfg.env.max_context_tokens,
@@ -60,7 +61,7 @@ def test_every_knob_is_commented(option):
     assert keys and all("#" in line for line in keys), [line for line in keys if "#" not in line]
 
 
-EVAL_EPISODES = {"guess": 200, "openenv": 50, "textarena": 50, "verifiers": 50}
+EVAL_EPISODES = {"calculator": 200, "guess": 200, "openenv": 50, "textarena": 50, "verifiers": 50}
 """data.eval_size each environment sets (its `_global_` option's `data:`); env=retry plays the data's own held-out
 problems, as many as the data option evaluates."""
 
