@@ -291,13 +291,14 @@ def condition_errors(cfg: DictConfig) -> list[str]:
 
 
 def discover_errors() -> list[str]:
-    """trainer=discover is TTT-Discover's loop only over its archive, the data source data=discover selects, which
-    also selects trainer=discover (Hydra lets the data group choose the trainer's option, not the reverse):
-    trainer=discover without it would train the data's task without an archive."""
-    if hydra_choice("trainer") == "discover" and hydra_choice("data") != "discover":
-        return [f"trainer=discover searches over an archive that only data=discover keeps (data="
-                f"{hydra_choice('data')} was chosen): run `python train.py data=discover`, which selects "
-                "trainer=discover, reward=closeness and algorithm=discover_entropic"]
+    """TTT-Discover is trainer=discover (its loop's knobs) over data=discover (the archive), which trainer=discover
+    selects: one without the other would train the data's task without an archive, or the archive without the loop's
+    settings (its warm-up, evaluation, token budget)."""
+    trainer, data = hydra_choice("trainer"), hydra_choice("data")
+    if (trainer == "discover") != (data == "discover") and None not in (trainer, data):
+        return [f"TTT-Discover is trainer=discover over data=discover (trainer={trainer} and data={data} were chosen): "
+                "run `python train.py trainer=discover`, which selects data=discover, reward=closeness and "
+                "algorithm=discover_entropic"]
     return []
 
 

@@ -1,4 +1,4 @@
-"""`python train.py data=discover` on the tiny model (rlvr/discover/source.py): a short run asserted many ways, and a
+"""`python train.py trainer=discover` on the tiny model (rlvr/discover/source.py): a short run asserted many ways, and a
 run killed mid-way and continued, whose archive equals the uninterrupted run's."""
 
 import json
@@ -17,7 +17,7 @@ from rlvr.outputs import NONDETERMINISTIC_KEYS
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 6
 # B = 4 starts × G = 4 completions: 16 children a step; cap max(64, 2·4·4, 1) = 64, reached at step 3 (1 + 4·16 = 65)
-ARGS = ["data=discover", f"trainer.max_steps={STEPS}", "trainer.batch_size=4", "trainer.group_size=4",
+ARGS = ["trainer=discover", f"trainer.max_steps={STEPS}", "trainer.batch_size=4", "trainer.group_size=4",
         "trainer.save_every=2", "trainer.log_every=1", "trainer.sync_check.every=0", "data.archive_max_entries=1",
         "threads=1"]
 

@@ -1,5 +1,5 @@
-"""data=discover's source (rlvr/discover/source.py): starts drawn by PUCT become memory prompts; the scored rows join
-the archive under their starts; settings it cannot work with are refused."""
+"""TTT-Discover's data source (rlvr/discover/source.py): starts drawn by PUCT become memory prompts; the scored rows
+join the archive under their starts; settings it cannot work with are refused."""
 
 import pytest
 import torch
@@ -56,14 +56,16 @@ def test_settings_it_cannot_work_with_are_refused(key, value, match):
         source(**{key: value})
 
 
-def test_trainer_discover_without_its_data_source_is_refused_naming_data_discover(monkeypatch):
+def test_trainer_discover_and_data_discover_come_together_or_are_refused(monkeypatch):
     from rlvr import config_check
 
     choices = {"trainer": "discover", "data": "arithmetic"}
     monkeypatch.setattr(config_check, "hydra_choice", choices.get)
     assert config_check.discover_errors() == [
-        "trainer=discover searches over an archive that only data=discover keeps (data=arithmetic was chosen): run "
-        "`python train.py data=discover`, which selects trainer=discover, reward=closeness and "
+        "TTT-Discover is trainer=discover over data=discover (trainer=discover and data=arithmetic were chosen): run "
+        "`python train.py trainer=discover`, which selects data=discover, reward=closeness and "
         "algorithm=discover_entropic"]
-    choices["data"] = "discover"
+    choices.update(trainer="cpu", data="discover")
+    assert "trainer=cpu and data=discover were chosen" in config_check.discover_errors()[0]
+    choices["trainer"] = "discover"
     assert config_check.discover_errors() == []
