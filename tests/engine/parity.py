@@ -1,6 +1,7 @@
 """Engine ↔ trainer log-probability parity: what an engine returned for its sampled tokens against what the
 trainer's own policy module gives them, so a policy that never reached the sampler (or a sampler that
-reports another distribution) shows up as a large gap. Shared by the engine tests (vLLM, OpenAI-compatible)."""
+reports another distribution) shows up as a large gap. Shared by the engine tests (vLLM, MLX, OpenAI-compatible,
+SGLang), with the two stand-ins they move the policy by."""
 
 from __future__ import annotations
 
@@ -36,3 +37,22 @@ def max_logprob_gap(policy: nn.Module, rollouts: Rollouts) -> float:
                                    rollouts.temperature)
         gap = max(gap, float((rollouts.logprobs_PG_T[row, :n] - expected).abs().max()))
     return gap
+
+
+def trained_looking_adapter(policy: nn.Module, seed: int = 0) -> None:
+    """Perturb every LoRA B (zero at init, which would hide an adapter that never reached the engine), seeded: the
+    same adapter whichever tests ran before."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
+
+
+def update(policy: nn.Module, names: str) -> None:
+    """Stands in for an optimizer step: moves every trainable matrix whose name contains `names`."""
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if p.requires_grad and names in name:
+                p.add_(0.1 * torch.randn(p.shape, generator=gen))

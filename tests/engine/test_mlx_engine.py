@@ -8,7 +8,7 @@ and after an update, which must have reached the sampler; seeded draws are repro
 import pytest
 import torch
 from engine.contract import check_rollouts
-from engine.parity import max_logprob_gap, policy_logprobs
+from engine.parity import max_logprob_gap, policy_logprobs, trained_looking_adapter, update
 from hydra.utils import instantiate
 
 from composing import compose_config
@@ -44,11 +44,7 @@ def engine_for(backend: LocalBackend, tok, *overrides: str):
 @pytest.fixture(scope="module")
 def lora_setup():
     backend, tok = backend_for(LoraSpec(8, 16, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "down_proj"]))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # a trained-looking adapter (B is zero at init, which would hide a missing adapter)
-        for name, p in backend.policy.named_parameters():
-            if "lora_B" in name:
-                p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    trained_looking_adapter(backend.policy)
     engine = engine_for(backend, tok)
     yield backend, tok, engine
     engine.close()
@@ -60,15 +56,6 @@ def full_setup():
     engine = engine_for(backend, tok)
     yield backend, tok, engine
     engine.close()
-
-
-def update(policy, names: str) -> None:
-    """Stands in for an optimizer step: moves every trainable matrix whose name contains `names`."""
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in policy.named_parameters():
-            if p.requires_grad and names in name:
-                p.add_(0.1 * torch.randn(p.shape, generator=gen))
 
 
 # full fine-tuning moves every parameter, the tied embedding / LM head included

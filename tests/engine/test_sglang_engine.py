@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from engine.contract import check_rollouts
-from engine.parity import max_logprob_gap
+from engine.parity import max_logprob_gap, update
 from hydra.utils import instantiate
 from safetensors.torch import load_file
 
@@ -188,14 +188,6 @@ def engine_for(backend, tok, base_url: str, *overrides: str):
     make = instantiate(compose_config(["engine=sglang", f"engine.base_url={base_url}", *overrides]).engine,
                        _partial_=True, _convert_="all")
     return make(module=backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
-
-
-def update(policy, names: str) -> None:
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in policy.named_parameters():
-            if p.requires_grad and names in name:
-                p.add_(0.1 * torch.randn(p.shape, generator=gen))
 
 
 @pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])

@@ -11,7 +11,7 @@ build cannot sleep (see test_sleep_then_sync_…)."""
 import pytest
 import torch
 from engine.contract import check_rollouts
-from engine.parity import max_logprob_gap, policy_logprobs
+from engine.parity import max_logprob_gap, policy_logprobs, trained_looking_adapter, update
 from hydra.utils import instantiate
 
 from composing import compose_config
@@ -55,11 +55,7 @@ def engine_for(backend: LocalBackend, tok, **knobs):
 @pytest.fixture(scope="module")
 def lora_setup():
     backend, tok = backend_for(LoraSpec(8, 16, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "down_proj"]))
-    gen = torch.Generator().manual_seed(0)  # seeded: the same adapter whichever tests ran before
-    with torch.no_grad():  # a trained-looking adapter (B is zero at init, which would hide a missing adapter)
-        for name, p in backend.policy.named_parameters():
-            if "lora_B" in name:
-                p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    trained_looking_adapter(backend.policy)
     engine = engine_for(backend, tok)
     yield backend, tok, engine
     engine.close()
@@ -71,15 +67,6 @@ def full_setup():
     engine = engine_for(backend, tok)
     yield backend, tok, engine
     engine.close()
-
-
-def update(policy, names: str) -> None:
-    """Stands in for an optimizer step: moves every trainable matrix whose name contains `names`."""
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in policy.named_parameters():
-            if p.requires_grad and names in name:
-                p.add_(0.1 * torch.randn(p.shape, generator=gen))
 
 
 # full fine-tuning moves every parameter, the tied embedding / LM head included (vLLM 0.32 on CPU kept a
