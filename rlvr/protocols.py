@@ -379,8 +379,8 @@ class Engine(Protocol):
 class TurnSampler(Protocol):
     """Optional, for multi-turn episodes: what an engine's `turn_sampler()` returns (engine=pytorch's keeps each
     episode's KV cache between its turns, rlvr/engine/pytorch.py "Turns"). The episode loop (rlvr/rollout/episodes.py)
-    makes one per played batch where the engine has `turn_sampler` and it returns one; otherwise, and for every other
-    engine, each turn is one `Engine.sample(contexts, 1, …)` call on the whole context."""
+    makes one per played batch where the engine has `turn_sampler`; for every other engine each turn is one
+    `Engine.sample(contexts, 1, …)` call on the whole context."""
 
     def sample(self, keys: list[int], contexts: list[list[int]], params: SamplingParams, seeds: Sequence[int],
                with_entropy: bool = False) -> Rollouts:

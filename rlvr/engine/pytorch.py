@@ -25,7 +25,7 @@ Chunks. `rows` (every prompt × group_size) are decoded in consecutive chunks, e
 alone exceeds the budget is a chunk by itself. The budget: `max_batch_mb` MiB when set; null (auto) is
 `CPU_BUDGET_MB` on a CPU and half the memory the GPU can still give (free + held by torch's allocator but unused)
 on a GPU, read at each call. Chunking changes how much is in memory at once, not the draws: each row's random
-numbers are the same whatever the chunks (`multinomial`), and so are its logits up to float summation order (a
+numbers are the same whatever the chunks (`Noise`), and so are its logits up to float summation order (a
 chunk's size and padding may change the kernels' order; the sampled tokens were identical on the CPU here,
 tests/engine/ and bench/eval_memory.py, as they already were when other prompts shared a row's batch).
 
@@ -36,7 +36,7 @@ instead of re-encoding the whole context. The cache's layout: a row's own tokens
 zeros on its left padding, on the left padding of each later feed (new tokens of different lengths are padded to
 the longest) and where a row that had finished was fed a pad while the chunk decoded on; position ids count the
 row's own tokens only, so each row sees what re-encoding would show it. Draws are unchanged (each context's
-generator is seeded as `sample` seeds it, `multinomial`), and the logits are those of re-encoding up to float
+generator is seeded as `sample` seeds it, `Noise`), and the logits are those of re-encoding up to float
 summation order: the sampled tokens were identical here and the log-probabilities within 1e-5
 (tests/rollout/test_episode_cache.py). A context that does not extend what its cache holds, an episode the cache
 has not seen, and a chunk whose grown cache would pass the activation budget are re-encoded in fresh chunks. Cost:
@@ -72,11 +72,11 @@ from rlvr.types import Rollouts, SamplingParams
 if TYPE_CHECKING:
     from torch import Generator, Tensor, nn
 
-    from rlvr.engine.sampler_process import SamplerProcess
+    from rlvr.engine.sampler_process import SamplerProcess, WorkerTurns
 
-    Generators = list[tuple[Generator, slice, int, slice]]
-    """Per group a chunk holds: (its generator, its rows within the chunk, group_size, the same rows within the
-    group). Empty when greedy."""
+    Generators = list[tuple[Generator, int, slice]]
+    """Per group a chunk holds, in the chunk's row order: (its generator, group_size, the chunk's rows of it, as rows
+    of the group). Empty when greedy."""
     Decoded = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
     """A chunk's sampled tokens, logprobs, mask [N, T], finished [N] and entropies [N, T] (or the logprobs)."""
 
@@ -217,6 +217,7 @@ class Turns:
         self.chunks: list[_Cached] = []
         self.synced = engine.synced
         """The engine's weights the caches were computed with: a `sync` since drops them."""
+        self.pool: list[Generator] = []
 
     @no_grad
     def sample(self, keys: list[int], contexts: list[list[int]], params: SamplingParams, seeds: Sequence[int],
@@ -256,9 +257,8 @@ class Turns:
         self.chunks, decoded, order = [], [], []
         with evaluating(engine.module):
             for calls, feed, past in jobs:
-                gen = [] if params.temperature == 0 else [
-                    (torch.Generator(device=device).manual_seed(seeds[i]), slice(j, j + 1), 1, slice(0, 1))
-                    for j, i in enumerate(calls)]
+                gen = [] if params.temperature == 0 else [(g.manual_seed(seeds[i]), 1, slice(0, 1)) for g, i in
+                                                          zip(self.generators(len(calls), device), calls, strict=True)]
                 out, after = engine._decode(feed, params, gen, with_entropy, device, past)
                 fed, sampled = out[2][:, : out[0].shape[1] - 1].sum(1).tolist(), out[0].tolist()
                 self.chunks.append(_Cached(after, [keys[i] for i in calls],
@@ -269,6 +269,13 @@ class Turns:
         position = torch.empty(len(order), dtype=torch.long)
         position[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
         return engine._rollouts(contexts, 1, params, decoded, with_entropy, position)
+
+    def generators(self, count: int, device) -> list[Generator]:
+        """`count` generators to seed, made once per played batch: a chunk's draws are over (`_decode` returned)
+        before the next chunk reseeds them."""
+        while len(self.pool) < count:
+            self.pool.append(torch.Generator(device=device))
+        return self.pool[:count]
 
     def close(self) -> None:
         """Free the caches (the episodes are played)."""
@@ -362,8 +369,8 @@ class PyTorchEngine:
             gens = []
             for p in range(start // group_size, (stop - 1) // group_size + 1):
                 first, last = max(p * group_size, start), min((p + 1) * group_size, stop)
-                gens.append((torch.Generator(device=device).manual_seed(seeds[p]), slice(first - start, last - start),
-                             group_size, slice(first - p * group_size, last - p * group_size)))
+                gens.append((torch.Generator(device=device).manual_seed(seeds[p]), group_size,
+                             slice(first - p * group_size, last - p * group_size)))
             return gens
 
         with evaluating(self.module):
@@ -392,11 +399,10 @@ class PyTorchEngine:
             entropy_PG_T=cat(4, 0.0) if with_entropy else None,
         )
 
-    def turn_sampler(self) -> Turns | None:
+    def turn_sampler(self) -> Turns | WorkerTurns:
         """A sampler of an episode batch's turns that keeps each episode's KV cache from one turn to the next
-        (module docstring "Turns"); None while sampling runs in the worker process (`sample_beside_training`):
-        the episode loop then samples every turn with `sample`, re-encoding the context."""
-        return None if self.worker is not None else Turns(self)
+        (module docstring "Turns"), in the worker process while sampling runs there (`sample_beside_training`)."""
+        return self.worker.turn_sampler() if self.worker is not None else Turns(self)
 
     def budget_bytes(self, device) -> int:
         """One chunk's activation budget (module docstring)."""
@@ -444,8 +450,9 @@ class PyTorchEngine:
             use_cache=True, logits_to_keep=1,
         )
         next_pos = position[:, -1:] + 1
+        noise = Noise(gen, params.max_tokens)
         for t in range(params.max_tokens):
-            token, logp, entropy = draw(out.logits[:, -1].float(), params, gen, with_entropy)
+            token, logp, entropy = draw(out.logits[:, -1].float(), params, noise, t, with_entropy)
             alive = ~finished
             token = torch.where(alive, token, self.pad_id)
             tokens.append(token)
@@ -471,27 +478,59 @@ class PyTorchEngine:
         return decoded, Past(cache, attn, position[:, -1] + 1 + fed.sum(1))
 
 
-def multinomial(probs_N_V: Tensor, gen: Generators) -> Tensor:
+NOISE_WINDOW = 4096
+"""The most elements of one group row's noise (`Noise`) drawn at once: steps × vocabulary."""
+
+
+class Noise:
+    """The exponential race's noise (`multinomial`) for a chunk's rows, E ~ Exp(1) per row and token, step by step.
+
+    Each group's generator draws E for all its group_size rows at every step, also when the chunk holds only some of
+    them, so that a row's draw at step t is the same whatever the chunking. The draws are made a window of W steps at
+    a time: one `exponential_` of [W · group_size, V] per group, not W of [group_size, V]; a generator's stream is
+    consumed in order, so on a CPU these are the very numbers the W one-step calls draw (tests/engine/), and
+    W = NOISE_WINDOW // V, at least 1 and at most the steps left of max_tokens, depends on the vocabulary and
+    max_tokens alone, never on the chunk. A real vocabulary's W is 1 (a draw per step, as before); model=tiny's
+    episodes (128 generators of one row each, two steps a turn) draw half as often, and no step loops over them."""
+
+    def __init__(self, gen: Generators, max_tokens: int) -> None:
+        self.gen, self.max_tokens = gen, max_tokens
+        self.group_size = gen[0][1] if gen else 1
+        if any(group_size != self.group_size for _, group_size, _ in gen):
+            raise ValueError("a chunk's groups are of one group_size")
+        full = all(within == slice(0, self.group_size) for _, _, within in gen)
+        self.rows = None if full else torch.tensor(
+            [g * self.group_size + r for g, (_, _, within) in enumerate(gen) for r in range(within.start, within.stop)])
+        """Which of the groups' rows are the chunk's (None: all)."""
+        self.drawn: Tensor | None = None
+        """[W, N, V]: this window's noise, step by step."""
+        self.start = 0
+        """The step the window starts at."""
+
+    def at(self, t: int, like: Tensor) -> Tensor:
+        """Step t's noise [N, V] (t counts up from 0, one call per step), shaped and typed as `like`."""
+        if self.drawn is None or t >= self.start + len(self.drawn):
+            vocab, groups = like.shape[-1], len(self.gen)
+            window, size = max(1, min(self.max_tokens - t, NOISE_WINDOW // vocab)), self.group_size
+            race = torch.empty((groups * window * size, vocab), dtype=like.dtype, device=like.device)
+            for i, (g, _, _) in enumerate(self.gen):
+                race[i * window * size : (i + 1) * window * size].exponential_(1, generator=g)
+            drawn = race.view(groups, window, size, vocab).transpose(0, 1).reshape(window, groups * size, vocab)
+            self.drawn = drawn if self.rows is None else drawn[:, self.rows.to(drawn.device)]
+            self.start = t
+        return self.drawn[t - self.start]
+
+
+def multinomial(probs_N_V: Tensor, noise: Noise, t: int) -> Tensor:
     """One draw per row, [N, 1], by the exponential race: argmax(p / E), E ~ Exp(1) (torch.multinomial's own rule
-    for one draw, which it equals draw for draw). Each group's generator draws E for all its group_size rows at
-    every step, also when the chunk holds only some of them, so that a row's draw at step t is the same whatever
-    the chunking. The groups' draws go into one buffer and race in one division: per group, one `exponential_`."""
+    for one draw, which it equals draw for draw), E step t's `noise`."""
     if not bool(torch.isfinite(probs_N_V).all()):
         raise RuntimeError("probability tensor contains either inf or nan: the policy's logits are not finite")
-    race = torch.empty((sum(group_size for _, _, group_size, _ in gen), probs_N_V.shape[-1]),
-                       dtype=probs_N_V.dtype, device=probs_N_V.device)
-    rows, start = [], 0
-    for g, _, group_size, within in gen:
-        race[start : start + group_size].exponential_(1, generator=g)
-        rows.append(range(start + within.start, start + within.stop))
-        start += group_size
-    if start != sum(len(r) for r in rows):  # only some of a group's rows are the chunk's
-        race = race[torch.tensor([i for r in rows for i in r], device=race.device)]
-    return (probs_N_V / race).argmax(-1, keepdim=True)
+    return (probs_N_V / noise.at(t, probs_N_V)).argmax(-1, keepdim=True)
 
 
-def draw(logits_N_V: Tensor, params: SamplingParams, gen: Generators, with_entropy: bool):
-    """One decoding step: (token [N], logprob [N], entropy [N] or the logprob tensor as a placeholder)."""
+def draw(logits_N_V: Tensor, params: SamplingParams, noise: Noise, t: int, with_entropy: bool):
+    """Decoding step t: (token [N], logprob [N], entropy [N] or the logprob tensor as a placeholder)."""
     logp_N_V = torch.log_softmax(logits_N_V / max(params.temperature, 1e-7), dim=-1)
     if params.temperature == 0:
         token = logp_N_V.argmax(-1)
@@ -501,10 +540,10 @@ def draw(logits_N_V: Tensor, params: SamplingParams, gen: Generators, with_entro
             sorted_p, order = probs.sort(-1, descending=True)
             drop = (sorted_p.cumsum(-1) - sorted_p) > params.top_p
             sorted_p = sorted_p.masked_fill(drop, 0.0)
-            choice = multinomial(sorted_p, gen)
+            choice = multinomial(sorted_p, noise, t)
             token = order.gather(-1, choice).squeeze(-1)
         else:
-            token = multinomial(probs, gen).squeeze(-1)
+            token = multinomial(probs, noise, t).squeeze(-1)
     logp = logp_N_V.gather(-1, token[:, None]).squeeze(-1)
     entropy = -(logp_N_V.exp() * logp_N_V).nan_to_num().sum(-1) if with_entropy else logp
     return token, logp, entropy

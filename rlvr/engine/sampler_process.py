@@ -9,7 +9,8 @@ The weights are not sent. The module the engine samples from (its copy of the po
 model) is moved to shared memory, then the worker is forked: it holds the same module on the same memory. The
 trainer changes those weights only in `sync`, in its main thread, while the sampler is idle (rlvr/overlap.py), so
 a call is sampled from exactly the weights it was made with. Each call sends its prompts, settings and seeds, and
-gets the `Rollouts` back; the worker runs `PyTorchEngine.sample` on the shared module, on one torch thread: its
+gets the `Rollouts` back; the worker runs `PyTorchEngine.sample` (or, for an episode's turn, `Turns.sample` with the
+episodes' KV caches it keeps: `WorkerTurns`) on the shared module, on one torch thread: its
 draws are bit for bit those of the same engine in a trainer's process of one thread (`threads: auto` on 2 cores),
 and equal up to float summation order on more.
 
@@ -74,8 +75,16 @@ class SamplerProcess:
 
     def sample(self, *args: Any) -> Any:
         """The worker's engine's `sample(*args)`."""
+        return self.call("sample", args)
+
+    def turn_sampler(self) -> WorkerTurns:
+        """The worker's engine's `turn_sampler()`: the episodes' KV caches stay in the worker between turns."""
+        return WorkerTurns(self)
+
+    def call(self, method: str, args: tuple) -> Any:
+        """What the worker answers to `method` (`serve`) called with `args`."""
         try:
-            self.conn.send_bytes(pickle.dumps(args))
+            self.conn.send_bytes(pickle.dumps((method, args)))
             ok, result = pickle.loads(self.conn.recv_bytes())
         except (EOFError, OSError) as err:
             self.process.join(timeout=5)
@@ -95,23 +104,52 @@ class SamplerProcess:
             self.process.join()
 
 
+class WorkerTurns:
+    """A played batch's turns (`PyTorchEngine.turn_sampler`, rlvr/engine/pytorch.py `Turns`) sampled in the worker,
+    which keeps the episodes' KV caches from one turn to the next until `close`. The weights do not change while a
+    batch is played (the trainer syncs between steps, the sampler idle), so the caches stay valid."""
+
+    def __init__(self, process: SamplerProcess) -> None:
+        self.process = process
+
+    def sample(self, *args: Any) -> Any:
+        """The worker's `Turns.sample(*args)`."""
+        return self.process.call("turn", args)
+
+    def close(self) -> None:
+        """The worker frees the caches (nothing to free where the worker has ended: its error was raised)."""
+        if self.process.process.is_alive():
+            self.process.call("close_turns", ())
+
+
 def serve(conn: Connection, trainers: Connection, module: nn.Module, build: Callable[[nn.Module], Any]) -> None:
-    """The worker: answer `sample` calls until the pipe closes (`trainers`, the trainer's end, is closed here: held
-    open, the pipe would not close when the trainer's process ends)."""
+    """The worker: answer calls until the pipe closes (`trainers`, the trainer's end, is closed here: held open, the
+    pipe would not close when the trainer's process ends). A call is `sample`, a turn of a played batch (`turn`:
+    that batch's `Turns`, made at its first turn) or the batch's end (`close_turns`)."""
     trainers.close()
     for signum in STOPS:
         signal.signal(signum, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
     torch.set_num_threads(1)  # module docstring: an OpenMP team would hang here
     engine = build(module)
+    turns = None
     while True:
         try:
-            args = pickle.loads(conn.recv_bytes())
+            method, args = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             return
         reply: tuple[bool, Any]
         try:
-            reply = (True, engine.sample(*args))
+            if method == "sample":
+                reply = (True, engine.sample(*args))
+            elif method == "turn":
+                turns = turns or engine.turn_sampler()
+                reply = (True, turns.sample(*args))
+            else:  # close_turns
+                if turns is not None:
+                    turns.close()
+                turns = None
+                reply = (True, None)
         except Exception:  # noqa: BLE001 - the trainer raises it, with this traceback
             reply = (False, traceback.format_exc())
         try:

@@ -215,16 +215,22 @@ def test_a_chunk_bound_must_be_positive(model_tok, bad):
         PyTorchEngine(model, [tok.eos_token_id], tok.pad_token_id, **settings)
 
 
-def test_the_exponential_race_draws_what_torch_multinomial_draws():
+@pytest.mark.parametrize("vocab", [15, 3000])
+def test_the_exponential_race_draws_what_torch_multinomial_draws(vocab):
     """The engine's one-draw rule is torch.multinomial's, draw for draw: seeded groups sample what they did when
-    the engine called torch.multinomial."""
-    from rlvr.engine.pytorch import multinomial
+    the engine called torch.multinomial, one step at a time, also where the noise is drawn a window of steps at once
+    (vocab 15: windows of 20 steps; 3,000: one step a window) and where a chunk holds only some of a group's rows."""
+    from rlvr.engine.pytorch import NOISE_WINDOW, Noise, multinomial
 
-    probs = torch.rand(6, 15).softmax(-1)
+    assert NOISE_WINDOW // 15 >= 20 and NOISE_WINDOW // 3000 == 1
+    probs = torch.rand(6, vocab).softmax(-1)
     probs[3, 4:] = 0.0  # a top-p truncated row
-    ours = (torch.Generator().manual_seed(9), slice(0, 6), 6, slice(0, 6))
+    ours, some = Noise([(torch.Generator().manual_seed(9), 6, slice(0, 6))], 20), \
+        Noise([(torch.Generator().manual_seed(9), 6, slice(2, 5))], 20)
     theirs = torch.Generator().manual_seed(9)
-    for _ in range(20):
-        assert torch.equal(multinomial(probs, [ours]), torch.multinomial(probs, 1, generator=theirs))
+    for t in range(20):
+        expected = torch.multinomial(probs, 1, generator=theirs)
+        assert torch.equal(multinomial(probs, ours, t), expected)
+        assert torch.equal(multinomial(probs[2:5], some, t), expected[2:5])
     with pytest.raises(RuntimeError, match="not finite"):
-        multinomial(torch.full((2, 3), float("nan")), [ours])
+        multinomial(torch.full((2, 3), float("nan")), ours, 0)

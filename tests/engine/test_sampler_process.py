@@ -63,6 +63,34 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+def test_the_workers_turns_keep_the_episodes_caches_and_draw_what_the_trainers_process_draws(one_thread):
+    """Episodes sampled beside training keep their KV caches between turns in the worker (`WorkerTurns`): two turns
+    there are bit for bit the two turns of the trainer process's own `Turns` (re-encoding the second turn's contexts
+    would change the log-probabilities' float summation order)."""
+    backend, engine = trained_and_sampling_copy(merge_lora=True)
+    train_a_little(backend, 0.2)
+    engine.sync(backend.policy)
+    keys = [10, 11, 12]
+
+    def two_turns(turns):
+        first = turns.sample(keys, PROMPTS, PARAMS, [5, 6, 7])
+        contexts = [p + t[m].tolist() + [13] for p, t, m in zip(PROMPTS, first.tokens_PG_T, first.mask_PG_T,
+                                                                  strict=True)]
+        second = turns.sample(keys, contexts, PARAMS, [8, 9, 10])
+        turns.close()
+        return [getattr(r, f) for r in (first, second) for f in ("tokens_PG_T", "logprobs_PG_T", "mask_PG_T")]
+
+    here = two_turns(engine.turn_sampler())
+    engine.sample_beside_training(True)
+    try:
+        turns = engine.turn_sampler()
+        assert type(turns).__name__ == "WorkerTurns"
+        there = two_turns(turns)
+        assert all(torch.equal(a, b) for a, b in zip(here, there, strict=True))
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("merge_lora", [True, False])
 def test_the_worker_draws_what_the_trainers_process_draws_from_the_weights_of_the_last_sync(merge_lora, one_thread):
     backend, engine = trained_and_sampling_copy(merge_lora)

@@ -128,9 +128,10 @@ def test_a_cache_grown_past_the_activation_budget_is_re_encoded(model_tok):
     assert torch.allclose(cached.logprobs_PG_T, fresh.logprobs_PG_T, atol=TOL, rtol=0)
 
 
-def test_sampling_in_the_worker_process_bypasses_the_cache(model_tok):
+def test_sampling_in_the_worker_process_keeps_the_cache_there(model_tok):
     """trainer.off_policy_steps ≥ 1 on a CPU: sampling runs in a forked worker (rlvr/engine/sampler_process.py), which
-    the cache would not reach; the loop re-encodes each turn there, and plays the same episodes."""
+    keeps the episodes' caches between turns (`WorkerTurns`; bit for bit the trainer process's own on one thread:
+    tests/engine/test_sampler_process.py), and plays the same episodes."""
     model, tok = model_tok
     engine = engine_of(model, tok)
     sampling = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=3)
@@ -138,7 +139,7 @@ def test_sampling_in_the_worker_process_bypasses_the_cache(model_tok):
     cached = play(engine, *args)
     engine.sample_beside_training(True)
     try:
-        assert engine.turn_sampler() is None
+        assert type(engine.turn_sampler()).__name__ == "WorkerTurns"
         in_worker = play(engine, *args)
     finally:
         engine.sample_beside_training(False)
