@@ -29,6 +29,7 @@ Episodes fork (a copy of the secret and the turn count) and list their legal act
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections.abc import Mapping
@@ -40,6 +41,12 @@ from rlvr.seeds import sub_seed
 from rlvr.types import Example, Step
 
 NUMBER = re.compile(r"[0-9]{1,30}")  # ASCII digits; bounded, as int() of thousands of digits raises
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret(seed: int, low: int, high: int) -> int:
+    """The game of `seed`'s secret (a group's G episodes ask for it G times)."""
+    return random.Random(sub_seed(seed, "guess")).randint(low, high)
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,7 @@ class GuessEnvironment:
                              f"env.lower={self.lower!r} must be two different non-empty texts")
 
     def secret(self, seed: int) -> int:
-        return random.Random(sub_seed(seed, "guess")).randint(self.low, self.high)
+        return _secret(seed, self.low, self.high)
 
     def episode(self, example: Example, seed: int) -> GuessEpisode:
         return GuessEpisode(self, self.secret(seed))

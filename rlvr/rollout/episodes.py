@@ -225,17 +225,21 @@ def play(engine: Engine, tokenizer, env: GuardedEnvironment, examples: list[Exam
 async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_seeds, with_entropy,
                 branching) -> Played:
     env_seconds = 0.0
-    limit = asyncio.Semaphore(env.max_concurrent or len(examples) * G)
+    limit = asyncio.Semaphore(env.max_concurrent) if env.max_concurrent else None
 
     async def bounded(awaitable):
         async with limit:
             return await awaitable
 
+    def calls(awaitables):
+        """The calls, each bounded by `env.max_concurrent` where it is set."""
+        return awaitables if limit is None else (bounded(a) for a in awaitables)
+
     async def timed(awaitables):
         """Every episode's call at once (at most `env.max_concurrent` in flight), timed together."""
         nonlocal env_seconds
         t0 = time.perf_counter()
-        out = await gather_eagerly(bounded(a) for a in awaitables)
+        out = await gather_eagerly(calls(awaitables))
         env_seconds += time.perf_counter() - t0
         return out
 
@@ -243,6 +247,8 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
     plays: list[_Play] = []
     turns = engine.turn_sampler() if hasattr(engine, "turn_sampler") else None  # rlvr/protocols.py
     observations = Observations(tokenizer)
+    tools = getattr(env, "tool_schemas", None)  # env.tools: their schemas shown in the prompt
+    prompts: dict[str, list[int]] = {}  # each distinct first observation encoded once
     try:
         firsts = await timed(e.reset() for e in episodes)
         for group_index in range(len(examples)):
@@ -252,8 +258,10 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
             if any(firsts[r] != first for r in started):
                 raise ValueError(f"the episodes of group {group_index} started from different observations: an "
                                  "environment's episodes must be a function of (example, seed)")
-            tools = getattr(env, "tool_schemas", None)  # env.tools: their schemas shown in the prompt
-            prompt = tool_prompt_ids(tokenizer, first, tools) if tools else encode_prompts(tokenizer, [first])[0]
+            if first not in prompts:
+                prompts[first] = (tool_prompt_ids(tokenizer, first, tools) if tools
+                                  else encode_prompts(tokenizer, [first])[0])
+            prompt = list(prompts[first])
             view = TemplateView.start(tokenizer, first, tools)
             plays += [_Play(episodes[r], prompt, sub_seed(sample_seeds[group_index], f"episode/{r - group_index * G}"),
                             done=r not in started, failed=r not in started,
@@ -274,7 +282,7 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
             else:
                 sampled = engine.sample(contexts, 1, sampling, seeds=seeds, with_entropy=with_entropy)
             rows = action_lists(sampled)
-            actions = tokenizer.batch_decode([ids for ids, _, _ in rows], skip_special_tokens=True)
+            actions = observations.decode([ids for ids, _, _ in rows])
             for p, context, (ids, logprobs, entropy), action in zip(live, contexts, rows, actions, strict=True):
                 if branching is not None:  # s_k, before the environment sees the action
                     p.snapshots.append(p.episode.fork())
@@ -307,7 +315,7 @@ async def _play(engine, tokenizer, env, examples, G, sampling, seeds, sample_see
             probed = [Probed(p.snapshots, p.contexts, p.actions_text, p.rewards, not (p.truncated or p.failed), p.seed)
                       for p in plays]
             branches = await probe(engine, tokenizer, probed, branching, max([1, *(len(p.rewards) for p in plays)]),
-                                   sampling, lambda calls: gather_eagerly(bounded(c) for c in calls))
+                                   sampling, lambda probes: gather_eagerly(calls(probes)))
             probe_seconds = time.perf_counter() - t0
     finally:
         if turns is not None:
@@ -385,14 +393,24 @@ def action_lists(sampled: Rollouts) -> list[tuple[list[int], list[float], list[f
 
 
 class Observations:
-    """Observations' ids and body flags (`encode_observation`, rlvr/rollout/observation_body.py), each distinct one
-    encoded once per played batch: they depend on the text, the tool results and whether the row ends with the
-    end-of-turn token, nothing else."""
+    """Observations' ids and body flags (`encode_observation`, rlvr/rollout/observation_body.py) and actions' texts,
+    each distinct one encoded (decoded) once per played batch: an observation's ids depend on the text, the tool
+    results and whether the row ends with the end-of-turn token, nothing else; an action's text on its ids."""
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
         self.closing = end_of_turn_id(tokenizer) if getattr(tokenizer, "chat_template", None) else None
         self.seen: dict[tuple, tuple[list[int], list[bool]]] = {}
+        self.texts: dict[tuple[int, ...], str] = {}
+
+    def decode(self, actions: list[list[int]]) -> list[str]:
+        """Each action's text, special tokens skipped."""
+        keys = [tuple(ids) for ids in actions]
+        new = list(dict.fromkeys(k for k in keys if k not in self.texts))
+        if new:
+            texts = self.tokenizer.batch_decode([list(k) for k in new], skip_special_tokens=True)
+            self.texts.update(zip(new, texts, strict=True))
+        return [self.texts[k] for k in keys]
 
     def encode(self, observation: str, row: list[int], results: list[str] | None) -> tuple[list[int], list[bool]]:
         closed = self.closing is not None and bool(row) and row[-1] == self.closing
