@@ -15,21 +15,27 @@ sampling and scoring time from the step's row, and the ratio guess / single of e
 `--profile` also prints the top of a cProfile of the guess side's measured steps. The load average before and
 after is printed.
 
-Measured on the shared 2-core machine, 2026-12-04, default arguments (40 steps a side, ~50 s), load average ~1.3,
-the two versions one after the other:
-  before (62e481b: every turn re-encoded, a task and a timer per environment call, per-row bookkeeping)
-    single 1,073 rows/s, guess 550 rows/s: 0.51× (CPU time 0.51×); guess's median step 0.215 s, of which
-    sampling 0.103 s and the environment 0.011 s (single: 0.117 s, sampling 0.043 s)
-  after (each episode's KV cache kept between turns, calls that never suspend run without a task or timer, one
-  tolist and one tensor per turn and per field)
-    single 1,124 rows/s, guess 840 rows/s: 0.75× (CPU time 0.75×); guess's median step 0.154 s, sampling 0.054 s,
-    the environment 0.003 s (single: 0.114 s, sampling 0.040 s)
-  At load ~7 an hour earlier: 0.53× before, 0.74× after. Short of issue 26's 0.9×. What is left: sampling 0.014 s
-  a step more than single's (three turns are six forwards of the model; 128 generators a turn, one per episode,
-  where single draws from 16 groups) and the rest of the step 0.023 s more: training, which the rollout loop does
-  not touch (the guess rows carry ~500 action tokens a step with a non-zero advantage against single's ~210, whose
-  groups tie more often: the step rows' `rl/nonzero_advantage_action_tokens`). Equal sampling and environment
-  time would give ~0.83×.
+Besides the ratio of rows per second, each side's median training time and tokens with a non-zero advantage
+(`rl/nonzero_advantage_action_tokens`), and the ratio of the rollout alone (the median step's sampling + scoring).
+
+Measured on the shared 2-core machine, 2026-12-04, default arguments (40 steps a side, ~1 min a run):
+  62e481b (every turn re-encoded, a task and a timer per environment call, per-row bookkeeping), load ~1.3
+    single 1,073 rows/s, guess 550 rows/s: 0.51×
+  b15cac5 (each episode's KV cache kept between turns, calls that never suspend run without a task or timer, one
+  tolist and one tensor per turn and per field) against a90d763 (the sampling noise of model=tiny's 15-token
+  vocabulary drawn for a turn's steps at once, no semaphore without env.max_concurrent, actions decoded and first
+  observations encoded once per distinct one, the startup heap frozen out of the garbage collector's full passes),
+  three runs each, alternating, load 0.6–1.0:
+    before  rows/s 0.74× 0.74× 0.75×    rollout alone 0.73× 0.73× 0.77×
+    after   rows/s 0.78× 0.79× 0.80×    rollout alone 0.80× 0.82× 0.84×
+  e.g. after: single 1,475 rows/s (step 0.086 s: sampling 0.030, training 0.054), guess 1,179 rows/s (step 0.108 s:
+  sampling 0.035, scoring 0.0015, training 0.069).
+  Short of issue 26's 0.9×. Most of what is left is training: the guess side trains ~118 rows a step of 9 positions
+  (~1,060 positions, 512 tokens with an advantage) where single's tied groups leave ~80 rows of 10 (~800, 280
+  tokens), and the step's matrix products grow with the positions (training 0.069 s against 0.054). Equal training
+  time would put the ratio at ~0.92×. The rollout's remainder is Python spread thin over 128 episodes' turns: the
+  environment guard's checks, the seeds of each turn, a generator per episode, the bookkeeping of rows; its model
+  forwards take no longer than single's (six small ones against one prefill of seven tokens and three decodes).
 """
 
 from __future__ import annotations
@@ -93,15 +99,24 @@ def start(name: str, overrides: list[str], seed: int, folder: Path, stop: Any = 
 
 
 def table(sides: list[Side]) -> str:
-    lines = [f"  {'side':<8} {'rows/s':>8} {'rows/cpu-s':>11} {'s/step':>8} {'sampling':>9} {'scoring':>8}"]
+    lines = [f"  {'side':<8} {'rows/s':>8} {'rows/cpu-s':>11} {'s/step':>8} {'sampling':>9} {'scoring':>8} "
+             f"{'training':>9} {'trained tokens':>15}"]
     for s in sides:
         lines.append(f"  {s.name:<8} {s.rows_per_s():>8.1f} {s.rows_per_s(cpu=True):>11.1f} "
                      f"{statistics.median(s.walls):>8.4f} {s.median('sample_time_s'):>9.4f} "
-                     f"{s.median('score_time_s'):>8.4f}")
+                     f"{s.median('score_time_s'):>8.4f} {s.median('train_time_s'):>9.4f} "
+                     f"{s.median('rl/nonzero_advantage_action_tokens'):>15.0f}")
     single, guess = sides
     lines.append(f"  rows/s guess / single: {guess.rows_per_s() / single.rows_per_s():.2f}× (wall), "
                  f"{guess.rows_per_s(cpu=True) / single.rows_per_s(cpu=True):.2f}× (CPU)")
+    lines.append(f"  rows/s of the rollout alone (the median step's sampling + scoring), guess / single: "
+                 f"{rollout(single) / rollout(guess):.2f}×")
     return "\n".join(lines)
+
+
+def rollout(side: Side) -> float:
+    """The median step's sampling and scoring seconds."""
+    return side.median("sample_time_s") + side.median("score_time_s")
 
 
 def main() -> None:
