@@ -218,6 +218,7 @@ class Turns:
         self.synced = engine.synced
         """The engine's weights the caches were computed with: a `sync` since drops them."""
         self.pool: list[Generator] = []
+        """The generators `generators` hands out, reseeded for each chunk."""
 
     @no_grad
     def sample(self, keys: list[int], contexts: list[list[int]], params: SamplingParams, seeds: Sequence[int],
