@@ -129,6 +129,7 @@ def main() -> None:
     import torch
 
     from rlvr.preemption import StopSignals
+    from rlvr.trainer import freeze_startup_heap
 
     torch.set_num_threads(1)
     print(f"load average before: {', '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
@@ -139,6 +140,7 @@ def main() -> None:
         profiler = cProfile.Profile()
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-episodes-") as tmp, StopSignals() as stop:
         sides = [start(name, overrides, args.seed, Path(tmp), stop) for name, overrides in SIDES.items()]
+        freeze_startup_heap()  # as `Trainer.fit` does before its first step
         for step in range(args.skip + args.steps):
             for side in sides:
                 measured = step >= args.skip

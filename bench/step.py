@@ -163,12 +163,14 @@ def side_warmup(args: argparse.Namespace) -> dict:
 
 def side_rlvr(args: argparse.Namespace) -> dict:
     from rlvr.outputs import RunDir
+    from rlvr.trainer import freeze_startup_heap
 
     set_threads(args.threads)
     c, trainer = build_components(compose(args))
     with tempfile.TemporaryDirectory() as tmp:
         out = RunDir(Path(tmp) / "run")
         live = trainer.start(c, out)
+        freeze_startup_heap()  # as `Trainer.fit` does before its first step
         backend = live.backend
         initial = fingerprint(backend.policy)
         profiler = None

@@ -283,6 +283,7 @@ class Trainer:
         seed = c.seeds.root
         c.logger.start(f"{c.condition}_s{seed}", c.condition, [c.condition, f"seed{seed}"], out.path,
                        c.config)
+        freeze_startup_heap()
         try:
             return self._loop(live, first, resume_from, stop)
         finally:
@@ -429,7 +430,6 @@ class Trainer:
             backend, engine = local_policy(c, module, tokenizer, reference=uses_reference(c.algorithm.loss))
         engine.connect()
         log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
-        freeze_startup_heap()  # until `fit` ends
         return Live(c, tokenizer, backend, engine, make_rollout(c, engine, tokenizer, stop), out, warmup,
                     Checkpoints(out.path / "checkpoints", self.keep_last, c.world), stop=stop, eos_ids=stops)
 
@@ -708,9 +708,10 @@ class Trainer:
 
 
 def freeze_startup_heap() -> None:
-    """Move the objects alive once the policy, warm-up, backend and engine are built out of the cyclic garbage
-    collector's sight (`gc.freeze()`, after one collection, as vLLM does once loaded); `fit` unfreezes them when the
-    run ends. They are hundreds of thousands (torch's, transformers', the model's modules) and none is garbage
+    """Move the objects alive once the run is built (policy, warm-up, backend, engine, restored state) out of the
+    cyclic garbage collector's sight (`gc.freeze()`, after one collection, as vLLM does once loaded): `fit` does it
+    before its first step and unfreezes them when the run ends; the benches that step a trainer do it as a run
+    would. They are hundreds of thousands (torch's, transformers', the model's modules) and none is garbage
     while the run lasts, yet every full pass of the collector walked them all: on a multi-turn run, whose rollout
     loop allocates enough to trigger one every few steps, that was 8 ms a step on average (env=guess in
     `python -m bench.episodes`), 0.5 ms frozen. Reference counting frees what is not cyclic either way."""
