@@ -15,8 +15,12 @@ sampling and scoring time from the step's row, and the ratio guess / single of e
 `--profile` also prints the top of a cProfile of the guess side's measured steps. The load average before and
 after is printed.
 
-Besides the ratio of rows per second, each side's median training time and tokens with a non-zero advantage
-(`rl/nonzero_advantage_action_tokens`), and the ratio of the rollout alone (the median step's sampling + scoring).
+Besides the ratio of rows per second: each side's median training time and tokens with a non-zero advantage
+(`rl/nonzero_advantage_action_tokens`); the median step's seconds in the engine model's forward passes, part of its
+sampling (`Forwards`: hooks on the module the engine samples from, the merged copy that the trainer never runs);
+the ratio of the rollout alone (the median step's sampling + scoring); and the ratio of rows per second were
+guess's rollout as long as single's (each side's measured seconds with guess's sampling + scoring swapped for
+single's): what training and the rest of the step leave reachable by making the episode loop cheaper.
 
 Measured on the shared 2-core machine, 2026-12-04, default arguments (40 steps a side, ~1 min a run):
   62e481b (every turn re-encoded, a task and a timer per environment call, per-row bookkeeping), load ~1.3
@@ -36,6 +40,13 @@ Measured on the shared 2-core machine, 2026-12-04, default arguments (40 steps a
   time would put the ratio at ~0.92×. The rollout's remainder is Python spread thin over 128 episodes' turns: the
   environment guard's checks, the seeds of each turn, a generator per episode, the bookkeeping of rows; its model
   forwards take no longer than single's (six small ones against one prefill of seven tokens and three decodes).
+  At a8b1214 with the forward passes timed, three runs, load 0.3–0.6:
+    rows/s 0.77× 0.80× 0.78×    rollout alone 0.78× 0.79× 0.80×    were guess's rollout single's: 0.84× 0.85× 0.84×
+  e.g. single 1,417 rows/s (sampling 0.032 s, of it forwards 0.027; training 0.055), guess 1,100 rows/s (sampling
+  0.038 s, of it forwards 0.025; scoring 0.0016; training 0.070). Guess's model forwards take less than single's;
+  its loop costs ~9 ms a step more than single's (~25 µs an episode's turn), and with no more than single's the
+  ratio would still be 0.84–0.85×: the training of the rows reward-to-go credit leaves an advantage keeps it under
+  0.9×.
 """
 
 from __future__ import annotations
@@ -47,12 +58,32 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDES = {"single": ["trainer.batch_size=16"], "guess": ["env=guess"]}
 """Each side's overrides of conf/train.yaml: 128 rows a step each (16 × trainer.group_size 8)."""
 ROWS = 128
+
+
+class Forwards:
+    """The seconds the engine's model spends in its forward passes (the sampling's decoding, without what the loop
+    around it does), summed until reset: a pre-hook and a hook on the engine's module. With `merge_lora` (the
+    default) that is the merged copy the engine samples from, which the trainer never runs."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.started = 0.0
+
+    def attach(self, module: Any) -> None:
+        module.register_forward_pre_hook(self.pre)
+        module.register_forward_hook(self.post)
+
+    def pre(self, *_: Any) -> None:
+        self.started = time.perf_counter()
+
+    def post(self, *_: Any) -> None:
+        self.seconds += time.perf_counter() - self.started
 
 
 @dataclass
@@ -65,8 +96,12 @@ class Side:
     walls: list[float] = field(default_factory=list)
     cpus: list[float] = field(default_factory=list)
     rows: list[dict] = field(default_factory=list)
+    forwards: Forwards = field(default_factory=Forwards)
+    forward_s: list[float] = field(default_factory=list)
+    """Each measured step's seconds in the engine's model forwards (`Forwards`)."""
 
     def step(self, step: int, measured: bool) -> None:
+        self.forwards.seconds = 0.0
         t0, c0 = time.perf_counter(), time.process_time()
         row = self.trainer.step(self.live, step)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -74,6 +109,7 @@ class Side:
             self.walls.append(wall)
             self.cpus.append(cpu)
             self.rows.append(row)
+            self.forward_s.append(self.forwards.seconds)
 
     def rows_per_s(self, cpu: bool = False) -> float:
         return ROWS * len(self.walls) / sum(self.cpus if cpu else self.walls)
@@ -95,28 +131,41 @@ def start(name: str, overrides: list[str], seed: int, folder: Path, stop: Any = 
     live = trainer.start(c, RunDir(folder / name), stop)
     live.sampler = trainer._sampler(live, 0)
     live.sampler.start(0, [])
-    return Side(name, trainer, live)
+    side, engine = Side(name, trainer, live), cast(Any, live.engine)  # engine=pytorch: it has a module
+    if engine.module is live.backend.policy:
+        raise SystemExit("the engine samples from the trained module itself (engine.merge_lora=false?): its forward "
+                         "passes would count the training's too")
+    side.forwards.attach(engine.module)
+    return side
 
 
 def table(sides: list[Side]) -> str:
-    lines = [f"  {'side':<8} {'rows/s':>8} {'rows/cpu-s':>11} {'s/step':>8} {'sampling':>9} {'scoring':>8} "
-             f"{'training':>9} {'trained tokens':>15}"]
+    lines = [f"  {'side':<8} {'rows/s':>8} {'rows/cpu-s':>11} {'s/step':>8} {'sampling':>9} {'(forwards)':>10} "
+             f"{'scoring':>8} {'training':>9} {'trained tokens':>15}"]
     for s in sides:
         lines.append(f"  {s.name:<8} {s.rows_per_s():>8.1f} {s.rows_per_s(cpu=True):>11.1f} "
                      f"{statistics.median(s.walls):>8.4f} {s.median('sample_time_s'):>9.4f} "
-                     f"{s.median('score_time_s'):>8.4f} {s.median('train_time_s'):>9.4f} "
-                     f"{s.median('rl/nonzero_advantage_action_tokens'):>15.0f}")
+                     f"{statistics.median(s.forward_s):>10.4f} {s.median('score_time_s'):>8.4f} "
+                     f"{s.median('train_time_s'):>9.4f} {s.median('rl/nonzero_advantage_action_tokens'):>15.0f}")
     single, guess = sides
     lines.append(f"  rows/s guess / single: {guess.rows_per_s() / single.rows_per_s():.2f}× (wall), "
                  f"{guess.rows_per_s(cpu=True) / single.rows_per_s(cpu=True):.2f}× (CPU)")
     lines.append(f"  rows/s of the rollout alone (the median step's sampling + scoring), guess / single: "
                  f"{rollout(single) / rollout(guess):.2f}×")
+    swapped = sum(guess.walls) - rollout_total(guess) + rollout_total(single)
+    lines.append(f"  rows/s guess / single were guess's rollout as long as single's (each step's sampling + scoring "
+                 f"swapped for single's): {sum(single.walls) / swapped:.2f}×")
     return "\n".join(lines)
 
 
 def rollout(side: Side) -> float:
     """The median step's sampling and scoring seconds."""
     return side.median("sample_time_s") + side.median("score_time_s")
+
+
+def rollout_total(side: Side) -> float:
+    """The measured steps' sampling and scoring seconds, summed."""
+    return sum(r["sample_time_s"] + r["score_time_s"] for r in side.rows)
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """bench/episodes.py on the real trainers (warm-ups off, two steps a side): both sides step through `Trainer.step`
-with 128 rows, the guess side plays episodes, and the table's ratio is guess's rows per second over single's."""
+with 128 rows, the guess side plays episodes, the table's ratio is guess's rows per second over single's, and the
+engine's forward passes are timed inside the sampling."""
 
 from __future__ import annotations
 
@@ -37,3 +38,9 @@ def test_both_sides_train_128_rows_a_step_and_the_table_compares_them(bench, tmp
     wall = float(re.search(r"guess / single: ([0-9.]+)× \(wall\)", text).group(1))
     assert wall == pytest.approx(guess.rows_per_s() / single.rows_per_s(), abs=0.006)
     assert text.splitlines()[1].split()[0] == "single" and text.splitlines()[2].split()[0] == "guess"
+    for s in sides:  # the engine's forward passes are timed within the sampling, never the training's
+        assert 0 < s.forward_s[0] < s.rows[0]["sample_time_s"]
+    swapped = float(re.search(r"as long as single's .*: ([0-9.]+)×", text).group(1))
+    rollout = {s.name: s.rows[0]["sample_time_s"] + s.rows[0]["score_time_s"] for s in sides}
+    assert swapped == pytest.approx(single.walls[0] / (guess.walls[0] - rollout["guess"] + rollout["single"]),
+                                    abs=0.006)
