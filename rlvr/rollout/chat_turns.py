@@ -100,23 +100,29 @@ def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int:
 
 def observation_ids(tokenizer: PreTrainedTokenizerBase, observation: str) -> list[int]:
     """The ids the chat template adds after an assistant turn's end-of-turn token for a new user message
-    carrying `observation`, through the next assistant turn's generation prompt.
-
-    A template that renders the reference assistant turn differently once a user message follows it (Qwen3's
-    hybrid one drops the turn's empty `<think>` block) still closes that turn with its end-of-turn token: the
-    suffix is then what follows the same count of end-of-turn tokens in the longer render (such a template
-    rewrites history, where rlvr/rollout/template_rewrites.py splits an episode's row).
-    Raises ValueError when the longer render has no such token."""
-    turn = _reference_turn(tokenizer)
+    carrying `observation`, through the next assistant turn's generation prompt (`after_turn`)."""
     full = render(tokenizer, [*_REFERENCE, {"role": "user", "content": observation}], generation_prompt=True)
+    return after_turn(tokenizer, full, "a user message")
+
+
+def after_turn(tokenizer: PreTrainedTokenizerBase, full: list[int], follower: str) -> list[int]:
+    """What `full`, the reference conversation (`_REFERENCE`) and messages after it rendered through the next
+    generation prompt, adds after the reference assistant turn's end-of-turn token.
+
+    A template that renders the reference assistant turn differently once `follower` follows it (Qwen3's hybrid one
+    drops the turn's empty `<think>` block) still closes that turn with its end-of-turn token: the suffix is then
+    what follows the same count of end-of-turn tokens in the longer render (such a template rewrites history, where
+    rlvr/rollout/template_rewrites.py splits an episode's row). Raises ValueError when the longer render has no such
+    token."""
+    turn = _reference_turn(tokenizer)
     if full[: len(turn)] == turn:
         return full[len(turn):]
     eot, closed = turn[-1], turn.count(turn[-1])
     ends = [i for i, t in enumerate(full) if t == eot]
     if len(ends) < closed:
         i = _first_difference(turn, full)
-        raise ValueError(f"the chat template renders an assistant turn differently once a user message follows "
-                         f"it: {_around(tokenizer, turn, i)} became {_around(tokenizer, full, i)}")
+        raise ValueError(f"the chat template renders an assistant turn differently once {follower} follows it: "
+                         f"{_around(tokenizer, turn, i)} became {_around(tokenizer, full, i)}")
     return full[ends[closed - 1] + 1:]
 
 

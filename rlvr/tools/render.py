@@ -15,18 +15,23 @@ user message's (and led by the end-of-turn token when the action did not sample 
     "\\n<|im_start|>user\\n<tool_response>\\nA\\n</tool_response>\\n<tool_response>\\nB\\n</tool_response><|im_end|>
      \\n<|im_start|>assistant\\n"
 
-A template that cannot render the tool role (it raises) gets the results as one user message of
-`<tool_response>` blocks; no template: the blocks' plain text. The start-up check
-(`chat_turns.check_chat_turns`) covers user turns only; tests/tools/test_render.py checks Qwen2.5's tool turns.
+A template that renders the assistant turn before it differently (Qwen3's hybrid one drops its empty `<think>`
+block) gets what follows that turn's end-of-turn token in the longer render (`chat_turns.after_turn`), and the
+episode's row splits there as after a user turn (rlvr/rollout/template_rewrites.py). A template that does not
+render the tool role (it raises on it, or skips it, as one that renders only the roles it knows: `shows_tool_role`)
+gets the results as one user message of `<tool_response>` blocks; no template: the blocks' plain text. The start-up
+check (`chat_turns.check_chat_turns`) covers user turns only; tests/tools/test_harness.py checks Qwen2.5's, Qwen3's
+and such a template's tool turns.
 """
 
 from __future__ import annotations
 
 import json
+import weakref
 from typing import TYPE_CHECKING, cast
 
 from rlvr.model.prompt_encoding import encode_prompts
-from rlvr.rollout.chat_turns import _first_difference, _reference_turn, end_of_turn_id, render
+from rlvr.rollout.chat_turns import after_turn, end_of_turn_id, render
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -78,12 +83,27 @@ def tool_turn_ids(tokenizer: PreTrainedTokenizerBase, results: list[str], row: l
         return tokenizer.encode(responses_text(results), add_special_tokens=False)
     closing = end_of_turn_id(tokenizer)
     lead = [] if row and row[-1] == closing else [closing]
-    turn = _reference_turn(tokenizer)
+    if shows_tool_role(tokenizer):
+        messages = [{"role": "tool", "content": r} for r in results]
+        return lead + after_turn(tokenizer, render(tokenizer, [*_REFERENCE, *messages], True), "a tool message")
+    full = render(tokenizer, [*_REFERENCE, {"role": "user", "content": responses_text(results)}], True)
+    return lead + after_turn(tokenizer, full, "a user message")
+
+
+_PROBE = "rlvr tool result probe"
+_tool_role_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def shows_tool_role(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the chat template renders a tool message with its content: it neither raises on the role nor skips it
+    (a template that renders only the roles it knows). Found once per template, with a probe text."""
+    cached = _tool_role_cache.get(tokenizer)
+    if cached is not None and cached[0] == tokenizer.chat_template:
+        return cached[1]
     try:
-        full = render(tokenizer, [*_REFERENCE, *({"role": "tool", "content": r} for r in results)], True)
-    except Exception:  # noqa: BLE001 - a template without a tool role: the results as a user message
-        full = render(tokenizer, [*_REFERENCE, {"role": "user", "content": responses_text(results)}], True)
-    if full[: len(turn)] != turn:
-        raise ValueError(f"the chat template renders an assistant turn differently once a tool message follows it "
-                         f"(from token {_first_difference(turn, full)})")
-    return lead + full[len(turn):]
+        ids = render(tokenizer, [*_REFERENCE, {"role": "tool", "content": _PROBE}], True)
+        shown = _PROBE in tokenizer.decode(ids)
+    except Exception:  # noqa: BLE001 - a template without a tool role raises on it
+        shown = False
+    _tool_role_cache[tokenizer] = (tokenizer.chat_template, shown)
+    return shown

@@ -1,18 +1,19 @@
 """Episodes with tools (rlvr/tools/harness.py, render.py) through the episode loop (rlvr/rollout/episodes.py): the
-prompt shows the tools under Qwen2.5's chat template, each tool turn is the template's tool-role suffix, the row
-is token in / token out, only the policy's tokens are actions, and the `env/tool_*` metrics count the calls."""
+prompt shows the tools under Qwen2.5's chat template, each tool turn is the template's tool-role suffix (after
+Qwen3's rewritten assistant turn too, where the row splits), the row is token in / token out, only the policy's
+tokens are actions, and the `env/tool_*` metrics count the calls."""
 
 import asyncio
 from types import SimpleNamespace
 
 import torch
-from model.test_chat_turns import qwen
+from model.test_chat_turns import QWEN3, qwen, qwen3_2507
 
 from rlvr.env.guarded import GuardedEnvironment
 from rlvr.rollout.chat_turns import end_of_turn_id
 from rlvr.rollout.episodes import play
 from rlvr.tools.harness import ToolEnvironment, tool_metrics, with_tools
-from rlvr.tools.render import renders_tools, tool_prompt_ids, tool_turn_ids, tools_text
+from rlvr.tools.render import renders_tools, shows_tool_role, tool_prompt_ids, tool_turn_ids, tools_text
 from rlvr.tools.schema import build_tools
 from rlvr.types import Example, SamplingParams, Step
 
@@ -94,11 +95,48 @@ def test_a_tool_turn_is_the_templates_tool_message_and_the_row_is_what_the_templ
     assert [t["role"] for t in played.transcripts[0]] == ["env", "policy", "tool", "policy"]
 
 
+def test_under_qwen3_a_tool_turn_follows_the_call_the_template_rewrote_and_the_row_splits_there():
+    # Qwen3's hybrid template renders a past assistant turn without the empty <think> block its generation prompt
+    # opened: the tool turn is what follows that turn's <|im_end|>, and the answer is sampled from the template's own
+    # render of the conversation, a sequence of its own (rlvr/rollout/template_rewrites.py)
+    tok = qwen(QWEN3)
+    env = GuardedEnvironment(with_tools(AnswerEnv(), {"tools": CALC, "max_tool_calls": 2}))
+    engine = Scripted(tok, [CALL, "579"])
+    played = play(engine, tok, env, [Example("What is 123 + 456?", "579")], 1, SamplingParams(1.0, 1.0, 64),
+                  seeds=[0], sample_seeds=[0])
+    assert played.rewards_P_G.tolist() == [[1.0]] and played.rewritten_turns == [[0]]
+    assert played.infos[0][0]["tool_calls"] == [{"name": "calculate", "outcome": "ok", "truncated": False}]
+    conversation = [{"role": "user", "content": "What is 123 + 456?"}, {"role": "assistant", "content": CALL},
+                    {"role": "tool", "content": "579"}]
+    rendered = list(tok.apply_chat_template(conversation, tools=env.tool_schemas, add_generation_prompt=True,
+                                            tokenize=True, return_dict=False, enable_thinking=False))
+    assert engine.contexts[1][0] == rendered
+    assert tok.decode(rendered).endswith("<|im_start|>user\n<tool_response>\n579\n</tool_response><|im_end|>\n"
+                                         "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    ro = played.rollouts
+    call_ids = tok.encode(CALL, add_special_tokens=False) + [end_of_turn_id(tok)]
+    tool_ids = tool_turn_ids(tok, ["579"], call_ids)
+    answer = tok.encode("579", add_special_tokens=False) + [end_of_turn_id(tok)]
+    n = int(ro.mask_PG_T[0].sum())
+    assert ro.tokens_PG_T[0, :n].tolist() == call_ids + tool_ids + answer
+    (a0, b0, first), (a1, b1, second) = ro.segments(0)
+    assert (a0, b0, first) == (0, len(call_ids) + len(tool_ids), ro.prompt_ids_P[0])
+    assert (a1, b1, second) == (b0, n, rendered)
+
+
 def test_several_results_are_one_tool_turn_under_qwen2_5():
     tok = qwen()
     ids = tool_turn_ids(tok, ["A", "B"], [end_of_turn_id(tok)])
     assert tok.decode(ids) == ("\n<|im_start|>user\n<tool_response>\nA\n</tool_response>\n<tool_response>\nB\n"
                                "</tool_response><|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_template_that_skips_the_tool_role_gets_the_results_as_a_user_message():
+    tok = qwen3_2507()  # its template without the tools branch: a tool message renders as nothing at all
+    assert not shows_tool_role(tok) and shows_tool_role(qwen()) and shows_tool_role(qwen(QWEN3))
+    ids = tool_turn_ids(tok, ["a", "B"], [end_of_turn_id(tok)])
+    assert tok.decode(ids) == ("\n<|im_start|>user\n<tool_response>\na\n</tool_response>\n<tool_response>\nB\n"
+                               "</tool_response>\n<|im_end|>\n<|im_start|>assistant\n")
 
 
 def test_without_a_chat_template_tools_and_results_are_plain_text():
