@@ -3,8 +3,9 @@ time, never of what is sampled. Played with the cache and with every turn re-enc
 an engine without `turn_sampler` takes), the same episodes sample the same token ids from the same seeds, and the
 log-probabilities and entropies agree to 1e-5 (float32; float summation order is all that differs: the cache's rows
 carry padding holes where re-encoding has none). Tested on the tiny model with an environment whose actions differ in
-length (some rows finish while others decode on, so the cache holds holes) and on env=guess, in chunks of a few rows
-and with a budget that forces re-encoding."""
+length (some rows finish while others decode on, so the cache holds holes), on env=guess, in chunks of a few rows
+and with a budget that forces re-encoding, and under the Qwen2.5 and Qwen3 chat templates with tool-role turns (the
+observation bodies ECHO trains on compared too)."""
 
 from dataclasses import dataclass
 
@@ -16,7 +17,7 @@ from rlvr.engine.pytorch import PyTorchEngine
 from rlvr.env.guarded import GuardedEnvironment
 from rlvr.env.guess import GuessEnvironment
 from rlvr.rollout.episodes import play
-from rlvr.types import Example, SamplingParams
+from rlvr.types import Example, SamplingParams, Step
 
 TOL = 1e-5
 """float32 both ways; measured gaps ~1e-7."""
@@ -77,6 +78,81 @@ def test_guess_episodes_are_the_same_with_and_without_the_cache(model_tok):
         sampling = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=2)
         args = (tok, env, [Example("=", "")] * 6, 8, sampling, list(range(6)), list(range(10, 16)), True)
         assert_same_episodes(play(engine, *args), play(Plain(engine), *args))
+
+
+@dataclass
+class ToolTurns:
+    """Its first, third, … observations a tool-role turn (two results, as rlvr/tools/harness.py reports them), the
+    others an environment message; never done."""
+
+    prompt: str
+    turns: int = 0
+
+    async def reset(self) -> str:
+        return self.prompt
+
+    async def step(self, action: str) -> Step:
+        self.turns += 1
+        if self.turns % 2:
+            return Step("ignored", 0.0, False, {"tool_results": [f"result {self.turns}", "{\"ok\": true}"]})
+        return Step("Not yet.", 0.0, False, {})
+
+    def fork(self):
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        pass
+
+
+@dataclass
+class ToolTurnsEnv:
+    max_turns: int = 4
+    max_context_tokens: int = 512
+    step_timeout_s: float = 5.0
+    max_concurrent: int | None = None
+
+    def episode(self, example, seed):
+        return ToolTurns(example.prompt)
+
+
+@pytest.mark.parametrize(("template", "rewrites"), [("qwen2.5", False), ("qwen3", True)])
+def test_chat_template_episodes_with_tool_turns_are_the_same_with_and_without_the_cache(template, rewrites):
+    """A tiny random Llama over the offline Qwen2.5 and Qwen3 tokenizers (tests/model/test_chat_turns.py) plays
+    episodes whose observations are the template's tool-role turns and user turns: Qwen2.5's extend the row (the cache
+    is continued with the template's suffixes); Qwen3's hybrid template rewrites after every turn (each next action is
+    sampled from the template's re-render, which does not extend what the cache holds: re-encoded). Both ways the same
+    ids, observation bodies (ECHO's candidates), sequences and rewards, log-probabilities to 1e-5."""
+    from model.test_chat_turns import QWEN3, qwen
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rlvr.rollout.chat_turns import end_of_turn_id
+
+    tok = qwen(QWEN3) if template == "qwen3" else qwen()
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, max_position_embeddings=512)).eval()
+    engine = PyTorchEngine(model, [end_of_turn_id(tok)], tok.pad_token_id, 256, merge_lora=False)
+    env = GuardedEnvironment(ToolTurnsEnv())
+    examples = [Example("Add 12 and 34.", "46"), Example("Multiply 7 by 8.", "56")]
+    args = (tok, env, examples, 3, SamplingParams(1.0, 1.0, 5), [5, 6], [1, 2], True)
+    continued, decode = [], engine._decode
+
+    def recorded(rows, params, gen, with_entropy, device, past=None):
+        continued.append(past is not None)
+        return decode(rows, params, gen, with_entropy, device, past)
+
+    engine._decode = recorded  # type: ignore[method-assign]
+    cached = play(engine, *args)
+    del engine._decode
+    plain = play(Plain(engine), *args)
+    assert continued == [False, *[not rewrites] * 3]  # turn 0 encodes the prompts; then the cache, or the re-render
+    assert_same_episodes(cached, plain)
+    a, b = cached.rollouts, plain.rollouts
+    assert torch.equal(a.observation_body_PG_T, b.observation_body_PG_T) and a.segments_PG == b.segments_PG
+    assert cached.turns_PG.tolist() == [4] * 6 and cached.rewritten_turns == plain.rewritten_turns
+    assert (a.segments_PG is not None) == rewrites  # qwen3: every row a sequence per action
+    assert int(a.observation_body_PG_T.sum()) > 0  # the tool results' and messages' own tokens
+    assert "<tool_response>\nresult 1\n</tool_response>" in tok.decode(a.tokens_PG_T[0])
 
 
 def test_an_episode_draws_the_same_whichever_other_episodes_play(model_tok):
