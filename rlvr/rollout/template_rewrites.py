@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from rlvr.tools.render import renders_tools, responses_text, tools_text
+from rlvr.tools.render import renders_tools, responses_text, shows_tool_role, tools_text
 
 
 def render_text(tokenizer: Any, messages: list[dict], tools: list[dict] | None) -> str:
@@ -73,11 +73,10 @@ class TemplateView:
         self.messages.append({"role": "assistant", "content": action})
         if tool_results is None:
             self._add([{"role": "user", "content": observation}])
-        else:
-            try:
-                self._add([{"role": "tool", "content": r} for r in tool_results])
-            except Exception:  # noqa: BLE001 - a template without a tool role: the results as a user message
-                self._add([{"role": "user", "content": responses_text(tool_results)}])
+        elif shows_tool_role(self.tokenizer):
+            self._add([{"role": "tool", "content": r} for r in tool_results])
+        else:  # a template that raises on the tool role or skips it: the results as a user message
+            self._add([{"role": "user", "content": responses_text(tool_results)}])
         return self.rendered.startswith(before)
 
     def ids(self) -> list[int]:

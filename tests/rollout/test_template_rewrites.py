@@ -67,6 +67,17 @@ def test_tool_turns_under_qwen2_5_extend():
     assert view.extends("3", "Right.")
 
 
+def test_a_template_that_skips_the_tool_role_sees_the_results_as_the_row_does():
+    # qwen3_2507's template here has no tools branch: a tool message renders as nothing; the view, as
+    # rlvr/tools/render.py's tool turn, carries the results as a user message, so a re-render still shows them
+    tok = qwen3_2507()
+    view = TemplateView.start(tok, "What is 1 + 2?")
+    assert view is not None and view.extends("<tool_call>x</tool_call>", "", ["3"])
+    assert view.messages[-1] == {"role": "user", "content": "<tool_response>\n3\n</tool_response>\n"}
+    assert view.rendered.endswith("<|im_start|>user\n<tool_response>\n3\n</tool_response>\n<|im_end|>\n"
+                                  "<|im_start|>assistant\n")
+
+
 def test_without_a_chat_template_there_is_no_view():
     tok = qwen()
     tok.chat_template = None
