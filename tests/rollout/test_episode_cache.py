@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from test_episodes import TINY, guarded
+from test_episodes import TINY, TryAgain, TryAgainEnv, guarded
 
 from rlvr.engine.pytorch import PyTorchEngine
 from rlvr.env.guarded import GuardedEnvironment
@@ -80,16 +80,9 @@ def test_guess_episodes_are_the_same_with_and_without_the_cache(model_tok):
         assert_same_episodes(play(engine, *args), play(Plain(engine), *args))
 
 
-@dataclass
-class ToolTurns:
+class ToolTurns(TryAgain):
     """Its first, third, … observations a tool-role turn (two results, as rlvr/tools/harness.py reports them), the
     others an environment message; never done."""
-
-    prompt: str
-    turns: int = 0
-
-    async def reset(self) -> str:
-        return self.prompt
 
     async def step(self, action: str) -> Step:
         self.turns += 1
@@ -97,22 +90,10 @@ class ToolTurns:
             return Step("ignored", 0.0, False, {"tool_results": [f"result {self.turns}", "{\"ok\": true}"]})
         return Step("Not yet.", 0.0, False, {})
 
-    def fork(self):
-        raise NotImplementedError
 
-    async def close(self) -> None:
-        pass
-
-
-@dataclass
-class ToolTurnsEnv:
-    max_turns: int = 4
-    max_context_tokens: int = 512
-    step_timeout_s: float = 5.0
-    max_concurrent: int | None = None
-
+class ToolTurnsEnv(TryAgainEnv):
     def episode(self, example, seed):
-        return ToolTurns(example.prompt)
+        return ToolTurns(example.prompt, example.reference)
 
 
 @pytest.mark.parametrize(("template", "rewrites"), [("qwen2.5", False), ("qwen3", True)])
@@ -132,7 +113,7 @@ def test_chat_template_episodes_with_tool_turns_are_the_same_with_and_without_th
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                          num_attention_heads=2, max_position_embeddings=512)).eval()
     engine = PyTorchEngine(model, [end_of_turn_id(tok)], tok.pad_token_id, 256, merge_lora=False)
-    env = GuardedEnvironment(ToolTurnsEnv())
+    env = GuardedEnvironment(ToolTurnsEnv(max_turns=4, max_context_tokens=512))
     examples = [Example("Add 12 and 34.", "46"), Example("Multiply 7 by 8.", "56")]
     args = (tok, env, examples, 3, SamplingParams(1.0, 1.0, 5), [5, 6], [1, 2], True)
     continued, decode = [], engine._decode
