@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from rlvr.tools.render import renders_tools, responses_text, shows_tool_role, tools_text
+from rlvr.tools.render import renders_tools, tool_messages, tools_text
 
 
 def render_text(tokenizer: Any, messages: list[dict], tools: list[dict] | None) -> str:
@@ -66,17 +66,13 @@ class TemplateView:
         return TemplateView(self.tokenizer, [*self.messages], self.tools, self.rendered)
 
     def extends(self, action: str, observation: str, tool_results: list[str] | None = None) -> bool:
-        """Add the action's text and the observation (one user message, or one tool message per result, as
-        rlvr/tools/render.py renders a tool turn) and say whether the template's render of the longer conversation
+        """Add the action's text and the observation (one user message, or the tool results as rlvr/tools/render.py
+        gives them to the template: `tool_messages`) and say whether the template's render of the longer conversation
         is its previous render followed by `action` and more (module docstring)."""
         before = self.rendered + action
         self.messages.append({"role": "assistant", "content": action})
-        if tool_results is None:
-            self._add([{"role": "user", "content": observation}])
-        elif shows_tool_role(self.tokenizer):
-            self._add([{"role": "tool", "content": r} for r in tool_results])
-        else:  # a template that raises on the tool role or skips it: the results as a user message
-            self._add([{"role": "user", "content": responses_text(tool_results)}])
+        self._add([{"role": "user", "content": observation}] if tool_results is None
+                  else tool_messages(self.tokenizer, tool_results))
         return self.rendered.startswith(before)
 
     def ids(self) -> list[int]:

@@ -83,11 +83,16 @@ def tool_turn_ids(tokenizer: PreTrainedTokenizerBase, results: list[str], row: l
         return tokenizer.encode(responses_text(results), add_special_tokens=False)
     closing = end_of_turn_id(tokenizer)
     lead = [] if row and row[-1] == closing else [closing]
+    full = render(tokenizer, [*_REFERENCE, *tool_messages(tokenizer, results)], True)
+    return lead + after_turn(tokenizer, full, "the tool results")
+
+
+def tool_messages(tokenizer: PreTrainedTokenizerBase, results: list[str]) -> list[dict]:
+    """One action's tool results as the chat template is given them: a tool message each, or one user message of
+    `<tool_response>` blocks where the template does not render the tool role (`shows_tool_role`)."""
     if shows_tool_role(tokenizer):
-        messages = [{"role": "tool", "content": r} for r in results]
-        return lead + after_turn(tokenizer, render(tokenizer, [*_REFERENCE, *messages], True), "a tool message")
-    full = render(tokenizer, [*_REFERENCE, {"role": "user", "content": responses_text(results)}], True)
-    return lead + after_turn(tokenizer, full, "a user message")
+        return [{"role": "tool", "content": r} for r in results]
+    return [{"role": "user", "content": responses_text(results)}]
 
 
 _PROBE = "rlvr tool result probe"
