@@ -36,8 +36,8 @@ as Qwen's `<|endoftext|>`) is not what the template's suffix follows: the caller
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from rlvr.errors import ConfigError
 
@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 _REFERENCE = [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": "Hi."}]
 _USERS = ["Guess a number from 1 to 9.", "Too low.", "Too high."]
 _ACTIONS = ["My guess is 5.", "<think>\nIt is above 5.\n</think>\n\nMy guess is 7."]
+
+T = TypeVar("T")
 
 # tokenizer -> (its chat template, the reference render cut just after the assistant's end-of-turn token)
 _reference_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -70,11 +72,21 @@ def _special_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
     return set(tokenizer.all_special_ids) | added
 
 
+def per_template(cache: weakref.WeakKeyDictionary, tokenizer: PreTrainedTokenizerBase,
+                 compute: Callable[[PreTrainedTokenizerBase], T]) -> T:
+    """`compute(tokenizer)`, kept in `cache` for the tokenizer while its chat template stays the same text."""
+    cached = cache.get(tokenizer)
+    if cached is None or cached[0] != tokenizer.chat_template:
+        cached = cache[tokenizer] = (tokenizer.chat_template, compute(tokenizer))
+    return cached[1]
+
+
 def _reference_turn(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """The reference conversation's ids up to and including the end-of-turn token closing its assistant turn."""
-    cached = _reference_cache.get(tokenizer)
-    if cached is not None and cached[0] == tokenizer.chat_template:
-        return cached[1]
+    return per_template(_reference_cache, tokenizer, _find_reference_turn)
+
+
+def _find_reference_turn(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     prompt = render(tokenizer, _REFERENCE[:1], generation_prompt=True)
     turn = render(tokenizer, _REFERENCE, generation_prompt=False)
     start = _first_difference(prompt, turn)
@@ -84,7 +96,6 @@ def _reference_turn(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     end = next(closes, None)
     if end is None:
         raise ValueError(f"no special token closes the assistant turn {content!r} in {_text(tokenizer, turn)!r}")
-    _reference_cache[tokenizer] = (tokenizer.chat_template, turn[: end + 1])
     return turn[: end + 1]
 
 

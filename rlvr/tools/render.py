@@ -31,7 +31,7 @@ import weakref
 from typing import TYPE_CHECKING, cast
 
 from rlvr.model.prompt_encoding import encode_prompts
-from rlvr.rollout.chat_turns import after_turn, end_of_turn_id, render
+from rlvr.rollout.chat_turns import after_turn, end_of_turn_id, per_template, render
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -102,13 +102,11 @@ _tool_role_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def shows_tool_role(tokenizer: PreTrainedTokenizerBase) -> bool:
     """Whether the chat template renders a tool message with its content: it neither raises on the role nor skips it
     (a template that renders only the roles it knows). Found once per template, with a probe text."""
-    cached = _tool_role_cache.get(tokenizer)
-    if cached is not None and cached[0] == tokenizer.chat_template:
-        return cached[1]
+    return per_template(_tool_role_cache, tokenizer, _probe_tool_role)
+
+
+def _probe_tool_role(tokenizer: PreTrainedTokenizerBase) -> bool:
     try:
-        ids = render(tokenizer, [*_REFERENCE, {"role": "tool", "content": _PROBE}], True)
-        shown = _PROBE in tokenizer.decode(ids)
+        return _PROBE in tokenizer.decode(render(tokenizer, [*_REFERENCE, {"role": "tool", "content": _PROBE}], True))
     except Exception:  # noqa: BLE001 - a template without a tool role raises on it
-        shown = False
-    _tool_role_cache[tokenizer] = (tokenizer.chat_template, shown)
-    return shown
+        return False
