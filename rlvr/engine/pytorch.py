@@ -1,7 +1,10 @@
 """`engine=pytorch`: batched sampling in the training process, from the very module the backend trains.
 
 Each prompt is repeated G times, rows are left-padded, and decoding runs with a KV cache one token per
-step for all rows at once, until every row has emitted an EOS id or `max_tokens` is reached. At each
+step for all rows at once, until every row has emitted an EOS id or `max_tokens` is reached. The prefill feeds each
+distinct context of a chunk once (a group's G rows are one prompt) and copies its cache and logits to the rows that
+share it (`distinct_rows`): a G-th of the prefill's work, the same numbers up to float summation order (a batch of
+another size; the sampled tokens were identical here, tests/engine/test_pytorch_engine.py). At each
 step (the predecessor's sampler, with one deliberate change):
 
     scaled = logits / max(T, 1e-7);  p = softmax(scaled)
@@ -39,7 +42,9 @@ row's own tokens only, so each row sees what re-encoding would show it. Draws ar
 generator is seeded as `sample` seeds it, `Noise`), and the logits are those of re-encoding up to float
 summation order: the sampled tokens were identical here and the log-probabilities within 1e-5
 (tests/rollout/test_episode_cache.py). A context that does not extend what its cache holds, an episode the cache
-has not seen, and a chunk whose grown cache would pass the activation budget are re-encoded in fresh chunks. Cost:
+has not seen, and a chunk whose grown cache would pass the activation budget are re-encoded in fresh chunks; so is
+every turn of a model whose cache is not all plain attention (`holes_are_exact`: under linear attention or a sliding
+window, the holes would change what a row sees). Cost:
 the caches of the episodes still playing stay in memory between turns, while the environment steps (the KV cache
 part of `Activations.bytes`, holes included), and are freed when the batch is played (`Turns.close`). The last
 sampled token of a call is never fed (nothing is sampled after it; the next turn feeds it), in `sample` as here.
@@ -182,7 +187,7 @@ class Past:
 
     def select(self, rows: Tensor) -> Past:
         """These rows only, in this order (the cache is narrowed in place)."""
-        self.cache.batch_select_indices(rows)
+        self.cache.reorder_cache(rows)  # every layer kind's states, a linear-attention layer's too
         return Past(self.cache, self.attn[rows], self.lengths[rows])
 
 
@@ -262,8 +267,9 @@ class Turns:
                                                           zip(self.generators(len(calls), device), calls, strict=True)]
                 out, after = engine._decode(feed, params, gen, with_entropy, device, past)
                 fed, sampled = out[2][:, : out[0].shape[1] - 1].sum(1).tolist(), out[0].tolist()
-                self.chunks.append(_Cached(after, [keys[i] for i in calls],
-                                           [contexts[i] + sampled[j][: fed[j]] for j, i in enumerate(calls)]))
+                if engine.caches_continue:
+                    self.chunks.append(_Cached(after, [keys[i] for i in calls],
+                                               [contexts[i] + sampled[j][: fed[j]] for j, i in enumerate(calls)]))
                 decoded.append(out)
                 order += calls
         self.synced = engine.synced
@@ -302,6 +308,8 @@ class PyTorchEngine:
         self.max_batch_mb = max_batch_mb
         """The activation budget of one chunk in MiB (`Activations.bytes`); None: auto (module docstring)."""
         self.activations = Activations.of(module)
+        self.caches_continue = holes_are_exact(module)
+        """Whether `Turns` may continue a cache with holes in it (module docstring "Turns")."""
         self.source = module
         """The module sampled from: the trainer's own, or a copy of it the engine was given (`sync`)."""
         self.merged = MergedLora.of(module) if merge_lora else None
@@ -446,14 +454,20 @@ class PyTorchEngine:
         tokens, logprobs, masks, entropies = [], [], [], []
         # with the config: a model whose layers keep other state than keys and values (Qwen3.5's linear attention)
         cache = past.cache if past is not None else transformers.DynamicCache(config=self.module.config)
-        out = self.module(
-            input_ids=input_ids, attention_mask=attn, position_ids=position, past_key_values=cache,
+        first, copies = distinct_rows(rows) if past is None else (None, None)
+        feed = slice(None) if first is None else torch.tensor(first, device=device)
+        logits = self.module(
+            input_ids=input_ids[feed], attention_mask=attn[feed], position_ids=position[feed], past_key_values=cache,
             use_cache=True, logits_to_keep=1,
-        )
+        ).logits[:, -1]
+        if copies is not None:  # each row its context's prefill: a group's G rows were one prompt, prefilled once
+            index = torch.tensor(copies, device=device)
+            cache.reorder_cache(index)
+            logits = logits[index]
         next_pos = position[:, -1:] + 1
         noise = Noise(gen, params.max_tokens)
         for t in range(params.max_tokens):
-            token, logp, entropy = draw(out.logits[:, -1].float(), params, noise, t, with_entropy)
+            token, logp, entropy = draw(logits.float(), params, noise, t, with_entropy)
             alive = ~finished
             token = torch.where(alive, token, self.pad_id)
             tokens.append(token)
@@ -465,10 +479,10 @@ class PyTorchEngine:
                 break  # the last token is not fed: nothing is sampled after it
             # a finished row's pad is fed with attention 0: the cache then holds its own tokens only
             attn = torch.cat([attn, alive[:, None].to(attn.dtype)], dim=1)
-            out = self.module(
+            logits = self.module(
                 input_ids=token[:, None], attention_mask=attn, position_ids=next_pos, past_key_values=cache,
                 use_cache=True,
-            )
+            ).logits[:, -1]
             next_pos = next_pos + 1
         if not tokens:  # max_tokens == 0 is rejected by validation; keep shapes sane anyway
             empty = torch.zeros((N, 0), device=device)
@@ -477,6 +491,32 @@ class PyTorchEngine:
                    torch.stack(entropies, 1))
         fed = decoded[2][:, : len(tokens) - 1]  # the sampled tokens fed back: every one but the last step's
         return decoded, Past(cache, attn, position[:, -1] + 1 + fed.sum(1))
+
+
+def holes_are_exact(module: nn.Module) -> bool:
+    """Whether every layer of the module's cache is plain attention, which a position held out by the attention mask
+    leaves exactly as re-encoding without it would. A linear-attention layer (Qwen3.5's Gated DeltaNet) runs its
+    convolution and recurrent state through such a position, and a sliding-window layer counts it in its window: under
+    those a `Turns` cache is not continued, each turn is re-encoded."""
+    config = getattr(module, "config", None)
+    if config is None:
+        return False
+    return all(type(layer) is transformers.cache_utils.DynamicLayer
+               for layer in transformers.DynamicCache(config=config).layers)
+
+
+def distinct_rows(rows: list[list[int]]) -> tuple[list[int], list[int]] | tuple[None, None]:
+    """(the first row of each distinct context, per row the index of its context among them), or (None, None) when
+    the rows are all distinct: what a prefill feeds once and expands to every row."""
+    index: dict[tuple[int, ...], int] = {}
+    first: list[int] = []
+    copies: list[int] = []
+    for i, row in enumerate(rows):
+        if (context := tuple(row)) not in index:
+            index[context] = len(first)
+            first.append(i)
+        copies.append(index[context])
+    return (first, copies) if len(first) < len(rows) else (None, None)
 
 
 NOISE_WINDOW = 4096

@@ -166,6 +166,29 @@ def test_chunking_never_changes_what_is_sampled(model_tok, top_p, seeded):
     assert whole.tokens_PG_T.unique().numel() > 3  # the draws are not all one token
 
 
+def test_a_groups_prompt_is_prefilled_once_and_each_row_samples_what_it_would_alone(model_tok):
+    """The prefill feeds each distinct context of a chunk once and copies its cache and first logits to the rows that
+    share it (rlvr/engine/pytorch.py `distinct_rows`): 4 prompts × G=3 (prompt 0 twice, as two groups with their own
+    seeds) prefill 3 rows, not 12, and sample what one-row chunks (nothing shared) sample, to float order."""
+    model, tok = model_tok
+    prompts, params = [LONG[0], LONG[1], LONG[0], LONG[3]], SamplingParams(1.0, 1.0, 6)
+    engine, fed = engine_for(model, tok), []
+    hook = engine.module.register_forward_pre_hook(lambda _, args, kw: fed.append(tuple(kw["input_ids"].shape)),
+                                                   with_kwargs=True)
+    try:
+        shared = engine.sample(prompts, 3, params, seeds=prompt_seeds(2, 4), with_entropy=True)
+    finally:
+        hook.remove()
+    assert fed[0] == (3, 20) and fed[1] == (12, 1)  # the prefill: 3 distinct prompts (the longest 20 tokens); then 12
+    alone = engine_for(model, tok, max_batch_rows=1).sample(prompts, 3, params, seeds=prompt_seeds(2, 4),
+                                                            with_entropy=True)
+    assert torch.equal(shared.tokens_PG_T, alone.tokens_PG_T) and torch.equal(shared.mask_PG_T, alone.mask_PG_T)
+    assert torch.allclose(shared.logprobs_PG_T, alone.logprobs_PG_T, atol=1e-5)
+    assert torch.allclose(shared.entropy_PG_T, alone.entropy_PG_T, atol=1e-5)
+    assert not torch.equal(shared.tokens_PG_T[0:3], shared.tokens_PG_T[6:9])  # one prompt, two groups, two seeds
+    assert len({tuple(r) for r in shared.tokens_PG_T[0:3].tolist()}) > 1  # a group's rows draw apart from one cache
+
+
 def test_an_int_seed_is_one_seed_per_prompt(model_tok):
     """seed=s samples what seeds sub_seed(s, "prompt/<p>") do, so a prompt's completions do not depend on the
     prompts beside it."""

@@ -185,6 +185,33 @@ def test_a_cache_grown_past_the_activation_budget_is_re_encoded(model_tok):
     assert torch.allclose(cached.logprobs_PG_T, fresh.logprobs_PG_T, atol=TOL, rtol=0)
 
 
+@pytest.mark.parametrize("family", ["qwen3_5", "gemma4"])
+def test_a_model_whose_cache_is_not_all_attention_re_encodes_every_turn(family, tmp_path):
+    """Qwen3.5's linear-attention layer runs its convolution and recurrent state through every position fed, held out
+    by the attention mask or not, and Gemma 4's sliding-window layer counts such a position in its window: a cache
+    with holes would show a row something re-encoding does not (for Qwen3.5 the log-probabilities move by far more
+    than float order, checked below by forcing it). So on these models every turn is re-encoded (`holes_are_exact`),
+    and episodes are those the plain path plays; a group's shared prefill copies the linear-attention states too."""
+    from model.test_new_families import checkpoint, preset
+
+    from rlvr.engine.pytorch import holes_are_exact
+
+    model, tok = preset(family, checkpoint(family, tmp_path / family)).load(seed=0)
+    engine = engine_of(model.eval(), tok, max_batch_rows=256)
+    assert not holes_are_exact(model) and not engine.caches_continue
+    sampling = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=3)
+    args = (tok, guarded(max_turns=4, max_context_tokens=48), EXAMPLES, 4, sampling, [5, 6, 7], [1, 2, 3], True)
+    played = play(engine, *args)
+    assert_same_episodes(played, play(Plain(engine), *args))
+    assert int(played.turns_PG.max()) >= 3
+    one_row = engine_of(model, tok, max_batch_rows=1)  # nothing shared in a prefill
+    assert_same_episodes(played, play(Plain(one_row), *args))
+    if family == "qwen3_5":
+        engine.caches_continue = True  # what continuing through the holes would have sampled
+        forced = play(engine, *args).rollouts
+        assert not torch.allclose(forced.logprobs_PG_T, played.rollouts.logprobs_PG_T, atol=1e-3, rtol=0)
+
+
 def test_sampling_in_the_worker_process_keeps_the_cache_there(model_tok):
     """trainer.off_policy_steps ≥ 1 on a CPU: sampling runs in a forked worker (rlvr/engine/sampler_process.py), which
     keeps the episodes' caches between turns (`WorkerTurns`; bit for bit the trainer process's own on one thread:
