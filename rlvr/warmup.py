@@ -54,6 +54,13 @@ torch = lazy_import("torch")
 safetensors_torch = lazy_import("safetensors.torch")
 
 
+TOOL_TURNS_ENCODING = 2
+"""How tool calls and results are encoded (rlvr/tools/render.py `tool_messages`, rlvr/rollout/chat_turns.py
+`after_turn`), in the cache key of demonstrations with tools: raised when that encoding changes, so a warm-up cached
+under the old one is not loaded for the new. 2: a tool turn follows the calling turn's end-of-turn token (Qwen3's
+template rewrites the turn), and a template that does not show the `tool` role gets the results as a user message."""
+
+
 @dataclass(frozen=True)
 class Warmup:
     steps: int
@@ -65,8 +72,9 @@ class Warmup:
     def cache_key(self, model_preset: object, seed: int, demos: list[Demonstration]) -> str:
         """sha256 of what the warm-up's result depends on: the model preset (less its LoRA settings), the
         warm-up's steps, batch size and learning rate, the init seed, the demonstrations, the torch version and
-        its thread count (CPU kernels split their sums by thread: 1 and 2 threads give other weights).
-        Evaluation settings (data.eval_size, …) and the cache folder are not in it."""
+        its thread count (CPU kernels split their sums by thread: 1 and 2 threads give other weights), and for
+        demonstrations with tools `TOOL_TURNS_ENCODING`. Evaluation settings (data.eval_size, …) and the cache folder
+        are not in it."""
         preset = (asdict(model_preset) if is_dataclass(model_preset) and not isinstance(model_preset, type)
                   else repr(model_preset))
         preset = ({k: v for k, v in preset.items() if k != "lora" and not (k == "chat_template" and v is None)}
@@ -74,6 +82,8 @@ class Warmup:
         h = hashlib.sha256()
         h.update(json.dumps([preset, self.steps, self.batch_size, self.lr, seed, torch.__version__,
                              torch.get_num_threads()], sort_keys=True).encode())
+        if any(isinstance(d.prompt, ToolPrompt) or any(isinstance(t, ToolTurn) for t in d.followups) for d in demos):
+            h.update(f"tool turns {TOOL_TURNS_ENCODING}".encode())
         for d in demos:
             h.update(f"{d.prompt}\x00{d.completion}\x01".encode())
             if isinstance(d.prompt, ToolPrompt):

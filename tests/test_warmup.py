@@ -30,6 +30,22 @@ def test_warmup_lowers_the_loss_and_is_cached(tmp_path):
     assert same_weights(model, again)
 
 
+def test_the_key_of_demonstrations_with_tools_follows_how_tool_turns_are_encoded(monkeypatch):
+    """A change to how tool calls and results are encoded raises TOOL_TURNS_ENCODING: a warm-up cached under the old
+    encoding is then not loaded. Demonstrations without tools keep their key."""
+    import rlvr.warmup
+    from rlvr.tools.harness import ToolPrompt, ToolTurn
+    from rlvr.types import Demonstration
+
+    w = Warmup(steps=30, batch_size=32, lr=3e-3, cache_dir=None)
+    schema = [{"type": "function", "function": {"name": "add", "parameters": {}}}]
+    tools = [Demonstration(ToolPrompt("2+3=", schema), '<tool_call>{"name": "add"}</tool_call>',
+                           (ToolTurn("", ["5"]), "5"))]
+    keys = {name: w.cache_key(TINY, 0, demos) for name, demos in (("tools", tools), ("plain", DEMOS))}
+    monkeypatch.setattr(rlvr.warmup, "TOOL_TURNS_ENCODING", rlvr.warmup.TOOL_TURNS_ENCODING + 1)
+    assert w.cache_key(TINY, 0, tools) != keys["tools"] and w.cache_key(TINY, 0, DEMOS) == keys["plain"]
+
+
 def test_cache_key_changes_with_every_input_that_changes_the_result(monkeypatch):
     w = Warmup(steps=30, batch_size=32, lr=3e-3, cache_dir=None)
     base = w.cache_key(TINY, 0, DEMOS)
