@@ -47,6 +47,11 @@ Measured on the shared 2-core machine, 2026-12-04, default arguments (40 steps a
   its loop costs ~9 ms a step more than single's (~25 µs an episode's turn), and with no more than single's the
   ratio would still be 0.84–0.85×: the training of the rows reward-to-go credit leaves an advantage keeps it under
   0.9×.
+  At f253476 (a chunk's prefill feeds each group's prompt once: bench/prefill.py), two runs, load 0.7:
+    rows/s 0.73× 0.70×    rollout alone 0.54× 0.54×    were guess's rollout single's: 0.85× 0.82×
+  e.g. single 1,567 rows/s (sampling 0.021 s, of it forwards 0.016; training 0.058), guess 1,140 rows/s (sampling
+  0.037 s, of it forwards 0.023; scoring 0.0016; training 0.068). Single's sampling lost its 128-row prefill (16
+  prompts fed once); guess's first turn prefills one token, so the ratio fell while both sides got no slower.
 """
 
 from __future__ import annotations
