@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from rlvr.errors import ConfigError
+from rlvr.model.prompt_encoding import chat_ids
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -54,12 +55,6 @@ T = TypeVar("T")
 
 # tokenizer -> (its chat template, the reference render cut just after the assistant's end-of-turn token)
 _reference_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], generation_prompt: bool) -> list[int]:
-    """Token ids of a conversation rendered as `encode_prompts` renders a prompt (`enable_thinking=False`)."""
-    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True,
-                                              return_dict=False, enable_thinking=False))
 
 
 def _text(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> str:
@@ -87,8 +82,8 @@ def _reference_turn(tokenizer: PreTrainedTokenizerBase) -> list[int]:
 
 
 def _find_reference_turn(tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    prompt = render(tokenizer, _REFERENCE[:1], generation_prompt=True)
-    turn = render(tokenizer, _REFERENCE, generation_prompt=False)
+    prompt = chat_ids(tokenizer, _REFERENCE[:1])
+    turn = chat_ids(tokenizer, _REFERENCE, generation_prompt=False)
     start = _first_difference(prompt, turn)
     # the first special token after the assistant's text (templates may open a turn with special header tokens)
     special, content = _special_ids(tokenizer), _REFERENCE[1]["content"]
@@ -112,7 +107,7 @@ def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int:
 def observation_ids(tokenizer: PreTrainedTokenizerBase, observation: str) -> list[int]:
     """The ids the chat template adds after an assistant turn's end-of-turn token for a new user message
     carrying `observation`, through the next assistant turn's generation prompt (`after_turn`)."""
-    full = render(tokenizer, [*_REFERENCE, {"role": "user", "content": observation}], generation_prompt=True)
+    full = chat_ids(tokenizer, [*_REFERENCE, {"role": "user", "content": observation}])
     return after_turn(tokenizer, full, "a user message")
 
 
@@ -148,7 +143,7 @@ def check_chat_turns(tokenizer: PreTrainedTokenizerBase, model_name: str, stop_i
         renders, messages = [], []
         for k, user in enumerate(_USERS):
             messages.append({"role": "user", "content": user})
-            renders.append(render(tokenizer, messages, generation_prompt=True))
+            renders.append(chat_ids(tokenizer, messages))
             if k < len(_ACTIONS):
                 messages.append({"role": "assistant", "content": _ACTIONS[k]})
     except Exception as e:  # a template that cannot render a plain conversation cannot play episodes either

@@ -29,16 +29,10 @@ Qwen3's hybrid template rewrites at every turn, so each of its actions is a sequ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
+from rlvr.model.prompt_encoding import chat_text
 from rlvr.tools.render import renders_tools, tool_messages, tools_text
-
-
-def render_text(tokenizer: Any, messages: list[dict], tools: list[dict] | None) -> str:
-    """The conversation's text as the template renders it for the next assistant turn (`chat_turns.render`'s
-    options, `tools` shown when given)."""
-    return str(tokenizer.apply_chat_template(messages, tools=cast("list", tools), add_generation_prompt=True,
-                                             tokenize=False, enable_thinking=False))
 
 
 @dataclass
@@ -59,7 +53,7 @@ class TemplateView:
         tools = schemas if schemas and renders_tools(tokenizer, schemas) else None
         content = tools_text(schemas) + prompt if schemas and tools is None else prompt
         messages = [{"role": "user", "content": content}]
-        return cls(tokenizer, messages, tools, render_text(tokenizer, messages, tools))
+        return cls(tokenizer, messages, tools, chat_text(tokenizer, messages, tools))
 
     def copy(self) -> TemplateView:
         """Another episode's view of the same start (its own messages)."""
@@ -80,5 +74,5 @@ class TemplateView:
         return list(self.tokenizer.encode(self.rendered, add_special_tokens=False))
 
     def _add(self, messages: list[dict]) -> None:
-        self.rendered = render_text(self.tokenizer, [*self.messages, *messages], self.tools)
+        self.rendered = chat_text(self.tokenizer, [*self.messages, *messages], self.tools)
         self.messages += messages

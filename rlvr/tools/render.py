@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import json
 import weakref
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from rlvr.model.prompt_encoding import encode_prompts
-from rlvr.rollout.chat_turns import after_turn, end_of_turn_id, per_template, render
+from rlvr.model.prompt_encoding import chat_ids, chat_text, encode_prompts
+from rlvr.rollout.chat_turns import after_turn, end_of_turn_id, per_template
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -54,23 +54,17 @@ def renders_tools(tokenizer: PreTrainedTokenizerBase, schemas: list[dict]) -> bo
         return False
     messages = [{"role": "user", "content": "Hello."}]
     try:
-        with_tools = tokenizer.apply_chat_template(messages, tools=cast("list", schemas), add_generation_prompt=True,
-                                                   tokenize=False, enable_thinking=False)
+        with_tools = chat_text(tokenizer, messages, schemas)
     except Exception:  # noqa: BLE001 - a template that cannot take tools does not render them
         return False
-    return with_tools != tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
-                                                       enable_thinking=False)
+    return with_tools != chat_text(tokenizer, messages)
 
 
 def tool_prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: str, schemas: list[dict]) -> list[int]:
     """The prompt's ids with the tools shown (module docstring)."""
     if not renders_tools(tokenizer, schemas):
         return encode_prompts(tokenizer, [tools_text(schemas) + prompt])[0]
-    # one conversation, tokenized, no dict: a list of ids (transformers types every return form at once)
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tools=cast("list", schemas),
-                                        add_generation_prompt=True, tokenize=True, return_dict=False,
-                                        enable_thinking=False)
-    return list(cast("list[int]", ids))
+    return chat_ids(tokenizer, [{"role": "user", "content": prompt}], schemas)
 
 
 def responses_text(results: list[str]) -> str:
@@ -83,7 +77,7 @@ def tool_turn_ids(tokenizer: PreTrainedTokenizerBase, results: list[str], row: l
         return tokenizer.encode(responses_text(results), add_special_tokens=False)
     closing = end_of_turn_id(tokenizer)
     lead = [] if row and row[-1] == closing else [closing]
-    full = render(tokenizer, [*_REFERENCE, *tool_messages(tokenizer, results)], True)
+    full = chat_ids(tokenizer, [*_REFERENCE, *tool_messages(tokenizer, results)])
     return lead + after_turn(tokenizer, full, "the tool results")
 
 
@@ -107,6 +101,6 @@ def shows_tool_role(tokenizer: PreTrainedTokenizerBase) -> bool:
 
 def _probe_tool_role(tokenizer: PreTrainedTokenizerBase) -> bool:
     try:
-        return _PROBE in tokenizer.decode(render(tokenizer, [*_REFERENCE, {"role": "tool", "content": _PROBE}], True))
+        return _PROBE in tokenizer.decode(chat_ids(tokenizer, [*_REFERENCE, {"role": "tool", "content": _PROBE}]))
     except Exception:  # noqa: BLE001 - a template without a tool role raises on it
         return False

@@ -10,8 +10,8 @@ The templates are copied verbatim (Qwen3-Instruct-2507's less its tools branch),
 import pytest
 
 from rlvr.errors import ConfigError
-from rlvr.model.prompt_encoding import encode_prompts, eos_ids
-from rlvr.rollout.chat_turns import check_chat_turns, end_of_turn_id, observation_ids, render
+from rlvr.model.prompt_encoding import chat_ids, encode_prompts, eos_ids
+from rlvr.rollout.chat_turns import check_chat_turns, end_of_turn_id, observation_ids
 
 tokenizers = pytest.importorskip("tokenizers")
 transformers = pytest.importorskip("transformers")
@@ -266,6 +266,43 @@ def test_llama3_suffix_has_no_newline_and_trims_the_observation():
                                                              "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
 
 
+# Llama 3's template behind a system block that prints today's date, as Llama 3.1–3.3's do ("Today Date: " +
+# strftime_now("%d %b %Y"))
+DATED = (
+    "{{ bos_token }}<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+    "Today Date: {{ strftime_now('%d %b %Y') }}\n\n<|eot_id|>{% for message in messages %}<|start_header_id|>"
+    "{{ message['role'] }}<|end_header_id|>\n\n{{ message['content'] | trim }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+
+
+def test_a_template_that_prints_todays_date_renders_the_same_prompt_on_any_day(monkeypatch):
+    """transformers gives templates `strftime_now` (the machine's clock); rlvr renders every template with the date
+    pinned (rlvr/model/prompt_encoding.py TEMPLATE_DATE), so the prompt ids of a run, its resume and a campaign's
+    next seed do not change with the day. The clock is moved to 2 Jan 2031 here: transformers' own render follows it,
+    rlvr's prompt, episode turns and tools do not."""
+    import datetime
+
+    import transformers.utils.chat_template_utils as templates
+
+    special = ["<|end_of_text|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    tok = build_tokenizer(DATED, special, eos="<|eot_id|>", bos="<|begin_of_text|>", thinking_tokens=False)
+    before = encode_prompts(tok, ["Guess a number from 1 to 9."])[0]
+    turn = observation_ids(tok, "Too low.")
+
+    class Later(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.datetime(2031, 1, 2)
+
+    monkeypatch.setattr(templates, "datetime", Later)
+    messages = [{"role": "user", "content": "Guess a number from 1 to 9."}]
+    assert "Today Date: 02 Jan 2031" in tok.apply_chat_template(messages, tokenize=False)  # the clock, unpinned
+    assert encode_prompts(tok, ["Guess a number from 1 to 9."])[0] == before
+    assert "Today Date: 26 Jul 2024\n" in text(tok, before) and observation_ids(tok, "Too low.") == turn
+    assert check_chat_turns(tok, "meta-llama/Llama-3.1-8B-Instruct", stop_ids=[end_of_turn_id(tok)]) is None
+
+
 @pytest.mark.parametrize("build", [qwen, qwen3_2507, llama3], ids=["qwen2.5", "qwen3-2507", "llama3"])
 def test_context_plus_action_plus_observation_ids_is_the_render_for_three_turns(build):
     tok = build()
@@ -277,7 +314,7 @@ def test_context_plus_action_plus_observation_ids_is_the_render_for_three_turns(
     for action, observation in zip(actions, users[1:], strict=True):
         context = context + tok.encode(action, add_special_tokens=False) + [eot] + observation_ids(tok, observation)
         messages += [{"role": "assistant", "content": action}, {"role": "user", "content": observation}]
-        assert context == render(tok, messages, generation_prompt=True)
+        assert context == chat_ids(tok, messages)
     assert len(messages) == 7  # 3 actions, each followed by an observation
 
 

@@ -12,7 +12,8 @@ import torch
 from model.test_chat_turns import QWEN3, STRIPS_THINKING, llama3, qwen, qwen3_2507, text
 from test_episodes import guarded
 
-from rlvr.rollout.chat_turns import end_of_turn_id, render
+from rlvr.model.prompt_encoding import chat_ids
+from rlvr.rollout.chat_turns import end_of_turn_id
 from rlvr.rollout.episodes import play
 from rlvr.rollout.template_rewrites import TemplateView
 from rlvr.telemetry import episode_metrics
@@ -128,7 +129,7 @@ def test_a_turn_the_template_rewrote_starts_a_sequence_sampled_from_its_re_rende
             assert ro.logprobs_PG_T[r, start] == -0.5 and bool(ro.actions_PG_T[r, start])
             # a sequence starts at the first action after a rewrite, from the template's own render of the
             # conversation so far; before any rewrite the prompt and the row are that render token for token
-            rendered = render(tok, messages, generation_prompt=True)
+            rendered = chat_ids(tok, messages)
             assert rendered == contexts[r], (turn, text(tok, rendered), text(tok, contexts[r]))
             assert (a == start and turn > 0) == (turn - 1 in splits)
             messages += [{"role": "assistant", "content": ACTIONS[turn]}, {"role": "user", "content": "Too low."}]
