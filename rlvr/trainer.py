@@ -92,6 +92,7 @@ from rlvr.telemetry import (
     sample_groups,
     step_row,
 )
+from rlvr.tools.render import format_mismatch
 from rlvr.types import Demonstration, Example, Rollouts, Sampled, SamplingParams, StepBatch, TokenSignals, TrainBatch
 from rlvr.warmup import Warmup
 
@@ -443,6 +444,11 @@ class Trainer:
             if rewrites is not None:
                 log.info("%s; an episode's row is split there, each part trained after the prompt its actions were "
                          "sampled from", rewrites)
+            call_format = getattr(c.env.env, "call_format", None)  # env.tools: rlvr/tools/harness.py, in the guard
+            mismatch = call_format and c.env.tool_schemas and format_mismatch(tokenizer, c.env.tool_schemas,
+                                                                              call_format)
+            if mismatch:
+                log.warning("%s (model %s)", mismatch, c.preset.name)
 
     def _restore(self, live: Live, path: Path) -> int:
         """Continue from checkpoint `path`: weights, optimizer, counters, controller, RNG; the run folder

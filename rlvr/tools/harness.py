@@ -8,7 +8,7 @@
       max_tool_calls: 2                           # per episode
       tool_timeout_s: 5.0                         # per call (default 10)
       tool_output_chars: 500                      # a result longer than this is cut (default 2000)
-      tool_call_format: hermes                    # how calls are written: hermes (default) | marker (parse.py)
+      tool_call_format: hermes                    # how calls are written: hermes (default) | json | marker (parse.py)
       tool_call_marker: "?"                       # the marker format's call marker (default "?")
 
 rlvr/run.py builds the environment from `env` less these keys (`rlvr.tools.TOOL_KEYS`) and wraps it in a
@@ -82,6 +82,7 @@ class ToolEnvironment:
         self.step_timeout_s = env.step_timeout_s + max_tool_calls * tool_timeout_s
         self.max_concurrent: int | None = getattr(env, "max_concurrent", None)
         self.parse = call_parser(tool_call_format, tool_call_marker, self.tool_schemas)
+        self.call_format = tool_call_format
         self.demonstrations = self._demonstrations if getattr(env, "demonstrations", None) else None
 
     def _demonstrations(self, count: int, seed: int) -> list[list[str]]:

@@ -1,5 +1,6 @@
 """The policy's tool calls in an action's text: the Hermes format Qwen2.5/Qwen3 templates ask for (the default),
-or a one-character marker for models too small to write JSON (`env.tool_call_format`, `call_parser`).
+the bare JSON Llama 3.1–3.3 templates ask for, or a one-character marker for models too small to write JSON
+(`env.tool_call_format`, `call_parser`).
 
     <tool_call>
     {"name": "calculate", "arguments": {"expression": "123 + 456"}}
@@ -20,6 +21,14 @@ policy is told why (an observation) and the run counts it (`env/tool_malformed`)
 
 A `</tool_call>` with no open block is text, not a call. Whether the name is a tool and the arguments fit its
 schema is run.py's check, not the parser's.
+
+The JSON format (`env.tool_call_format: json`, `parse_json_calls`) is what Llama 3.1–3.3's templates ask for when
+given `tools` ('Respond in the format {"name": function name, "parameters": dictionary of argument name and its
+value}'), read as vLLM's `llama3_json` parser reads it: an action that starts, after white space and an optional
+`<|python_tag|>`, with "{" is a call, or several separated by ";"; any other action holds none. Each object is
+decoded as a Hermes block's, its arguments under "parameters" (or "arguments"); what cannot be decoded from there
+on is one malformed call, and text after the last object is not an answer, as text beside a Hermes block is not.
+So under this format an answer that starts with "{" is a call (malformed unless it is one).
 
 The marker format (`env.tool_call_format: marker`, `env.tool_call_marker`, default "?"; `MarkerCalls`) is for a
 policy that cannot write a JSON object in a few tokens (model=tiny_tools, whose context is 64 characters): the text
@@ -55,10 +64,6 @@ class ParsedCall:
     """The block's inner text (kept for the observation and the transcript)."""
 
 
-def has_tool_call(action: str) -> bool:
-    return OPEN in action
-
-
 def parse_tool_calls(action: str) -> list[ParsedCall]:
     """The action's tool-call blocks in order (module docstring); [] when it opens none."""
     calls: list[ParsedCall] = []
@@ -87,9 +92,14 @@ def _decode(inner: str) -> ParsedCall:
         call = json.loads(inner)
     except ValueError as err:
         return ParsedCall(None, None, f"malformed: not JSON ({err})", inner)
+    return _call(call, inner, "arguments")
+
+
+def _call(call: object, inner: str, key: str) -> ParsedCall:
+    """A decoded call object: a str "name" and its arguments under `key` (or "arguments")."""
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-        return ParsedCall(None, None, 'malformed: expected {"name": <tool name>, "arguments": {...}}', inner)
-    arguments = call.get("arguments", {})
+        return ParsedCall(None, None, f'malformed: expected {{"name": <tool name>, "{key}": {{...}}}}', inner)
+    arguments = call.get(key, call.get("arguments", {}))
     if isinstance(arguments, str):  # OpenAI's form: the arguments as a JSON string
         try:
             arguments = json.loads(arguments)
@@ -101,7 +111,30 @@ def _decode(inner: str) -> ParsedCall:
     return ParsedCall(call["name"], arguments, None, inner)
 
 
-FORMATS = ("hermes", "marker")
+PYTHON_TAG = "<|python_tag|>"
+
+
+def parse_json_calls(action: str) -> list[ParsedCall]:
+    """The action's JSON calls in order (module docstring, the JSON format); [] when it does not start with one."""
+    text = action.strip()
+    text = text[len(PYTHON_TAG):].lstrip() if text.startswith(PYTHON_TAG) else text
+    if not text.startswith("{"):
+        return []
+    calls: list[ParsedCall] = []
+    decoder, at = json.JSONDecoder(), 0
+    while True:
+        try:
+            call, end = decoder.raw_decode(text, at)
+        except ValueError as err:
+            return [*calls, ParsedCall(None, None, f"malformed: not JSON ({err})", text[at:])]
+        calls.append(_call(call, text[at:end], "parameters"))
+        rest = text[end:].lstrip()
+        if not rest.startswith(";"):
+            return calls  # the last call; text after it is not an answer
+        at = len(text) - len(rest[1:].lstrip())
+
+
+FORMATS = ("hermes", "json", "marker")
 
 
 @dataclass(frozen=True)
@@ -123,10 +156,13 @@ class MarkerCalls:
 
 
 def call_parser(call_format: str, marker: str, schemas: list[dict]) -> Callable[[str], list[ParsedCall]]:
-    """The parser of `env.tool_call_format` for tools with `schemas`: `parse_tool_calls` for "hermes", a
-    `MarkerCalls` for "marker" (ConfigError unless there is one tool with one required string parameter)."""
+    """The parser of `env.tool_call_format` for tools with `schemas`: `parse_tool_calls` for "hermes",
+    `parse_json_calls` for "json", a `MarkerCalls` for "marker" (ConfigError unless there is one tool with one
+    required string parameter)."""
     if call_format == "hermes":
         return parse_tool_calls
+    if call_format == "json":
+        return parse_json_calls
     if call_format != "marker":
         raise ConfigError(f"invalid config:\n  env.tool_call_format={call_format!r}: expected one of {list(FORMATS)}")
     if not isinstance(marker, str) or not marker:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from rlvr.model.prompt_encoding import chat_ids, chat_text, encode_prompts
 from rlvr.rollout.chat_turns import after_turn, end_of_turn_id, per_template
+from rlvr.tools.parse import OPEN
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -58,6 +59,21 @@ def renders_tools(tokenizer: PreTrainedTokenizerBase, schemas: list[dict]) -> bo
     except Exception:  # noqa: BLE001 - a template that cannot take tools does not render them
         return False
     return with_tools != chat_text(tokenizer, messages)
+
+
+def format_mismatch(tokenizer: PreTrainedTokenizerBase, schemas: list[dict], call_format: str) -> str | None:
+    """Why the chat template asks for tool calls in another format than `env.tool_call_format` reads, or None: its
+    tools prompt asks for `<tool_call>` blocks (Qwen, Hermes) and the format is not "hermes", or it renders the tools
+    without asking for them (Llama 3.1–3.3 ask for bare JSON) and the format is "hermes"."""
+    if call_format == "marker" or not renders_tools(tokenizer, schemas):
+        return None
+    hermes = OPEN in chat_text(tokenizer, [{"role": "user", "content": "Hello."}], schemas)
+    if hermes == (call_format == "hermes"):
+        return None
+    asked = "<tool_call> blocks (env.tool_call_format=hermes)" if hermes else "no <tool_call> blocks"
+    return (f"the chat template's tools prompt asks for {asked}, but env.tool_call_format={call_format}: the policy's "
+            "calls may never parse" + ("" if hermes else "; a Llama 3.1–3.3 template asks for bare JSON calls "
+                                       "(env.tool_call_format=json)"))
 
 
 def tool_prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: str, schemas: list[dict]) -> list[int]:

@@ -7,13 +7,21 @@ import asyncio
 from types import SimpleNamespace
 
 import torch
-from model.test_chat_turns import QWEN3, qwen, qwen3_2507
+from model.test_chat_turns import QWEN3, build_tokenizer, qwen, qwen3_2507
 
 from rlvr.env.guarded import GuardedEnvironment
+from rlvr.model.prompt_encoding import chat_ids
 from rlvr.rollout.chat_turns import end_of_turn_id
 from rlvr.rollout.episodes import play
 from rlvr.tools.harness import ToolEnvironment, tool_metrics, with_tools
-from rlvr.tools.render import renders_tools, shows_tool_role, tool_prompt_ids, tool_turn_ids, tools_text
+from rlvr.tools.render import (
+    format_mismatch,
+    renders_tools,
+    shows_tool_role,
+    tool_prompt_ids,
+    tool_turn_ids,
+    tools_text,
+)
 from rlvr.tools.schema import build_tools
 from rlvr.types import Example, SamplingParams, Step
 
@@ -137,6 +145,64 @@ def test_a_template_that_skips_the_tool_role_gets_the_results_as_a_user_message(
     ids = tool_turn_ids(tok, ["a", "B"], [end_of_turn_id(tok)])
     assert tok.decode(ids) == ("\n<|im_start|>user\n<tool_response>\na\n</tool_response>\n<tool_response>\nB\n"
                                "</tool_response>\n<|im_end|>\n<|im_start|>assistant\n")
+
+
+# A template in Llama 3.1's shape (written here, not Meta's text): the tools in the first user message with its
+# request for {"name": …, "parameters": …} JSON, "Environment: ipython" and today's date in the system block, a tool
+# message as an ipython turn whose content, a string being iterable to Jinja, is rendered as JSON.
+LLAMA3_1 = (
+    "{{ bos_token }}<|start_header_id|>system<|end_header_id|>\n\n{% if tools is not none %}Environment: ipython\n"
+    "{% endif %}Cutting Knowledge Date: December 2023\nToday Date: {{ strftime_now('%d %b %Y') }}\n\n<|eot_id|>"
+    "{% for m in messages %}{% if m.role == 'tool' or m.role == 'ipython' %}<|start_header_id|>ipython<|end_header_id|>"
+    "\n\n{% if m.content is mapping or m.content is iterable %}{{ m.content | tojson }}{% else %}{{ m.content }}"
+    "{% endif %}<|eot_id|>{% elif loop.first and tools is not none %}<|start_header_id|>user<|end_header_id|>\n\n"
+    "Given the following functions, please respond with a JSON for a function call with its proper arguments that "
+    "best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": dictionary of "
+    "argument name and its value}.Do not use variables.\n\n{% for t in tools %}{{ t | tojson(indent=4) }}\n\n"
+    "{% endfor %}{{ m.content | trim }}<|eot_id|>{% else %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+    "{{ m.content | trim }}<|eot_id|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+
+
+def llama3_1():
+    special = ["<|end_of_text|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+               "<|python_tag|>"]
+    return build_tokenizer(LLAMA3_1, special, eos="<|eot_id|>", bos="<|begin_of_text|>", thinking_tokens=False)
+
+
+def test_under_llama_3_1_json_calls_are_run_and_each_result_is_an_ipython_turn():
+    """env.tool_call_format=json: the policy answers the template's request with a bare JSON call, the harness runs
+    it, and the result comes back as the template's ipython turn; the row is what the template renders."""
+    tok = llama3_1()
+    env = GuardedEnvironment(with_tools(AnswerEnv(), {"tools": CALC, "max_tool_calls": 2, "tool_call_format": "json"}))
+    call = '{"name": "calculate", "parameters": {"expression": "123 + 456"}}'
+    engine = Scripted(tok, [call, "579"])
+    played = play(engine, tok, env, [Example("What is 123 + 456?", "579")], 1, SamplingParams(1.0, 1.0, 64),
+                  seeds=[0], sample_seeds=[0])
+    prompt = played.rollouts.prompt_ids_P[0]
+    assert '"parameters": dictionary of argument name' in tok.decode(prompt) and '"calculate"' in tok.decode(prompt)
+    conversation = [{"role": "user", "content": "What is 123 + 456?"}, {"role": "assistant", "content": call},
+                    {"role": "tool", "content": "579"}]
+    second = engine.contexts[1][0]
+    assert second == chat_ids(tok, conversation, env.tool_schemas)
+    assert tok.decode(second[len(prompt):]) == (call + '<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n"579"'
+                                                "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert played.rewards_P_G.tolist() == [[1.0]] and played.turns_PG.tolist() == [2]
+    assert played.infos[0][0]["tool_calls"] == [{"name": "calculate", "outcome": "ok", "truncated": False}]
+
+
+def test_a_format_the_template_does_not_ask_for_is_said():
+    """Said once at start (rlvr/trainer.py): Qwen's template asks for <tool_call> blocks, Llama 3.1's for bare JSON."""
+    llama = llama3_1()
+    schemas = [t.schema for t in build_tools(CALC)]
+    assert format_mismatch(qwen(), schemas, "hermes") is None and format_mismatch(llama, schemas, "json") is None
+    assert "asks for <tool_call> blocks (env.tool_call_format=hermes), but env.tool_call_format=json" in (
+        format_mismatch(qwen(), schemas, "json"))
+    said = format_mismatch(llama, schemas, "hermes")
+    assert "asks for no <tool_call> blocks, but env.tool_call_format=hermes" in said
+    assert "a Llama 3.1–3.3 template asks for bare JSON calls (env.tool_call_format=json)" in said
+    assert format_mismatch(llama, schemas, "marker") is None
 
 
 def test_without_a_chat_template_tools_and_results_are_plain_text():

@@ -1,10 +1,10 @@
-"""A tool's JSON schema (rlvr/tools/schema.py) and the policy's Hermes tool calls (rlvr/tools/parse.py)."""
+"""A tool's JSON schema (rlvr/tools/schema.py) and the policy's Hermes and JSON tool calls (rlvr/tools/parse.py)."""
 
 import pytest
 from sample_tools import scale
 
 from rlvr.errors import ConfigError
-from rlvr.tools.parse import parse_tool_calls
+from rlvr.tools.parse import call_parser, parse_json_calls, parse_tool_calls
 from rlvr.tools.schema import build_tools
 
 
@@ -68,3 +68,32 @@ def test_a_nested_call_is_one_refused_call_and_the_next_call_still_parses():
     nested = '<tool_call>{"x": "<tool_call>{}</tool_call>"}</tool_call>'
     calls = parse_tool_calls(nested + CALL)
     assert [c.problem is None for c in calls] == [False, True] and calls[1].arguments == {"x": 3}
+
+
+def test_json_calls_as_llama_3_1_writes_them():
+    """env.tool_call_format=json: an action starting with "{" (after an optional <|python_tag|>) is a call, or
+    several separated by ";", the arguments under "parameters" (or "arguments"); any other action holds none."""
+    assert call_parser("json", "?", []) is parse_json_calls
+    (call,) = parse_json_calls(' {"name": "scale", "parameters": {"x": 3}}\n')
+    assert (call.name, call.arguments, call.problem) == ("scale", {"x": 3}, None)
+    calls = parse_json_calls('<|python_tag|>{"name": "scale", "parameters": {"x": 3}}; {"name": "b", "arguments": {}}')
+    assert [(c.name, c.arguments, c.problem) for c in calls] == [("scale", {"x": 3}, None), ("b", {}, None)]
+    (call,) = parse_json_calls('{"name": "scale", "parameters": {"x": 3}} so the answer is 6')
+    assert call.name == "scale"  # text after the last call is not an answer
+    assert parse_json_calls("579") == [] and parse_json_calls('The call {"name": "scale"} is not made') == []
+
+
+@pytest.mark.parametrize("action, problem", [
+    ("{x: 3}", "malformed: not JSON"),
+    ('{"parameters": {"x": 3}}', 'malformed: expected {"name": <tool name>, "parameters": {...}}'),
+    ('{"name": "scale", "parameters": [3]}', "malformed: arguments must be a JSON object"),
+    ('{"name": "scale", "parameters": {"x": 3}', "malformed: not JSON"),  # cut by max_tokens
+])
+def test_a_json_call_that_cannot_be_decoded_is_a_refused_call(action, problem):
+    (call,) = parse_json_calls(action)
+    assert call.problem is not None and call.problem.startswith(problem) and call.text == action
+
+
+def test_after_a_good_json_call_what_cannot_be_decoded_is_one_more_refused_call():
+    good, bad = parse_json_calls('{"name": "scale", "parameters": {"x": 3}}; {broken')
+    assert good.problem is None and bad.problem.startswith("malformed: not JSON") and bad.text == "{broken"
