@@ -129,9 +129,10 @@ def parse_json_calls(action: str) -> list[ParsedCall]:
             return [*calls, ParsedCall(None, None, f"malformed: not JSON ({err})", text[at:])]
         calls.append(_call(call, text[at:end], "parameters"))
         rest = text[end:].lstrip()
-        if not rest.startswith(";"):
+        after = rest[1:].lstrip()
+        if not rest.startswith(";") or not after:
             return calls  # the last call; text after it is not an answer
-        at = len(text) - len(rest[1:].lstrip())
+        at = len(text) - len(after)
 
 
 FORMATS = ("hermes", "json", "marker")

@@ -80,6 +80,7 @@ def test_json_calls_as_llama_3_1_writes_them():
     assert [(c.name, c.arguments, c.problem) for c in calls] == [("scale", {"x": 3}, None), ("b", {}, None)]
     (call,) = parse_json_calls('{"name": "scale", "parameters": {"x": 3}} so the answer is 6')
     assert call.name == "scale"  # text after the last call is not an answer
+    assert [c.name for c in parse_json_calls('{"name": "scale", "parameters": {"x": 3}};')] == ["scale"]
     assert parse_json_calls("579") == [] and parse_json_calls('The call {"name": "scale"} is not made') == []
 
 
