@@ -51,8 +51,8 @@ def test_the_marker_format_needs_one_tool_with_one_string_parameter():
     for schemas in ([CALCULATE, CALCULATE], [tool_schema(pair)]):
         with pytest.raises(ConfigError, match="tool_call_format=marker needs exactly one tool"):
             call_parser("marker", "?", schemas)
-    with pytest.raises(ConfigError, match="tool_call_format='json': expected one of"):
-        call_parser("json", "?", [CALCULATE])
+    with pytest.raises(ConfigError, match=r"tool_call_format='xml': expected one of \['hermes', 'json', 'marker'\]"):
+        call_parser("xml", "?", [CALCULATE])
     with pytest.raises(ConfigError, match="tool_call_marker=''"):
         call_parser("marker", "", [CALCULATE])
 
