@@ -122,11 +122,10 @@ def build_components(cfg):
 
 
 def warmed_up_model(trainer, c, out_dir: Path):
-    """The base model after the (cached) SFT warm-up, exactly as `Trainer.start` prepares it."""
+    """The base model after the (cached) SFT warm-up: `Trainer.warmed_up`, what `Trainer.start` builds on."""
     from rlvr.outputs import RunDir
 
-    module, tokenizer = c.preset.load(c.seeds.init)
-    info = trainer._warm_up(c, module, tokenizer, RunDir(out_dir), None)
+    module, tokenizer, _, info = trainer.warmed_up(c, RunDir(out_dir))
     return module, tokenizer, info
 
 
@@ -171,24 +170,24 @@ def side_rlvr(args: argparse.Namespace) -> dict:
         out = RunDir(Path(tmp) / "run")
         live = trainer.start(c, out)
         freeze_startup_heap()  # as `Trainer.fit` does before its first step
-        backend = live.backend
-        initial = fingerprint(backend.policy)
+        initial = fingerprint(live.backend.policy)
         profiler = None
         rows, walls, cpus = [], [], []
-        for step in range(args.warmup + args.steps):
-            if step == args.warmup and args.profile:
-                import cProfile
+        with trainer.stepping(live):  # as `Trainer.fit` steps
+            for step in range(args.warmup + args.steps):
+                if step == args.warmup and args.profile:
+                    import cProfile
 
-                profiler = cProfile.Profile()
-                profiler.enable()
-            t0, c0 = time.perf_counter(), time.process_time()
-            row = trainer.step(live, step)
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            out.append("metrics.jsonl", row)
-            if step >= args.warmup:
-                rows.append(row)
-                walls.append(wall)
-                cpus.append(cpu)
+                    profiler = cProfile.Profile()
+                    profiler.enable()
+                t0, c0 = time.perf_counter(), time.process_time()
+                row = trainer.step(live, step)
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                out.append("metrics.jsonl", row)
+                if step >= args.warmup:
+                    rows.append(row)
+                    walls.append(wall)
+                    cpus.append(cpu)
         if profiler is not None:
             profiler.disable()
             print_profile(profiler)
@@ -412,7 +411,7 @@ def main() -> None:
     if args.side:
         Path(args.result).write_text(json.dumps(SIDES[args.side](args)))
         return
-    warm = run_child("warmup", args)
+    warm = run_child("warmup", args) if args.sft_steps != 0 else {"info": None}  # 0: no warm-up to cache
     if info := warm["info"]:
         how = f"loaded from {info['loaded_from']}" if info["loaded_from"] else f"trained in {info['seconds']:.0f} s"
         print(f"SFT warm-up ({info['steps']} steps): {how}")

@@ -36,8 +36,8 @@ import copy
 import gc
 import logging
 import time
-from collections.abc import Callable, Mapping
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -296,13 +296,8 @@ class Trainer:
         if not held and (first == 0 or self.eval_every and first % self.eval_every == 0) and first < self.max_steps:
             self._evaluate_or_stop(live, first, stop)  # the run's first; or one a stop dropped, made now
         live.clock["t_rl"] = time.perf_counter()
-        live.sampler = self._sampler(live, first)
-        live.sampler.start(first, live.restored_jobs)
-        try:
+        with self.stepping(live, first):
             self._steps(live, first, stop)
-        finally:
-            live.sampler.close()
-            live.engine.sample_beside_training(False)
         if not live.evals or live.evals[-1]["step"] != self.max_steps:
             self._evaluate(live, self.max_steps)
         self._checkpoint(live, self.max_steps, final=True)
@@ -311,6 +306,19 @@ class Trainer:
         live.out.write_json("summary.json", summary)
         log.info(closing_line(summary, live.evals, live.out.path))
         return summary
+
+    @contextmanager
+    def stepping(self, live: Live, first: int = 0) -> Iterator[Live]:
+        """`live` ready for `step(live, first)`, `step(live, first + 1)`, …: the sampler the steps draw their rollouts
+        from (rlvr/overlap.py) started at `first`, and closed on leaving. `fit` steps inside it; so do the benches
+        that time `step` (bench/step.py, bench/episodes.py), which thus follow whatever the loop's set-up becomes."""
+        live.sampler = self._sampler(live, first)
+        live.sampler.start(first, live.restored_jobs)
+        try:
+            yield live
+        finally:
+            live.sampler.close()
+            live.engine.sample_beside_training(False)
 
     def _steps(self, live: Live, first: int, stop: StopSignals | None) -> None:
         with Progress("rl", total=self.max_steps, done=first, lines=False) as progress:
@@ -421,11 +429,7 @@ class Trainer:
             backend, warmup = c.make_backend(lora=c.preset.lora, lora_seed=c.seeds.lora), None
             engine = c.make_engine(policy=backend.policy, eos_ids=stops, pad_id=tokenizer.pad_token_id)
         else:
-            log.info("loading policy <%s>", type(c.preset).__name__)
-            module, tokenizer = c.preset.load(c.seeds.init)
-            stops = eos_ids(tokenizer, module.generation_config.eos_token_id)
-            self._check_chat_turns(c, tokenizer, stops)
-            warmup = self._warm_up(c, module, tokenizer, out, stop)
+            module, tokenizer, stops, warmup = self.warmed_up(c, out, stop)
             if out.writes:
                 save_base(out.path / "base", module, tokenizer, c.preset, warmup["key"] if warmup else None)
             backend, engine = local_policy(c, module, tokenizer, reference=uses_reference(c.algorithm.loss))
@@ -433,6 +437,17 @@ class Trainer:
         log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
         return Live(c, tokenizer, backend, engine, make_rollout(c, engine, tokenizer, stop), out, warmup,
                     Checkpoints(out.path / "checkpoints", self.keep_last, c.world), stop=stop, eos_ids=stops)
+
+    def warmed_up(self, c: Components, out: RunDir, stop: StopSignals | None = None
+                  ) -> tuple[Any, Any, list[int], dict | None]:
+        """(module, tokenizer, EOS ids, warm-up info): the local policy RL starts from, loaded and warmed up (or its
+        warm-up loaded from the cache), before any backend wraps it. `start` builds the backend and engine around
+        it; bench/step.py hands the same module to TRL."""
+        log.info("loading policy <%s>", type(c.preset).__name__)
+        module, tokenizer = c.preset.load(c.seeds.init)
+        stops = eos_ids(tokenizer, module.generation_config.eos_token_id)
+        self._check_chat_turns(c, tokenizer, stops)
+        return module, tokenizer, stops, self._warm_up(c, module, tokenizer, out, stop)
 
     @staticmethod
     def _check_chat_turns(c: Components, tokenizer, stops: list[int]) -> None:
