@@ -241,3 +241,101 @@ def unanswered(url: str, timeout_s: float = HUB_PROBE_TIMEOUT_S) -> str | None:
     thread.start()
     thread.join(timeout_s)
     return result[0] if result else f"no answer within {timeout_s:g} s"
+
+
+@dataclass(frozen=True)
+class Threads:
+    """No more torch threads than the cores this process may run on (`threads=`, rlvr/threads.py): more only
+    wait for each other, and on a shared node slow every other job (threads=1000 on 2 cores: a warm-up ~100×
+    slower, a load of ~400)."""
+
+    setting: int | str | None
+    at_start: bool = True
+
+    @property
+    def item(self) -> str:
+        return "threads"
+
+    def check(self) -> Finding:
+        from rlvr.threads import resolve, usable_cores
+
+        cores, threads = usable_cores(), resolve(self.setting)  # type: ignore[arg-type]
+        if threads is None:
+            return Finding("ok", f"torch's default (one per core: {cores})")
+        if threads > cores:
+            return Finding("missing", f"threads={self.setting} is more than the {cores} cores this process may run "
+                                      f"on: set threads={cores} at most (threads=auto runs {resolve('auto')} here)")
+        return Finding("ok", f"{threads} torch thread(s) on {cores} usable cores")
+
+
+FREE_DISK_FLOOR = 256 * 2**20
+"""Bytes a run folder needs whatever the model: metrics, samples, logs and a small checkpoint."""
+
+
+@dataclass(frozen=True)
+class FreeDisk:
+    """Room for the run: the base weights where they are downloaded (the hub cache, when they are not there yet and
+    their size is known) and a checkpoint in the run folder (LoRA: the adapter and its optimizer, small; full
+    fine-tuning: the weights and AdamW's two moments, 3× the weights in float32)."""
+
+    folder: str
+    name_or_path: str | None
+    """model.name_or_path; None for a model built in this process (model=tiny)."""
+    revision: str | None
+    full_fine_tuning: bool
+    at_start: bool = True
+
+    @property
+    def item(self) -> str:
+        return "disk"
+
+    def check(self) -> Finding:
+        import shutil
+        from pathlib import Path
+
+        weights, where = weight_bytes(self.name_or_path, self.revision)
+        need = FREE_DISK_FLOOR + (3 * weights if self.full_fine_tuning else weights // 20)
+        folder = existing_ancestor(Path(self.folder))
+        free = shutil.disk_usage(folder).free
+        if free < need:
+            return Finding("missing", f"{gib(free)} free under {folder}, the run folder's file system; a checkpoint of "
+                                      f"this run needs about {gib(need)}: free some space or give the run another "
+                                      "hydra.run.dir")
+        detail = f"{gib(free)} free under {folder} (a checkpoint needs about {gib(need)})"
+        if where == "download":
+            return Finding("ok", detail + "; the base weights' download size is not known before it starts")
+        return Finding("ok", detail)
+
+
+def gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def existing_ancestor(path):
+    """`path`, or its nearest ancestor that exists (a run folder not made yet)."""
+    path = path.resolve()
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def weight_bytes(name_or_path: str | None, revision: str | None) -> tuple[int, str]:
+    """(bytes of the model's weight files where they lie now, `local` | `cached` | `download` | `built`)."""
+    import os
+    from pathlib import Path
+
+    if not name_or_path:
+        return 0, "built"
+    folder = Path(os.path.expanduser(name_or_path))
+    if not folder.is_dir():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(name_or_path, "config.json", cache_dir=hub_cache(), revision=revision)
+        except Exception:  # noqa: BLE001 - an unreadable cache is the model's own requirement to report
+            found = None
+        if not isinstance(found, str):
+            return 0, "download"
+        folder = Path(found).parent
+    files = [p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin")]
+    return sum(p.stat().st_size for p in files if p.exists()), "local" if folder == Path(name_or_path) else "cached"

@@ -7,10 +7,13 @@
 
 The same command continues an interrupted run. Its default folder (conf/train.yaml) is new each time (it ends
 in the time), so before starting fresh, `interrupted_run` looks among its siblings (`outputs/<task>/<label>/`)
-for the newest run of the same config (`config_id`: the composed config without the keys that may change on a
-resume, as status.json records it) that was stopped (preempted), crashed (failed) or killed (status `running`,
-its process gone from this host), and the run continues there. A finished run is never continued that way
-(the same command then starts a new run); `resume=never` always starts a new one.
+for the newest run of the same command (`config_id`: the whole composed config, bookkeeping keys included, less
+`SAME_COMMAND_MAY_DIFFER` = resume and resume_allow_changes; status.json records it) that was stopped
+(preempted), crashed (failed) or killed (status `running`, no live process holding its folder's lock,
+rlvr/folder_lock.py) after a complete checkpoint, and the run continues there. A run interrupted before its first
+checkpoint, a finished run, or a run of another config (even one that differs only in `trainer.max_steps`) is
+never continued that way: the same command starts a new run (and names an interrupted run of another config,
+with the keys that differ and the `hydra.run.dir=` that continues it); `resume=never` always starts a new one.
 
 A resume compares the composed config with the one stored in the checkpoint and fails, listing the
 changed keys, when anything that affects training differs. Keys that only change bookkeeping
@@ -23,15 +26,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shlex
-import shutil
 import socket
 import sys
 from pathlib import Path
 
 from rlvr.checkpoint import Checkpoints
 from rlvr.errors import ConfigError
+from rlvr.folder_lock import alive, is_held
 
 SAFE_TO_CHANGE = (
     "trainer.max_steps", "trainer.save_every", "trainer.eval_every", "trainer.log_every", "trainer.keep_last",
@@ -40,7 +42,9 @@ SAFE_TO_CHANGE = (
     "backend.micro_batch_size", "backend.packing", "backend.max_tokens_per_micro_batch", "backend.device",
     "engine.max_batch_rows", "engine.max_batch_mb", "logger", "trainer.capture_steps",
 )
-
+SAME_COMMAND_MAY_DIFFER = ("resume", "resume_allow_changes")
+"""The keys in which a command may differ from an interrupted run's and still continue it by the "same command"
+rule: they say how to resume, not what the run is."""
 
 log = logging.getLogger("rlvr")
 INTERRUPTED = ("preempted", "failed")
@@ -67,52 +71,74 @@ def under(key: str, prefixes) -> bool:
     return any(key == p or key.startswith(p + ".") for p in prefixes)
 
 
+def differences(saved: dict, current: dict) -> dict[str, list]:
+    """{dotted key: [saved value, current value]} for every key whose value differs (an absent key counts)."""
+    old, new = flatten(saved), flatten(current)
+    return {k: [old.get(k, "<absent>"), new.get(k, "<absent>")] for k in sorted(old.keys() | new.keys())
+            if old.get(k, "<absent>") != new.get(k, "<absent>")}
+
+
 def changed_keys(saved: dict, current: dict, allowed: list[str]) -> list[str]:
     """Dotted keys whose values differ (added or removed keys count), minus the allowed ones."""
-    old, new = flatten(saved), flatten(current)
     if "*" in allowed:
         return []
     free = (*SAFE_TO_CHANGE, *allowed)
-    return sorted(
-        k for k in old.keys() | new.keys()
-        if old.get(k, "<absent>") != new.get(k, "<absent>") and not under(k, free)
-    )
+    return [k for k in differences(saved, current) if not under(k, free)]
 
 
 def config_id(config: dict) -> str:
-    """What makes two runs the same run: a hash of the composed config without the keys a resume may change."""
-    kept = {k: v for k, v in flatten(config).items() if not under(k, SAFE_TO_CHANGE)}
+    """What makes a command "the same command" as a run's: a hash of its whole composed config, bookkeeping
+    included, less SAME_COMMAND_MAY_DIFFER."""
+    kept = {k: v for k, v in flatten(config).items() if not under(k, SAME_COMMAND_MAY_DIFFER)}
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def interrupted_run(parent: Path, identity: str, fresh: Path) -> Path | None:
-    """The newest folder under `parent` (other than `fresh`) whose status.json records a run of config `identity`
-    that was interrupted: preempted, failed, or `running` with its process gone from this host."""
-    found = []
+def interrupted_run(parent: Path, config: dict, fresh: Path) -> Path | None:
+    """The newest folder under `parent` (other than `fresh`) whose status.json records a run of this command's
+    config (`config_id`) that was interrupted (preempted, failed, or `running` with no live process holding its
+    folder) after a complete checkpoint. The newest interrupted run of another config is named in the log, with
+    the keys that differ and how to continue it."""
+    identity, found, others = config_id(config), [], []
     for status_file in parent.glob("*/status.json"):
         folder = status_file.parent
         try:
             status = json.loads(status_file.read_text())
         except (OSError, ValueError):
             continue
-        if folder == fresh or not isinstance(status, dict) or status.get("config_id") != identity:
+        if folder == fresh or not isinstance(status, dict) or not interrupted(folder, status):
             continue
-        if status.get("state") in INTERRUPTED or (status.get("state") == "running" and process_gone(status)):
-            found.append((status_file.stat().st_mtime, folder))
-    return max(found)[1] if found else None
+        latest = Checkpoints(folder / "checkpoints", 0).latest()
+        if latest is None:
+            continue  # stopped before its first checkpoint (or failed at start): nothing to continue
+        (found if status.get("config_id") == identity else others).append((status_file.stat().st_mtime, folder,
+                                                                           latest))
+    if found:
+        return max(found)[1]
+    if others:
+        _, folder, latest = max(others)
+        keys = list(differences(Checkpoints.read_state(latest)["config"], config))
+        log.info("not continuing the interrupted run in %s: this command differs from it in %s. To continue it, "
+                 "add hydra.run.dir=%s (and resume_allow_changes=[...] for keys other than %s)", folder,
+                 ", ".join(keys[:6]) + (" …" if len(keys) > 6 else ""), folder, ", ".join(SAFE_TO_CHANGE))
+    return None
+
+
+def interrupted(folder: Path, status: dict) -> bool:
+    """Stopped, crashed, or killed: `running` in status.json while no live process holds the folder's lock (or,
+    for a run older than the lock, its pid is gone from this host)."""
+    if status.get("state") in INTERRUPTED:
+        return True
+    if status.get("state") != "running":
+        return False
+    held = is_held(folder)
+    return process_gone(status) if held is None else not held
 
 
 def process_gone(status: dict) -> bool:
     """The run's process no longer exists: it ran on this host and its pid is not alive."""
     if status.get("host") != socket.gethostname() or not isinstance(status.get("pid"), int):
         return False
-    try:
-        os.kill(status["pid"], 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return not alive(status["pid"])
 
 
 def resume_command() -> str:
@@ -150,12 +176,10 @@ def resume_point(mode: str, folder: Path, config: dict, allowed: list[str]) -> t
 
 
 def fresh_sibling(folder: Path) -> Path:
-    """`<folder>.1`, `.2`, …: the first that does not exist, with Hydra's `.hydra/` record copied in."""
+    """`<folder>.1`, `.2`, …: the first that does not exist (the run's record is written there once accepted)."""
     n = 1
     while folder.with_name(f"{folder.name}.{n}").exists():
         n += 1
     new = folder.with_name(f"{folder.name}.{n}")
     new.mkdir(parents=True)
-    if (folder / ".hydra").is_dir():
-        shutil.copytree(folder / ".hydra", new / ".hydra")
     return new

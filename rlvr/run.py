@@ -30,11 +30,14 @@ from rlvr.checkpoint import Checkpoints
 from rlvr.config_check import check
 from rlvr.distributed import ONE_PROCESS, World
 from rlvr.env.guarded import GuardedEnvironment
-from rlvr.errors import ConfigError
+from rlvr.errors import ConfigError, RunFailed
+from rlvr.folder_lock import FolderLock
 from rlvr.labels import condition_label
-from rlvr.outputs import RunDir
+from rlvr.machine_check import check_machine
+from rlvr.outputs import RunDir, disk_full, disk_full_message
 from rlvr.preemption import Preempted, StopSignals
-from rlvr.resume import config_id, holds_a_run, interrupted_run, resume_point
+from rlvr.resume import config_id, differences, holds_a_run, interrupted_run, resume_point
+from rlvr.run_record import accept, drop_log
 from rlvr.seeds import Seeds
 from rlvr.threads import resolve as resolve_threads
 from rlvr.trainer import Components, Trainer
@@ -55,23 +58,41 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
     world = World.from_env()
     if not world.is_main:  # the other ranks of a distributed run log warnings only
         logging.getLogger("rlvr").setLevel(logging.WARNING)
+    refuse_unsafe_folder(folder)  # before the try: such a folder is never removed
+    held: list[FolderLock] = []  # rank 0's lock on the run folder, for the run's whole life
     try:
         components, trainer = build_all(cfg, campaign_root, world)
+        check_machine(cfg, components.needs, own)  # what `rlvr doctor` checks, before the model loads
         if components.distributed:
             join(world, cfg)
         # rank 0 decides the folder (the ranks' Hydra clocks may name different ones), every rank joins it
-        folder, resume_from = world.on_main(place, cfg, folder, components.config)
-        if not world.is_main:
-            quiet_rank(components, own, folder)
+        folder, resume_from = world.on_main(place, cfg, folder, components.config, held)
     except Exception:
         if world.is_main:
-            remove_if_fresh(folder)  # a run that never started leaves no half-written folder behind
+            for lock in held:
+                lock.release(keep_file=False)
+            remove_if_fresh(own)  # a run that never started leaves no half-written folder behind
+        drop_log()  # a refused command writes nothing into a run folder, its log included
         raise
-    out = RunDir.of(folder, world)
-    if resume_from is not None and finished(resume_from, trainer.max_steps) and (folder / "summary.json").exists():
-        log.info("run folder %s already finished %d steps: nothing to do", folder, trainer.max_steps)
-        return json.loads((folder / "summary.json").read_text())
-    log.info("run folder %s", folder)
+    try:
+        if resume_from is not None and finished(resume_from, trainer.max_steps) and (folder / "summary.json").exists():
+            drop_log()
+            log.info("run folder %s already finished %d steps: nothing to do", folder, trainer.max_steps)
+            return json.loads((folder / "summary.json").read_text())
+        if world.is_main:
+            accepted(cfg, own, folder, resume_from, components.config, held)
+        else:
+            quiet_rank(components, own, folder)
+        return train(cfg, components, trainer, RunDir.of(folder, world), resume_from, campaign_root)
+    finally:
+        for lock in held:
+            lock.release()
+
+
+def train(cfg: DictConfig, components: Components, trainer: Trainer, out: RunDir, resume_from: Path | None,
+          campaign_root: Path | None) -> dict:
+    """The accepted run: status.json says where it stands from its start to its end."""
+    world, folder = components.world, out.path
 
     def status(state: str, reason: str | None = None) -> None:
         out.write_status(state, max_steps=trainer.max_steps, reason=reason, config_id=config_id(components.config))
@@ -93,14 +114,40 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
         status("preempted", str(stopped))
         raise
     except BaseException as err:
-        status("failed", f"{type(err).__name__}: {err}")
+        full = isinstance(err, Exception) and disk_full(err, folder)  # wherever it struck: one message (outputs.py)
+        reason = disk_full_message(folder, err) if full else f"{type(err).__name__}: {err}"
+        try:
+            status("failed", reason)
+        except OSError:  # the full disk refuses status.json too: the console has the reason
+            pass
         if world.size > 1:
             exit_now(world)
+        if full:
+            raise RunFailed(reason) from err
         raise
     status("finished")
     if components.distributed:
         distributed.close()
     return summary
+
+
+def accepted(cfg: DictConfig, own: Path, folder: Path, resume_from: Path | None, config: dict,
+             held: list[FolderLock]) -> None:
+    """Every check passed: the folder is this run's. Its lock names this process, and its record says what ran
+    (rlvr/run_record.py: `.hydra/` for a fresh run, a `resumes.jsonl` line for a continued one, train.log)."""
+    if own != folder:
+        remove_if_fresh(own)  # Hydra's folder for this command, when it continues another one
+    for lock in held:
+        lock.claim()
+    resumed = None
+    if resume_from is not None:
+        saved = Checkpoints.read_state(resume_from)
+        resumed = {"from_step": saved["step"], "from_checkpoint": str(resume_from),
+                   "changed": differences(saved["config"], config)}
+        log.info("continuing the run in %s from step %d (%s)", folder, saved["step"], resume_from)
+    else:
+        log.info("run folder %s", folder)
+    accept(folder, cfg, resumed)
 
 
 def exit_now(world: World) -> None:
@@ -112,18 +159,22 @@ def exit_now(world: World) -> None:
     os._exit(1)
 
 
-def place(cfg: DictConfig, folder: Path, config: dict) -> tuple[Path, Path | None]:
-    """The run's folder (this one, the interrupted run of the same config this command continues, or a fresh
-    sibling under resume=never) and the checkpoint to continue from."""
+def place(cfg: DictConfig, folder: Path, config: dict, held: list[FolderLock]) -> tuple[Path, Path | None]:
+    """The run's folder (this one, the interrupted run this same command continues, or a fresh sibling under
+    resume=never) and the checkpoint to continue from; the folder's lock, taken before its state is read, is
+    appended to `held`. Nothing is written into an existing folder here."""
     if cfg.resume != "never" and default_run_dir() and not holds_a_run(folder):
-        found = interrupted_run(folder.parent, config_id(config), folder)
+        found = interrupted_run(folder.parent, config, folder)
         if found is not None:
-            log.info("continuing the interrupted run in %s (resume=never starts a new one)", found)
-            adopt(folder, found)
+            log.info("continuing the interrupted run in %s: the same command (resume=never starts a new one)", found)
             folder = found
-    folder, resume_from = resume_point(cfg.resume, folder, config, list(cfg.resume_allow_changes))
-    check_writable(folder)
-    return folder, resume_from
+    held.append(FolderLock.take(folder))
+    chosen, resume_from = resume_point(cfg.resume, folder, config, list(cfg.resume_allow_changes))
+    if chosen != folder:  # resume=never: a new sibling folder, locked in its turn
+        held.pop().release(keep_file=False)
+        held.append(FolderLock.take(chosen))
+    check_writable(chosen)
+    return chosen, resume_from
 
 
 def default_run_dir() -> bool:
@@ -137,21 +188,23 @@ def default_run_dir() -> bool:
     return hydra_cfg.mode == RunMode.RUN and not any(o.startswith("hydra.run.dir=") for o in hydra_cfg.overrides.hydra)
 
 
-def adopt(fresh: Path, found: Path) -> None:
-    """Continue in `found` instead of Hydra's `fresh` folder: this command's .hydra/ record and its log go there
-    (train.log appended to), and `fresh` is removed."""
-    root = logging.getLogger()
-    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
-        if Path(handler.baseFilename).parent == fresh.resolve():
-            moved = logging.FileHandler(found / Path(handler.baseFilename).name, mode="a")
-            moved.setFormatter(handler.formatter)
-            moved.setLevel(handler.level)
-            root.removeHandler(handler)
-            handler.close()
-            root.addHandler(moved)
-    if (fresh / ".hydra").is_dir():
-        shutil.copytree(fresh / ".hydra", found / ".hydra", dirs_exist_ok=True)
-    remove_if_fresh(fresh)
+def refuse_unsafe_folder(folder: Path) -> None:
+    """A run folder is a folder of its own: `hydra.run.dir=''` (the current folder), the checkout, $HOME, `/` or a
+    folder above the checkout would spread a run's files among the user's own (and the next run there would
+    continue it)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized() and HydraConfig.get().mode.name == "RUN" and not str(HydraConfig.get().run.dir):
+        raise ConfigError("invalid config:\n  hydra.run.dir='': a run needs a folder of its own (it would write "
+                          "metrics.jsonl, checkpoints/ and its record into the current folder); name one, e.g. "
+                          "hydra.run.dir=outputs/my-run, or leave the default")
+    path, checkout = folder.resolve(), Path(__file__).resolve().parents[1]
+    shared = {checkout: "the checkout", Path.home().resolve(): "$HOME", Path("/"): "/"}
+    why = shared.get(path) or ("a folder above the checkout" if path in checkout.parents else None)
+    if why is not None:
+        raise ConfigError(f"invalid config:\n  hydra.run.dir={str(folder)!r} is {why}: a run needs a folder of its "
+                          "own (it writes metrics.jsonl, checkpoints/ and its record there); name one, e.g. "
+                          "hydra.run.dir=outputs/my-run, or leave the default")
 
 
 def join(world: World, cfg: DictConfig) -> None:
@@ -163,14 +216,11 @@ def join(world: World, cfg: DictConfig) -> None:
 
 
 def quiet_rank(components: Components, own: Path, folder: Path) -> None:
-    """A rank other than 0 writes no files: Hydra's train.log handler is closed, the folder Hydra made for it (if
+    """A rank other than 0 writes no files: its held train.log lines are dropped, the folder Hydra made for it (if
     its clock named another one) removed, and its logger is none."""
     from rlvr.logger.none import NoLogger
 
-    root = logging.getLogger()
-    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
-        root.removeHandler(handler)
-        handler.close()
+    drop_log()
     if own != folder:
         remove_if_fresh(own)
     components.logger = NoLogger()
