@@ -12,9 +12,11 @@ written last. Writing goes:
 
 so a kill at any point leaves `latest` naming a complete checkpoint (or none yet). Reading trusts
 `latest` when it names a folder holding `trainer_state.json`, and otherwise takes the newest such folder.
-A failed write (full disk, lost mount) removes the temporary folder and raises `CheckpointError`; the
-previous checkpoint is untouched. In a distributed run (backend=fsdp) every rank writes its shards into the
-temporary folder (`dcp/`) and rank 0 writes the rest and renames it, so the same holds.
+A failed write (full disk, lost mount; an OSError or a library's own error, safetensors' or torch.save's)
+removes the temporary folder and raises `CheckpointError`, which says "No space left on device" for a full disk
+however the library worded it (rlvr/outputs.py `disk_full`); the previous checkpoint is untouched. In a
+distributed run (backend=fsdp) every rank writes its shards into the temporary folder (`dcp/`) and rank 0 writes
+the rest and renames it, so the same holds.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import numpy as np
 
 from rlvr.distributed import ONE_PROCESS, World
 from rlvr.lazy import lazy_import
+from rlvr.outputs import disk_full
 
 torch = lazy_import("torch")
 
@@ -120,11 +123,13 @@ class Checkpoints:
                 tmp.rename(final_dir)
                 _fsync(self.root)
                 self._point_latest_to(name)
-        except OSError as err:
+        except Exception as err:  # an OSError, or a library's own error for one (safetensors', torch.save's)
+            why = "No space left on device" if disk_full(err, self.root) else (  # before the rmtree frees space
+                err.strerror if isinstance(err, OSError) and err.strerror else f"{type(err).__name__}: {err}")
             if main:
                 shutil.rmtree(tmp, ignore_errors=True)
             kept = f"the previous checkpoint {previous} is intact" if previous else "no earlier checkpoint exists"
-            raise CheckpointError(f"could not write checkpoint {final_dir}: {err.strerror or err}; {kept}") from err
+            raise CheckpointError(f"could not write checkpoint {final_dir}: {why}; {kept}") from err
         if main:
             self._prune(keep={name})
         self.world.barrier()

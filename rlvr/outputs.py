@@ -15,9 +15,11 @@ Every file is written whole or appended line by line.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import shutil
 import socket
 from datetime import UTC, datetime
 from pathlib import Path
@@ -134,3 +136,46 @@ class UnwrittenRunDir(RunDir):
 
     def truncate(self, steps_done: int, keep_initial_eval: bool = True) -> None:
         pass
+
+
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+DISK_FULL_WORDS = ("No space left on device", "Disk quota exceeded", "os error 28", "os error 122")
+"""A full disk as libraries that do not raise an OSError word it (safetensors: "I/O error: No space left on device
+(os error 28)")."""
+NEARLY_FULL_BYTES = 1 << 20
+"""Less left than this when a write failed: the disk is full (torch.save's C++ writer says only "unexpected pos")."""
+
+
+def disk_full(err: BaseException, folder: Path) -> bool:
+    """Whether `err`, or an exception it was raised from or while handling, is a write that found the disk full:
+    an OSError ENOSPC/EDQUOT, a library's words for one, or any failure while `folder`'s disk has less than
+    NEARLY_FULL_BYTES left. One test for every file the run writes (metrics, samples, status, base/, checkpoints),
+    so that a full disk is one message wherever it strikes (rlvr/run.py)."""
+    seen: set[int] = set()
+    chain: BaseException | None = err
+    while chain is not None and id(chain) not in seen:
+        seen.add(id(chain))
+        if isinstance(chain, OSError) and chain.errno in DISK_FULL_ERRNOS:
+            return True
+        if any(word in str(chain) for word in DISK_FULL_WORDS):
+            return True
+        chain = chain.__cause__ or chain.__context__
+    return free_bytes(folder) < NEARLY_FULL_BYTES
+
+
+def free_bytes(folder: Path) -> int:
+    """Bytes left to this user on `folder`'s disk (its nearest existing parent's); a very large number when unknown."""
+    for path in (Path(folder), *Path(folder).parents):
+        try:
+            return shutil.disk_usage(path).free
+        except OSError:
+            continue
+    return 1 << 62
+
+
+def disk_full_message(folder: Path, err: BaseException) -> str:
+    """The one message for a run stopped by a full disk: the folder, what is left, the write that failed, the fix."""
+    free = free_bytes(folder)
+    return (f"the disk holding the run folder {folder} is full ({free / 2**20:.1f} MiB free): "
+            f"{type(err).__name__}: {err}. Free some space there, then start the same command again: it continues "
+            "from the last checkpoint (or move the folder to another disk and name it with hydra.run.dir=)")

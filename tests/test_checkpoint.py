@@ -50,6 +50,22 @@ def test_a_failed_write_keeps_the_previous_checkpoint(tmp_path):
     assert torch.load(tmp_path / "step_1" / "weights.pt")["w"].item() == 1.0
 
 
+def test_a_librarys_own_error_for_a_full_disk_is_a_checkpoint_error_too(tmp_path):
+    """safetensors raises its own SafetensorError, not an OSError, for a full disk; before, it escaped the checkpoint
+    with a traceback and left the temporary folder behind."""
+    ckpts = Checkpoints(tmp_path, keep_last=0)
+    ckpts.save(1, weights(1.0), {"step": 1}, final=False)
+
+    def disk_full(path):
+        (path / "half.bin").write_bytes(b"x" * 10)
+        raise RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    with pytest.raises(CheckpointError, match=r"step_2: No space left on device; the previous checkpoint .*step_1 is "
+                                              "intact"):
+        ckpts.save(2, disk_full, {"step": 2}, final=False)
+    assert not list(tmp_path.glob(".step_2*")) and ckpts.latest() == tmp_path / "step_1"
+
+
 def test_latest_falls_back_to_the_newest_complete_folder(tmp_path):
     ckpts = Checkpoints(tmp_path, keep_last=0)
     ckpts.save(1, weights(1.0), {"step": 1}, final=False)

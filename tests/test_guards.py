@@ -8,6 +8,7 @@ import pytest
 from composing import FAST, MIXED, compose_config
 from rlvr.backend.local import LocalBackend
 from rlvr.checkpoint import CheckpointError, Checkpoints
+from rlvr.errors import RunFailed
 from rlvr.run import run
 
 
@@ -58,8 +59,11 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path,
         original(self, path)
 
     monkeypatch.setattr(LocalBackend, "save", save)
-    with pytest.raises(CheckpointError, match="No space left on device; the previous checkpoint .*step_2 is intact"):
+    with pytest.raises(RunFailed, match=f"^the disk holding the run folder {tmp_path} is full .*: CheckpointError: "
+                                        "could not write checkpoint .*step_4: No space left on device; the previous "
+                                        "checkpoint .*step_2 is intact") as err:
         run(compose_config(FAST + MIXED + ["trainer.max_steps=6", "trainer.save_every=2"]), tmp_path)
+    assert isinstance(err.value.__cause__, CheckpointError)
     latest = Checkpoints(tmp_path / "checkpoints", 0).latest()
     assert latest.name == "step_2" and Checkpoints.read_state(latest)["step"] == 2
     assert not (tmp_path / "checkpoints" / "step_4").exists()
