@@ -29,6 +29,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -80,20 +81,26 @@ def reduce_run(run: Run, metric: str, at: str, k: int) -> float | None:
     return values[-1] if at == "final" else float(np.mean(values[-k:]))
 
 
-def per_seed(runs: list[Run], metric: str, at: str, k: int) -> dict[str, dict[int | None, float]]:
-    """condition → seed → value. Two runs of one condition and seed: the most recently written one counts."""
-    table: dict[str, dict[int | None, float]] = {}
+def cells(runs: list[Run], metric: str) -> dict[str, dict[int | None, Run]]:
+    """condition → seed → the run that counts for `metric` (one that logged it), conditions sorted. Two runs of
+    one condition and seed: the most recently written one counts. `rlvr plot` draws the same runs."""
+    table: dict[str, dict[int | None, Run]] = {}
     used: dict[tuple[str, int | None], list[Run]] = {}
     for run in sorted(runs, key=lambda r: r.mtime):
-        value = reduce_run(run, metric, at, k)
-        if value is not None:
-            table.setdefault(run.condition, {})[run.seed] = value
+        if run.series(metric):
+            table.setdefault(run.condition, {})[run.seed] = run
             used.setdefault((run.condition, run.seed), []).append(run)
     for (condition, seed), same in used.items():
         if len(same) > 1:
             print(f"warning: {condition} seed={seed} has {len(same)} runs; using the newest, {same[-1].path}",
                   file=sys.stderr)
     return dict(sorted(table.items()))
+
+
+def per_seed(runs: list[Run], metric: str, at: str, k: int) -> dict[str, dict[int | None, float]]:
+    """condition → seed → value (`cells`)."""
+    return {condition: {seed: cast(float, reduce_run(run, metric, at, k)) for seed, run in by_seed.items()}
+            for condition, by_seed in cells(runs, metric).items()}
 
 
 def pick_baseline(conditions: list[str], requested: str | None) -> str:

@@ -49,7 +49,14 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--out", type=Path, default=None,
                       help="the PNG (PDF and SVG beside it); a folder for several metrics "
                            "(default: PATH/plot_<metric>.png)")
-    plot.add_argument("--smooth", type=int, default=1, metavar="N", help="trailing mean over N values per run")
+    plot.add_argument("--smooth", type=int, default=1, metavar="STEPS",
+                      help="per run, a trailing mean over a window of STEPS steps (default 1: none)")
+    plot.add_argument("--size", default=None, metavar="WxH",
+                      help="the whole figure in inches, e.g. 3.3x2.5 for one column (default 6.4x4)")
+    plot.add_argument("--font-size", type=float, default=10.0, metavar="PT", help="text size in points (default 10)")
+    plot.add_argument("--legend", default="below", metavar="WHERE",
+                      help="below | right (of the axes) | best | upper-left | upper-right | lower-left | "
+                           "lower-right (inside them) | none (default below)")
     plot.add_argument("--ignore-key", action="append", default=[], metavar="KEY",
                       help="as for compare: a config key whose differences between runs do not matter")
     plan = sub.add_parser("plan", help="runs, steps and estimated wall time of a grid, before launching it")
@@ -203,11 +210,10 @@ def main(argv: list[str] | None = None) -> int:
 
             print(serve_status.serve(args.path, args.host, args.port, args.stale_after))
         else:
-            if args.smooth < 1:
-                raise CliError(f"--smooth must be at least 1, got {args.smooth}")
             from rlvr.cli import plot
 
-            print(plot.run(args.path, args.metric or ["mean_reward"], args.out, args.smooth, args.ignore_key))
+            print(plot.run(args.path, args.metric or ["mean_reward"], args.out, args.smooth, args.ignore_key,
+                           args.size, args.font_size, args.legend))
     except CliError as err:
         print(f"rlvr {args.command}: error: {err}", file=sys.stderr)
         return err.code

@@ -1,35 +1,47 @@
 """`rlvr plot PATH`: figures for a paper, one per metric: per condition the mean over seeds at each step,
-with a 95% band, written as PNG (1,920 px wide), PDF and SVG.
+with a shaded 95% band, written as PNG (300 dpi), PDF and SVG, with a caption printed by the command.
 
-The band is `rlvr compare`'s interval (rlvr/cli/compare.py `t_interval`: Student t over the seeds that
-logged that step, mean ± t(0.975, n−1)·sd/√n) and, as there, it needs at least MIN_SEEDS = 3 of them: where
-fewer logged a step there is no band, and a condition with fewer runs than that shows each run's curve
-(thin, faint) instead. The band is never moved or flattened: where it leaves the metric's range
-(`value_range`: [0, 1] for accuracies, rates, fractions, shares and SEPA's λ, and for the mean reward of
-runs whose verifiers all score in [0, 1]; [0, ∞) for lengths, times, token counts and other quantities that
-cannot be negative; no range otherwise) only the part inside the range is drawn: an edge that crosses a
-bound ends exactly on it (the crossing point is computed, not moved to the nearest step) and is not drawn
-outside, so no line ever runs along a bound; the legend then says "cut at [0, 1]".
+Which runs. The same as `rlvr compare`'s (rlvr/cli/compare.py `cells`): one run per condition and seed, the
+newest where a seed ran twice, and the same refusal of runs whose configs differ. A run that ended before
+its condition's last step (killed, preempted, still running) holds its last value from there on, as
+compare's final value takes each run's last value: so, unsmoothed, the last point of every curve and its
+band are exactly compare's final mean and interval, and a curve does not jump where a seed drops out. The
+caption names each held run and where it ended.
+
+The band is compare's interval (`t_interval`: Student t over the seeds at that step, mean ±
+t(0.975, n−1)·sd/√n) and, as there, it needs at least MIN_SEEDS = 3 of them: where fewer logged a step there
+is no band, and a condition with fewer runs than that shows each run's curve (thin, faint) instead. It is a
+translucent fill (BAND_ALPHA) in the condition's colour with a thin edge line of that colour, under the mean
+drawn thick on top: where two bands overlap both means stay readable, and each band's edge says whose it is.
+(Edges alone, tried before, read as extra curves in a paper; opaque fills hide each other.) The band is never
+moved or flattened: where it leaves the metric's range (`value_range`: [0, 1] for accuracies, rates,
+fractions, shares and SEPA's λ, and for the mean reward of runs whose verifiers all score in [0, 1]; [0, ∞)
+for lengths, times, token counts and other quantities that cannot be negative; no range otherwise) it is
+filled up to the bound, with the crossing point computed rather than moved to the nearest step; its edge
+lines end on the bound and never run along it; the caption says which bands were cut.
 
 Colours and styles belong to the call, not to a figure: every condition of the runs under PATH (sorted by
 name) gets tab10 colour i mod 10 and line style i mod 4 (-, --, :, -.), and marker i mod 4 on `eval/…`
 metrics, before any figure is drawn; so a condition keeps its look in every figure of a call (and across
 calls on the same runs), even in a figure of a metric that only some conditions log. Distinct colours up to
-10 conditions, distinct colour-and-style pairs up to 20. Identical curves hide each other (on the tiny task
-several conditions can train identically), so the legend names the earlier condition a curve equals.
+10 conditions, distinct colour-and-style pairs up to 20.
 
-A band is drawn as its two edges only: thin lines in the condition's colour and line style, the mean
-thick between them. Translucent fills were tried on real runs (rlvr plot of two conditions × three seeds):
-with 3 seeds the t-intervals are wide and overlap over most steps, and the overlap of two fills is a
-third colour that dominates the figure and belongs to no condition; hatching keeps the colours apart but
-turns 3+ overlapping bands into a mesh. Edges mix nothing, each says whose it is by colour and dash (also
-in grey-scale print), and they stay readable with several conditions.
+Words, not keys: the y label is the metric in words, one line (`METRIC_WORDS`, from docs/metrics.md; the
+raw key for a metric not listed); x is "RL step" (an evaluation's step is the number of optimizer steps done
+when it ran). No title over the axes: a paper's caption names the figure, and the files' `Title` metadata
+holds it. The legend names the conditions and nothing else (a condition's handle is its line over a patch
+of its band). What the curves and bands are (mean over seeds, the interval, each
+condition's n, held runs, the smoothing, the cut, identical curves) is the caption (`caption`): printed by
+the command under the files it wrote, and stored in each file's metadata (PNG `Description`, PDF `Subject`,
+SVG `dc:description`, beside the `Title`), never drawn inside the axes.
 
-Words, not keys: the title is one line, the metric in words (`METRIC_WORDS`, from docs/metrics.md; the raw
-key for a metric not listed), and so is the y label; x is "RL step" (an evaluation's step is the number of
-optimizer steps done when it ran). What the curves and bands are (mean over seeds, the interval, its n, the
-smoothing, the cut) is in the legend, below the axes, never over a curve. `--smooth N` takes a trailing mean
-over N logged values of each run before averaging over seeds. Several `--metric`s make several figures.
+`--smooth W` replaces each run's value at step s by the mean of its values at steps in (s − W, s] before
+the seeds are averaged: a window of steps, not of logged values, so an evaluation logged every 25 steps is
+left as it is by W ≤ 25, and a sparse evaluation's last point is still the last evaluation's value.
+`--size WxH` is the whole figure in inches, legend included (default 6.4x4: 1,920 × 1,200 px; 3.3x2.5 fits
+one column of a two-column paper), `--font-size PT` the text size (default 10; ticks and legend 0.9 of it),
+`--legend` where the legend goes (`LEGENDS`: below or right of the axes, never over a curve; best or a corner
+inside them; none). Several `--metric`s make several figures.
 """
 
 from __future__ import annotations
@@ -37,11 +49,13 @@ from __future__ import annotations
 import math
 import re
 import sys
+import textwrap
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from rlvr.cli.compare import MIN_SEEDS, t_interval
+from rlvr.cli.compare import MIN_SEEDS, _seed_order, cells, t_interval
 from rlvr.cli.runs import CliError, Run, check_comparable, load_runs, require_metric
 
 if TYPE_CHECKING:
@@ -50,10 +64,19 @@ if TYPE_CHECKING:
 LINE_STYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D")
 PNG_DPI = 300
-FIG_WIDTH_IN = 6.4  # 1,920 px at PNG_DPI; a two-column figure's width in print
-AXES_HEIGHT_IN = 3.5  # the figure's height without its legend
-BAND_WIDTH = 0.7  # the band's edge lines; the mean is MEAN_WIDTH
+SIZE_IN = (6.4, 4.0)  # the whole figure: 1,920 × 1,200 px at PNG_DPI; a two-column figure's width in print
+SIZE_LIMITS_IN = (1.0, 40.0)
+FONT_PT = 10.0
+FONT_LIMITS_PT = (4.0, 40.0)
+BAND_ALPHA = 0.15  # two overlapping bands stay readable, with both means drawn on top
+EDGE_WIDTH, EDGE_ALPHA = 0.5, 0.5  # the band's edge lines: fainter than the fill's colour, under the mean
 MEAN_WIDTH = 1.8
+LEGENDS: dict[str, str | None] = {
+    "below": "outside lower center", "right": "outside right upper", "best": "best",
+    "upper-left": "upper left", "upper-right": "upper right", "lower-left": "lower left",
+    "lower-right": "lower right", "none": None,
+}
+"""--legend → matplotlib's place for it: `outside …` beside the axes (a figure legend), others inside them."""
 _UNIT_INTERVAL = re.compile(r"(accuracy|_rate|_frac|_fraction|_fraction_mean|_share|^sepa_lambda|^sepa_gate_open)$")
 _NON_NEGATIVE = re.compile(r"(length|_time_s|tokens|_tokens|tokens_per_step|tokens_per_second|num_datums|"
                            r"batch_size|group_size|grad_norm|^lr|_mb|abs_kl|ratio_max|_surprisal_mean|"
@@ -166,39 +189,50 @@ def range_text(lo: float, hi: float) -> str:
     return f"[{lo:g}, {'∞)' if math.isinf(hi) else f'{hi:g}]'}"
 
 
-def smooth(values: list[float], window: int) -> list[float]:
-    """Trailing mean: out[i] = mean(values[i-window+1 : i+1]) (fewer at the start); window 1 returns the values."""
-    return [sum(values[max(0, i - window + 1):i + 1]) / min(i + 1, window) for i in range(len(values))]
+def smooth(steps: Sequence[int], values: Sequence[float], window: int) -> list[float]:
+    """Trailing mean over a window of `window` steps: out[i] = the mean of the values whose step lies in
+    (steps[i] − window, steps[i]]; window 1 returns the values. `steps` ascending."""
+    out, start = [], 0
+    for i, step in enumerate(steps):
+        while steps[start] <= step - window:
+            start += 1
+        out.append(sum(values[start:i + 1]) / (i + 1 - start))
+    return out
 
 
 def curves(runs: list[Run], metric: str, window: int = 1) -> dict[str, dict]:
-    """condition → {"steps", "mean", "n" (seeds that logged each step), "low", "high" (the 95% t-interval,
-    None where fewer than MIN_SEEDS seeds logged the step; not cut), "range" (`value_range` of the metric
-    and the runs' configs), "runs" (each
-    run's (steps, values))}, the seeds pooled step by step."""
-    per_run: dict[str, list[tuple[list[int], list[float]]]] = {}
-    configs = []
-    for run in runs:
-        series = run.series(metric)
-        if series:
-            values = smooth([v for _, v in series], max(1, window))
-            per_run.setdefault(run.condition, []).append(([s for s, _ in series], values))
-            configs.append(run.config)
-    bounds = value_range(metric, configs)
+    """condition → {"steps", "mean", "n" (seeds at each step), "low", "high" (the 95% t-interval, None where
+    fewer than MIN_SEEDS seeds; not cut), "range" (`value_range` of the metric and the runs' configs),
+    "bands" (`band_segments`: the interval cut to the range), "runs" (each run's smoothed (steps, values)),
+    "seeds", "held" ((seed, last step) of each run that ended before the condition's last step: its last
+    value is held from there on)}, the runs as compare's `cells`, the seeds pooled step by step."""
+    table = cells(runs, metric)
+    bounds = value_range(metric, [run.config for by_seed in table.values() for run in by_seed.values()])
     out = {}
-    for condition, lines in sorted(per_run.items()):
-        by_step: dict[int, list[float]] = {}
-        for steps, values in lines:
+    for condition, by_seed in table.items():
+        seeds = _seed_order(by_seed)
+        lines = []
+        for seed in seeds:
+            series = by_seed[seed].series(metric)
+            steps = [s for s, _ in series]
+            lines.append((steps, smooth(steps, [v for _, v in series], max(1, window))))
+        grid = sorted({s for steps, _ in lines for s in steps})
+        by_step: dict[int, list[float]] = {s: [] for s in grid}
+        held = []
+        for seed, (steps, values) in zip(seeds, lines, strict=True):
             for step, value in zip(steps, values, strict=True):
-                by_step.setdefault(step, []).append(value)
-        steps = sorted(by_step)
-        bands = [t_interval(by_step[s]) for s in steps]
+                by_step[step].append(value)
+            if steps[-1] < grid[-1]:
+                held.append((seed, steps[-1]))
+                for step in grid[bisect_right(grid, steps[-1]):]:
+                    by_step[step].append(values[-1])
+        bands = [t_interval(by_step[s]) for s in grid]
+        low = [None if b is None else b[0] for b in bands]
+        high = [None if b is None else b[1] for b in bands]
         out[condition] = {
-            "steps": steps, "mean": [sum(by_step[s]) / len(by_step[s]) for s in steps],
-            "n": [len(by_step[s]) for s in steps],
-            "low": [None if b is None else b[0] for b in bands],
-            "high": [None if b is None else b[1] for b in bands],
-            "range": bounds, "runs": lines,
+            "steps": grid, "mean": [sum(by_step[s]) / len(by_step[s]) for s in grid],
+            "n": [len(by_step[s]) for s in grid], "low": low, "high": high, "range": bounds,
+            "bands": band_segments(grid, low, high, *bounds), "runs": lines, "seeds": seeds, "held": held,
         }
     return out
 
@@ -278,102 +312,144 @@ def _edge(values: list[float], hidden: list[bool], lo: float, hi: float) -> list
     return [v if lo <= v <= hi and not h else math.nan for v, h in zip(values, hidden, strict=True)]
 
 
-def _draw(ax, c: dict, label: str, style: dict) -> tuple[bool, bool]:
-    """One condition's mean curve, and its band's edges or (fewer than MIN_SEEDS runs) each run:
-    (a band drawn, a band cut at the range)."""
-    import numpy as np
 
-    ax.plot(c["steps"], c["mean"], label=label, linewidth=MEAN_WIDTH, markersize=4, zorder=3, **style)
+
+def _draw(ax, c: dict, style: dict):
+    """One condition: its band (a translucent fill cut to the range, thin edges) or, from fewer than
+    MIN_SEEDS runs, each run faintly; the mean thick on top. Returns its legend handle: the mean's line,
+    over a patch of the band where there is one."""
+    import numpy as np
+    from matplotlib.patches import Patch
+
+    mean = ax.plot(c["steps"], c["mean"], label=c["label"], linewidth=MEAN_WIDTH, markersize=4, zorder=3,
+                   **style)[0]
     if len(c["runs"]) < MIN_SEEDS:
         for steps, values in c["runs"]:
             ax.plot(steps, values, linewidth=0.8, alpha=0.35, color=style["color"], linestyle=style["linestyle"],
                     label="_run", zorder=2)
-    lo, hi = c["range"]
-    segments = band_segments(c["steps"], c["low"], c["high"], lo, hi)
-    for seg in segments:
+    for seg in c["bands"]:
+        ax.fill_between(seg["x"], seg["bottom"], seg["top"], color=style["color"], alpha=BAND_ALPHA, linewidth=0,
+                        label="_band", zorder=1)
         for key in ("low_edge", "high_edge"):
-            ax.plot(seg["x"], np.asarray(seg[key], dtype=float), color=style["color"], linestyle=style["linestyle"],
-                    linewidth=BAND_WIDTH, alpha=0.9, label="_band_edge", zorder=2)
-    return bool(segments), any(seg["cut"] for seg in segments)
+            ax.plot(seg["x"], np.asarray(seg[key], dtype=float), color=style["color"], linewidth=EDGE_WIDTH,
+                    alpha=EDGE_ALPHA, label="_band_edge", zorder=2)
+    return (Patch(color=style["color"], alpha=BAND_ALPHA), mean) if c["bands"] else mean
 
 
-def _band_text(data: dict[str, dict], cut: bool) -> str:
-    """The legend's line for the bands: the interval, over how many seeds, and where it was cut."""
-    ns = sorted({len(c["runs"]) for c in data.values() if len(c["runs"]) >= MIN_SEEDS})
-    seeds = f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
-    lo, hi = next(iter(data.values()))["range"]
-    text = f"95% t-interval over {seeds} seeds"
-    text += f", cut at {range_text(lo, hi)}" if cut else ""
-    return text
+def rc(font_pt: float = FONT_PT) -> dict[RcKeyType, Any]:
+    """matplotlib's settings for a figure with text of `font_pt` points."""
+    return {
+        "font.size": font_pt, "axes.labelsize": font_pt,
+        "legend.fontsize": 0.9 * font_pt, "xtick.labelsize": 0.9 * font_pt, "ytick.labelsize": 0.9 * font_pt,
+        "axes.spines.top": False, "axes.spines.right": False, "axes.linewidth": 0.8,
+        "pdf.fonttype": 42, "ps.fonttype": 42,  # TrueType in the PDF: text stays text, as venues ask
+        "svg.fonttype": "none",  # SVG text as text, editable
+    }
 
 
-def figure(data: dict[str, dict], metric: str, window: int = 1, look: dict[str, dict] | None = None):
-    """The matplotlib Figure of `curves(...)`. `look` (`styles` of every condition of the call) fixes each
-    condition's colour, line style and marker; by default, from the conditions in `data`. A curve equal to an
-    earlier condition's says so in the legend."""
+def title(metric: str) -> str:
+    """The metric in words, capitalised: the y label, the files' `Title`, the caption's first words."""
+    return words(metric)[:1].upper() + words(metric)[1:]
+
+
+def figure(data: dict[str, dict], metric: str, look: dict[str, dict] | None = None,
+           size: tuple[float, float] = SIZE_IN, font_pt: float = FONT_PT, legend: str = "below"):
+    """The matplotlib Figure of `curves(...)`, `size` inches in all, legend placed as `LEGENDS[legend]`.
+    `look` (`styles` of every condition of the call) fixes each condition's colour, line style and marker; by
+    default, from the conditions in `data`."""
     import matplotlib  # here, not at the top: `rlvr status` and `compare` stay quick
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
 
     look = look if look is not None else styles(data)
-    with plt.rc_context(RC):
-        fig, ax = plt.subplots(figsize=(FIG_WIDTH_IN, AXES_HEIGHT_IN), layout="constrained")
-        first_with: dict[tuple, str] = {}  # a curve → the first condition drawing it
-        any_band = any_cut = False
-        few = []
+    with plt.rc_context(rc(font_pt)):
+        fig, ax = plt.subplots(figsize=size, layout="constrained")
+        handles = []
         for condition, c in data.items():
             style = dict(look[condition])
             if not metric.startswith("eval/"):
                 style["marker"] = None
-            same = first_with.setdefault((tuple(c["steps"]), tuple(c["mean"])), condition)
-            n = len(c["runs"])
-            notes = [f"{n} seed{'s' if n != 1 else ''}"] + (["each run shown"] if n < MIN_SEEDS else [])
-            notes += [f"same curve as {same}"] if same != condition else []
-            few += [condition] if n < MIN_SEEDS else []
-            band, cut = _draw(ax, c, f"{condition} ({', '.join(notes)})", style)
-            any_band, any_cut = any_band or band, any_cut or cut
-        handles, labels = ax.get_legend_handles_labels()
-        if any_band:
-            handles.append(Line2D([], [], color="0.35", linewidth=BAND_WIDTH))
-            labels.append(_band_text(data, any_cut))
-        if few:
-            handles.append(Line2D([], [], color="0.5", linewidth=0.8, alpha=0.5))
-            labels.append(f"each run (no interval from fewer than {MIN_SEEDS} seeds)")
-        ax.set_title(words(metric)[:1].upper() + words(metric)[1:], loc="left")
-        ax.set(xlabel=STEP_WORDS, ylabel=words(metric))
+            handles.append(_draw(ax, {**c, "label": condition}, style))
+        ax.set(xlabel=STEP_WORDS, ylabel=title(metric))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
         ax.margins(x=0.01)
-        ax.grid(alpha=0.25, linewidth=0.6)
-        smoothing = f", trailing mean over {window} logged values" if window > 1 else ""
-        title = f"thick: mean over seeds per step{smoothing}" + ("; thin: its 95% t-interval" if any_band else "")
-        _legend(fig, handles, labels, title)
+        ax.grid(alpha=0.25, linewidth=0.5)
+        _legend(fig, ax, handles, list(data), LEGENDS[legend])
     return fig
 
 
-def _legend(fig, handles, labels, title: str) -> None:
-    """The legend below the axes, in as many columns (3, 2, 1) as fit the figure's width; the figure grows
-    by its rows so that the axes keep their height."""
+def _legend(fig, ax, handles: list, labels: list[str], place: str | None) -> None:
+    """Below the axes in as many columns (4, 3, 2, 1) as fit the figure's width; right of them in one
+    column; or inside them at `place`."""
+    if place is None:
+        return
+    if not place.startswith("outside"):
+        ax.legend(handles, labels, loc=place, framealpha=0.85, edgecolor="none", handlelength=2.4)
+        return
     renderer = fig.canvas.get_renderer()
-    for ncols in (3, 2, 1):
-        legend = fig.legend(handles, labels, loc="outside lower center", ncols=min(ncols, len(labels)), title=title,
-                            frameon=False, handlelength=2.6, columnspacing=1.5)
+    for ncols in (4, 3, 2, 1) if place == "outside lower center" else (1,):
+        legend = fig.legend(handles, labels, loc=place, ncols=min(ncols, len(labels)), frameon=False,
+                            handlelength=2.4, columnspacing=1.5)
         if legend.get_window_extent(renderer).width <= 0.98 * fig.bbox.width or ncols == 1:
             break
         legend.remove()
-    rows = math.ceil(len(labels) / min(ncols, len(labels)))
-    fig.set_figheight(AXES_HEIGHT_IN + 0.17 * (rows + 1))
 
 
-RC: dict[RcKeyType, Any] = {
-    "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 8.5,
-    "legend.title_fontsize": 8.5, "xtick.labelsize": 9, "ytick.labelsize": 9,
-    "axes.spines.top": False, "axes.spines.right": False,
-    "pdf.fonttype": 42, "ps.fonttype": 42,  # TrueType in the PDF: text stays text, as venues ask
-    "svg.fonttype": "none",  # SVG text as text, editable
-}
+def caption(data: dict[str, dict], metric: str, window: int = 1) -> str:
+    """What the figure shows, in sentences: what the lines and bands are, each condition's seeds, the runs
+    held past their end, the conditions drawn run by run, identical curves, where bands were cut, the
+    smoothing."""
+    lo, hi = next(iter(data.values()))["range"]
+    counts = "; ".join(f"{cond}: {len(c['runs'])} seed{'s' if len(c['runs']) != 1 else ''}"
+                       for cond, c in data.items())
+    text = [f"{title(metric)} per {STEP_WORDS}: for each condition, the mean over seeds at each step (line) and, "
+            f"where at least {MIN_SEEDS} seeds logged the step, the 95% Student-t interval of that mean, "
+            f"mean ± t(0.975, n−1)·sd/√n over its n seeds (shaded). Seeds: {counts}."]
+    for cond, c in data.items():
+        for seed, step in c["held"]:
+            text.append(f"{cond} seed {seed} logged it last at step {step}: that value is held to step "
+                        f"{c['steps'][-1]}, as rlvr compare's final value takes each run's last.")
+    few = [cond for cond, c in data.items() if len(c["runs"]) < MIN_SEEDS]
+    if few:
+        text.append(f"{', '.join(few)}: fewer than {MIN_SEEDS} seeds, no interval; each run is drawn as a thin "
+                    "line.")
+    first: dict[tuple, str] = {}
+    for cond, c in data.items():
+        same = first.setdefault((tuple(c["steps"]), tuple(c["mean"])), cond)
+        if same != cond:
+            text.append(f"{cond}'s mean curve is {same}'s, drawn over it.")
+    cut = [cond for cond, c in data.items() if any(seg["cut"] for seg in c["bands"])]
+    if cut:
+        text.append(f"Intervals cut at {range_text(lo, hi)}, the metric's range: {', '.join(cut)}.")
+    if window > 1:
+        text.append(f"Each run smoothed before averaging: a trailing mean over a window of {window} steps (its "
+                    f"values at steps s−{window - 1}…s); rlvr compare's final values are not smoothed.")
+    else:
+        text.append("Curves not smoothed; the last point of each is rlvr compare's final value.")
+    return " ".join(text)
+
+
+def options(size: str | None, font_pt: float, legend: str, window: int) -> tuple[float, float]:
+    """Check the figure's options before any run is read; returns the size in inches."""
+    if window < 1:
+        raise CliError(f"--smooth {window}: expected a window of at least 1 step (1: no smoothing)")
+    low, high = FONT_LIMITS_PT
+    if not low <= font_pt <= high:
+        raise CliError(f"--font-size {font_pt:g}: expected points between {low:g} and {high:g} "
+                       f"(default {FONT_PT:g})")
+    if legend not in LEGENDS:
+        raise CliError(f"--legend {legend!r}: expected one of {', '.join(LEGENDS)}")
+    if size is None:
+        return SIZE_IN
+    low, high = SIZE_LIMITS_IN
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*[x×]\s*(\d+(?:\.\d*)?|\.\d+)\s*", size)
+    inches = (float(match[1]), float(match[2])) if match else (0.0, 0.0)
+    if not all(low <= v <= high for v in inches):
+        raise CliError(f"--size {size!r}: expected WIDTHxHEIGHT in inches, each between {low:g} and {high:g}, "
+                       f"e.g. 3.3x2.5 (one column of a two-column paper) or 6.4x4 (the default)")
+    return inches
 
 
 def default_out(path: Path, metric: str) -> Path:
@@ -395,9 +471,11 @@ def outputs(path: Path, metrics: Sequence[str], out: Path | None) -> dict[str, P
     return {m: out / default_out(out, m).name for m in metrics}
 
 
-def run(path: Path, metrics: str | Sequence[str], out: Path | None, window: int, ignore_keys: Sequence[str] = ()
-        ) -> str:
-    """Write each metric's figure as PNG, PDF and SVG; returns the paths written, one per line."""
+def run(path: Path, metrics: str | Sequence[str], out: Path | None, window: int = 1, ignore_keys: Sequence[str] = (),
+        size: str | None = None, font_pt: float = FONT_PT, legend: str = "below") -> str:
+    """Write each metric's figure as PNG, PDF and SVG; returns, per figure, the paths written (one per line)
+    and its caption (also in each file's metadata)."""
+    inches = options(size, font_pt, legend, window)
     metrics = [metrics] if isinstance(metrics, str) else list(dict.fromkeys(metrics))
     runs = load_runs(path)
     for metric in metrics:
@@ -407,19 +485,27 @@ def run(path: Path, metrics: str | Sequence[str], out: Path | None, window: int,
     import matplotlib.pyplot as plt
 
     look = styles(r.condition for r in runs)  # every condition of the call, before any figure is drawn
-    written = []
+    said = []
     for metric in metrics:
-        fig = figure(curves(runs, metric, window), metric, window, look)
+        data = curves(runs, metric, window)
+        text = caption(data, metric, window)
+        fig = figure(data, metric, look, inches, font_pt, legend)
         png = targets[metric]
         png.parent.mkdir(parents=True, exist_ok=True)
-        with plt.rc_context(RC):
+        with plt.rc_context(rc(font_pt)):
             for target, dpi in ((png, PNG_DPI), (png.with_suffix(".pdf"), None), (png.with_suffix(".svg"), None)):
-                fig.savefig(target, dpi=dpi, metadata=_metadata(target))
-                written.append(str(target))
+                fig.savefig(target, dpi=dpi, metadata=_metadata(target, title(metric), text))
+                said.append(str(target))
         plt.close(fig)
-    return "\n".join(written)
+        said.append(textwrap.fill(text, 110, initial_indent="  ", subsequent_indent="  "))
+    return "\n".join(said)
 
 
-def _metadata(target: Path) -> dict:
-    """No creation date in the PDF/SVG: the same runs give the same bytes."""
-    return {"CreationDate": None} if target.suffix == ".pdf" else {"Date": None} if target.suffix == ".svg" else {}
+def _metadata(target: Path, name: str, text: str) -> dict:
+    """The title and caption in each format's field for them; no creation date in the PDF/SVG: the same runs
+    give the same bytes."""
+    if target.suffix == ".pdf":
+        return {"Title": name, "Subject": text, "CreationDate": None}
+    if target.suffix == ".svg":
+        return {"Title": name, "Description": text, "Date": None}
+    return {"Title": name, "Description": text}

@@ -1,7 +1,8 @@
 """`rlvr plot`: figures for a paper, per metric a PNG (≥ 1,600 px wide), a PDF and an SVG; curves averaged
 over seeds, each condition its own colour and line style in every figure of a call; bands only from ≥ 3
-seeds, drawn as edge lines that end on the metric's bound and never run along it; one-line titles and
-axis labels in words."""
+seeds, shaded and cut to the metric's range, their edge lines ending on the bound and never running along
+it; one-line titles and axis labels in words. tests/cli/test_cli_plot_paper.py: the caption, the options,
+the smoothing over steps, the agreement with `rlvr compare`."""
 
 import json
 import math
@@ -10,10 +11,11 @@ import struct
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from matplotlib.colors import to_hex
 
 from rlvr.cli import plot
 from rlvr.cli.main import main
-from rlvr.cli.plot import band_segments, curves, figure, smooth, unit_interval, value_range, words
+from rlvr.cli.plot import band_segments, caption, curves, figure, unit_interval, value_range, words
 from rlvr.cli.runs import load_runs
 from tests.cli.conftest import make_run
 
@@ -48,8 +50,8 @@ def band_edges(fig):
     return [line for line in fig.axes[0].get_lines() if line.get_label() == "_band_edge"]
 
 
-def legend_texts(fig) -> list[str]:
-    return [t.get_text() for t in fig.legends[0].get_texts()]
+def bands(fig):
+    return [c for c in fig.axes[0].collections if c.get_label() == "_band"]
 
 
 def png_size(path) -> tuple[int, int]:
@@ -62,7 +64,7 @@ def test_default_outputs_are_png_pdf_and_svg_in_the_path(campaign, capsys):
     assert main(["plot", str(campaign)]) == 0
     png = campaign / "plot_mean_reward.png"
     written = [png, png.with_suffix(".pdf"), png.with_suffix(".svg")]
-    assert capsys.readouterr().out.split() == [str(p) for p in written]
+    assert capsys.readouterr().out.splitlines()[:3] == [str(p) for p in written]
     width, height = png_size(png)
     assert width >= 1600 and height >= 900
     assert png.with_suffix(".pdf").read_bytes()[:5] == b"%PDF-"
@@ -90,14 +92,10 @@ def test_several_metrics_make_several_figures_into_a_folder(campaign, tmp_path, 
 
 def test_curves_pool_seeds_step_by_step(campaign):
     c = curves(load_runs(campaign), "eval/accuracy")["grpo+none"]
-    # step 10 has seeds 0, 1 only (seed 2 was killed at 7): mean of 0.40, 0.50, and no band from 2 seeds
-    assert c["steps"] == [0, 5, 10] and len(c["runs"]) == 3 and abs(c["mean"][2] - 0.45) < 1e-12
-    assert c["n"] == [3, 3, 2] and c["low"][2] is None and c["high"][2] is None
+    # seed 2 was killed at 7, its last evaluation 0.30 at step 5: held at step 10 beside 0.40 and 0.50
+    assert c["steps"] == [0, 5, 10] and len(c["runs"]) == 3 and abs(c["mean"][2] - 0.40) < 1e-12
+    assert c["n"] == [3, 3, 3] and c["held"] == [(2, 5)] and c["low"][2] < 0.40 < c["high"][2]
     assert c["low"][0] == pytest.approx(0.1) and c["high"][0] == pytest.approx(0.1)  # three seeds 0.1: no spread
-
-
-def test_smoothing():
-    assert smooth([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
 
 
 def test_each_condition_has_its_own_colour_and_line_style(tmp_path, close_figures):
@@ -112,19 +110,21 @@ def test_each_condition_has_its_own_colour_and_line_style(tmp_path, close_figure
     assert len({line.get_color() for line in lines}) == 5
     # four line styles for five conditions: the fifth repeats the first's style, in another colour
     assert [line.get_linestyle() for line in lines] == ["-", "--", ":", "-.", "-"]
-    # each band is two edge lines in its condition's colour and line style, thinner than the mean
-    edges = band_edges(fig)
-    assert [(e.get_color(), e.get_linestyle()) for e in edges] == [
-        (line.get_color(), line.get_linestyle()) for line in lines for _ in range(2)]
+    # each band is a translucent fill under two thin edge lines, all in its condition's colour
+    edges, fills = band_edges(fig), bands(fig)
+    assert [e.get_color() for e in edges] == [line.get_color() for line in lines for _ in range(2)]
     assert all(e.get_linewidth() < lines[0].get_linewidth() for e in edges)
-    assert not fig.axes[0].collections  # no translucent fills: two overlapping would read as a third colour
-    # make_run's mean_reward depends on seed and step only: every curve is grpo's, and the legend says so
-    assert [line.get_label() for line in lines][:2] == ["grpo+none (3 seeds)",
-                                                        "maxrl+none (3 seeds, same curve as grpo+none)"]
+    assert [to_hex(f.get_facecolor()[0], keep_alpha=False) for f in fills] == [to_hex(line.get_color())
+                                                                               for line in lines]
+    # the legend names the conditions; make_run's mean_reward depends on seed and step only: every curve is
+    # grpo's, and the caption says so
+    assert [line.get_label() for line in lines] == sorted(f"{name}+none" for name in names)
+    data = curves(load_runs(tmp_path), "mean_reward")
+    assert "maxrl+none's mean curve is grpo+none's, drawn over it." in caption(data, "mean_reward")
     # evaluation curves differ (final accuracy 0.1·i) and carry markers, cycled like the line styles
     fig = figure(curves(load_runs(tmp_path), "eval/accuracy"), "eval/accuracy")
     assert [line.get_marker() for line in labelled_lines(fig)] == ["o", "s", "^", "D", "o"]
-    assert not any("same curve" in line.get_label() for line in labelled_lines(fig))
+    assert "mean curve is" not in caption(curves(load_runs(tmp_path), "eval/accuracy"), "eval/accuracy")
 
 
 def test_a_condition_keeps_its_colour_in_every_figure_of_a_call(tmp_path, drawn, capsys):
@@ -176,8 +176,11 @@ def test_a_band_that_leaves_the_unit_interval_ends_on_the_bound_and_never_runs_a
     assert len(on_bound) == 2 and 0 < on_bound[0] < 5 and 10 < on_bound[1] < 15
     expected = 0 + (0 - c["low"][0]) / (c["low"][1] - c["low"][0]) * 5
     assert on_bound[0] == pytest.approx(expected)
-    assert any("cut at [0, 1]" in text for text in legend_texts(fig))
-    assert "95% t-interval over 3 seeds" in " ".join(legend_texts(fig))
+    # the fill reaches the bounds, not past them
+    (fill,) = bands(fig)
+    ys = np.concatenate([path.vertices[:, 1] for path in fill.get_paths()])
+    assert ys.min() == 0.0 and ys.max() == 1.0
+    assert "Intervals cut at [0, 1], the metric's range: grpo+none." in caption({"grpo+none": c}, "eval/accuracy")
 
 
 def test_band_segments_cut_exactly_and_split_where_no_interval():
@@ -190,14 +193,13 @@ def test_band_segments_cut_exactly_and_split_where_no_interval():
     assert band_segments([0, 1], [1.0, 2.0], [3.0, 4.0], -math.inf, math.inf)[0]["x"] == [0.0, 1.0]
 
 
-def test_titles_are_one_line_and_axes_are_labelled_in_words(campaign, close_figures):
-    for metric, expected in (("eval/accuracy", "held-out accuracy"), ("mean_reward", "mean reward"),
-                             ("step_time_s", "step time (s)")):
+def test_axes_are_labelled_in_words_on_one_line_and_no_title_is_drawn(campaign, close_figures):
+    for metric, expected in (("eval/accuracy", "Held-out accuracy"), ("mean_reward", "Mean reward"),
+                             ("step_time_s", "Step time (s)")):
         fig = figure(curves(load_runs(campaign), metric), metric)
         ax = fig.axes[0]
-        title = ax.get_title(loc="left") + ax.get_title()
-        assert "\n" not in title and title.lower() == expected and len(title) <= 40
-        assert (ax.get_ylabel(), ax.get_xlabel()) == (expected, "RL step")
+        assert ax.get_title(loc="left") + ax.get_title() + ax.get_title(loc="right") == ""  # the caption's job
+        assert (ax.get_ylabel(), ax.get_xlabel()) == (expected, "RL step") and "\n" not in ax.get_ylabel()
     assert words("some/custom_metric") == "some/custom_metric"  # not in the table: the key itself
 
 
@@ -216,12 +218,13 @@ def test_fewer_than_three_runs_show_each_run_instead_of_a_band(tmp_path, close_f
         make_run(tmp_path / "grpo" / f"seed={seed}", seed=seed, algorithm="grpo", transform="none",
                  condition_choice=None, steps_done=10)
     fig = figure(curves(load_runs(tmp_path), "mean_reward"), "mean_reward")
-    assert not band_edges(fig)
+    assert not band_edges(fig) and not bands(fig)
     (mean,) = labelled_lines(fig)
-    assert mean.get_label() == "grpo+none (2 seeds, each run shown)"
+    assert mean.get_label() == "grpo+none"
     runs = [line for line in fig.axes[0].get_lines() if line is not mean]
     assert len(runs) == 2 and all(line.get_color() == mean.get_color() for line in runs)
-    assert "each run (no interval from fewer than 3 seeds)" in legend_texts(fig)
+    text = caption(curves(load_runs(tmp_path), "mean_reward"), "mean_reward")
+    assert "grpo+none: 2 seeds" in text and "fewer than 3 seeds, no interval; each run is drawn" in text
 
 
 def test_step_ticks_are_integers(tmp_path, close_figures):
