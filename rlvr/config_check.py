@@ -28,7 +28,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlvr.distributed import World
 from rlvr.errors import ConfigError
-from rlvr.hydra_errors import TOP_LEVEL_KEYS, renamed, unknown_top_level_key
+from rlvr.hydra_errors import TOP_LEVEL_KEYS, renamed, unchosen_group, unknown_top_level_key
 from rlvr.protocols import CAPABILITIES, Needs
 from rlvr.tools import TOOL_KEYS
 
@@ -175,7 +175,10 @@ def position_errors(cfg: DictConfig) -> list[str]:
                           f"and the completion; at most {positions - 1}")
     context = (cfg.get("env") or {}).get("max_context_tokens")
     if isinstance(context, int) and context > positions:
-        errors.append(f"env.max_context_tokens={context} does not fit: {model}; at most {positions}")
+        errors.append(f"env.max_context_tokens={context} does not fit: {model}; at most {positions}. To fit, give the "
+                      f"model the positions (model.max_positions={context}), or the episodes fewer tokens "
+                      f"(env.max_context_tokens={positions}, fewer turns with env.max_turns=N, shorter actions with "
+                      "trainer.sampling.max_tokens=N) where the environment's first observation still fits")
     return errors
 
 
@@ -359,6 +362,9 @@ RUNTIME_ARGS = {"seed", "model", "lora", "lora_seed", "pad_id", "module", "polic
 def check_types(node: DictConfig, key: str) -> list[str]:
     """Each YAML value against the type annotation of the `_target_` parameter it feeds, recursively;
     YAML keys the target does not take are errors too."""
+    if "_target_" not in node:  # keys added to a group whose option builds nothing (`+env.max_turns=3` under env=none)
+        return [unchosen_group(f"{key}.{name}={_show(node[name])}", key, hydra_choice(key) or "none", config_dir())
+                for name in node]
     try:
         target = get_class(node._target_)
     except Exception as err:  # noqa: BLE001 - any import failure is a config error here

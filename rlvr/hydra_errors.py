@@ -107,29 +107,73 @@ def explain(err: BaseException, argv: list[str], conf: Path, multirun: bool) -> 
             return f"{given}: {now}"
         if "." not in key:
             return unknown_top_level_key(key, value, conf).replace(key, given, 1)
-        parent, _, leaf = key.rpartition(".")
         choices = [a for a in argv if re.match(r"^[\w/]+=[^,]*$", a)]  # the groups chosen (algorithm=maxrl)
-        suggestion = closest(leaf, keys_under(conf, parent, choices))
-        hint = f" (did you mean {parent}.{suggestion}={value}?)" if suggestion else ""
-        return f"{given}: {parent} has no key {leaf!r}{hint}"
+        missing = str(getattr(err.__cause__, "full_key", "") or key)  # the first part of the key not there
+        return unknown_dotted_key(given, missing if key.startswith(missing + ".") else key, value, conf, choices)
     if isinstance(err, (HydraException, OmegaConfBaseException)):
         return str(err).splitlines()[0]
     return None
 
 
-def keys_under(conf: Path, dotted: str, choices: list[str]) -> list[str]:
-    """The keys of node `dotted` in the config composed with the group `choices` the command made (empty when it
-    cannot be composed)."""
+def unknown_dotted_key(given: str, missing: str, value: str, conf: Path, choices: list[str]) -> str:
+    """`<given>: <parent> has no key <leaf>` for the first part of a dotted key that is not there (`missing`: in
+    `algorithm.los.mode` it is `algorithm.los`), with a did-you-mean for the whole key, each part matched to its
+    nearest (`algorithm.loss.mode`); or, when its group composed to null (`env.max_turns=3` under env=none), that
+    no component of the group is chosen, naming its options."""
+    key = given.partition("=")[0].lstrip("+~")
+    parent, _, leaf = missing.rpartition(".")
+    composed = compose_choices(conf, choices)
+    group = key.split(".")[0]
+    if composed is not None and parent == group and group in composed and composed[group] is None:
+        chosen = next((c.partition("=")[2] for c in choices if c.startswith(f"{group}=")), "none")
+        return unchosen_group(given, group, chosen, conf)
+    node = _select(composed, parent)
+    path = nearest_path(node, key[len(parent) + 1:].split("."))
+    part = path or nearest_path(node, [leaf])  # the whole key has no match: the part that is missing, alone
+    hint = f" (did you mean {parent}.{'.'.join(part)}{f'={value}' if path else ''}?)" if part else ""
+    return f"{given}: {parent} has no key {leaf!r}{hint}"
+
+
+def unchosen_group(given: str, group: str, chosen: str, conf: Path) -> str:
+    """A key of a group whose option builds nothing (`env=none`, `echo=none`: `env: null`): the options that do."""
+    others = [o for o in options(conf, group) if o != chosen and o != "none"]
+    return (f"{given}: {group}={chosen} chooses no {group}, so nothing would read {given.partition('=')[0]}; "
+            f"choose one with {group}=<option> ({', '.join(others)})")
+
+
+def nearest_path(node: object, parts: list[str]) -> list[str] | None:
+    """`parts` with each one that `node` lacks replaced by its nearest key there; None when one has none."""
+    from omegaconf import DictConfig, OmegaConf
+
+    path: list[str] = []
+    for part in parts:
+        if not isinstance(node, DictConfig):
+            return None
+        keys = [str(k) for k in node]
+        name = part if part in keys else closest(part, keys)
+        if name is None:
+            return None
+        path.append(name)
+        if len(path) < len(parts):
+            node = OmegaConf.select(node, name, default=None, throw_on_resolution_failure=False)
+    return path
+
+
+def compose_choices(conf: Path, choices: list[str]):
+    """The config composed with the group `choices` the command made, or None when it cannot be composed."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import DictConfig
 
     try:
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(conf.resolve()), version_base="1.3"):
-            node = compose("train", overrides=choices)
-        for part in dotted.split("."):
-            node = node[part]
+            return compose("train", overrides=choices)
     except Exception:  # noqa: BLE001 - a suggestion is a courtesy: without one the message still names the key
-        return []
-    return [str(k) for k in node] if isinstance(node, DictConfig) else []
+        return None
+
+
+def _select(composed, dotted: str):
+    """The node at `dotted` in `composed` (None when there is none)."""
+    from omegaconf import OmegaConf
+
+    return None if composed is None else OmegaConf.select(composed, dotted, default=None)

@@ -88,9 +88,21 @@ class RunDir:
         })
 
     def write_json(self, name: str, data: dict) -> None:
-        tmp = self.path / f".{name}.tmp"
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-        os.replace(tmp, self.path / name)
+        """Whole: a temporary file, renamed over the old one. On a full disk, where the temporary file gets no block,
+        an existing file is rewritten in place, in the blocks it holds: so status.json of a run that a full disk
+        stopped says `failed`, not `running` (not atomic, but a torn write is no worse than a stale state)."""
+        text, target, tmp = json.dumps(data, indent=2) + "\n", self.path / name, self.path / f".{name}.tmp"
+        try:
+            tmp.write_text(text)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            if err.errno not in DISK_FULL_ERRNOS or not target.is_file():
+                raise
+            with open(target, "r+") as f:
+                f.write(text)
+                f.truncate()
+            return
+        os.replace(tmp, target)
 
     def truncate(self, steps_done: int, keep_initial_eval: bool = True) -> None:
         """Cut the folder back to a checkpoint taken after `steps_done` steps: training rows of later

@@ -61,21 +61,26 @@ class GSM8K(ExampleList):
         self._train = self._load(path, split, "data.path")
         if max_examples:
             self._train = self._train[:max_examples]
-        self._eval = held_out(self._load(eval_path, eval_split, "data.eval_path"), eval_size)
+        self._eval = held_out(self._load(eval_path, eval_split, "data.eval_path"), eval_size,
+                              source(eval_path, eval_split, "data.eval_path"))
         self._demos = read_demonstrations(demonstrations_path, prompt_template, "question")
 
     def _load(self, path: str | None, split: str, key: str) -> list[Example]:
-        if path is not None:
-            rows, source = read_local(path, COLUMNS, key), f"{key}={path!r}"
-        else:
-            rows, source = read_hub(HUB_DATASET, ["main"], split, COLUMNS, key), f"{HUB_DATASET} split={split!r}"
+        rows = read_local(path, COLUMNS, key) if path is not None else read_hub(HUB_DATASET, ["main"], split,
+                                                                                COLUMNS, key)
+        where = source(path, split, key)
         examples = [
             Example(self.prompt_template.format(question=r["question"]), final_answer(r["answer"])) for r in rows
         ]
         kept = [e for e in examples if e.reference]
         if len(kept) < len(examples):
-            log.warning("%s: dropped %d of %d rows without a '#### <answer>' line", source,
+            log.warning("%s: dropped %d of %d rows without a '#### <answer>' line", where,
                         len(examples) - len(kept), len(examples))
         if not kept:
-            raise ValueError(f"{source}: no rows with a '#### <answer>' line in `answer`")
+            raise ValueError(f"{where}: no rows with a '#### <answer>' line in `answer`")
         return kept
+
+
+def source(path: str | None, split: str, key: str) -> str:
+    """Where rows come from, for messages: the local file, or the hub's split."""
+    return f"{key}={path!r}" if path is not None else f"{HUB_DATASET} split={split!r}"

@@ -34,10 +34,15 @@ EVAL_SEED = 0
 """Seeds the held-out subset; a constant, so every run of every seed evaluates on the same rows."""
 
 
-def held_out(examples: list[Example], eval_size: int) -> list[Example]:
+def held_out(examples: list[Example], eval_size: int, source: str) -> list[Example]:
     """`eval_size` examples drawn by a fixed-seed sample, kept in source order; 0 or more than there are
     = all. Sampling, not a prefix: sources sorted by subject or difficulty would otherwise give a
-    one-subject held-out set."""
+    one-subject held-out set. More than there are is said at start (`source` names where they came from): a
+    table of runs would otherwise report a held-out set of the asked size that it never had."""
+    if eval_size > len(examples):
+        log.warning("data.eval_size=%d but %s holds %d usable rows: every run evaluates on those %d (say "
+                    "data.eval_size=0 for all of them, or give a larger held-out file)", eval_size, source,
+                    len(examples), len(examples))
     if eval_size == 0 or eval_size >= len(examples):
         return list(examples)
     return [examples[i] for i in sorted(random.Random(EVAL_SEED).sample(range(len(examples)), eval_size))]
@@ -46,12 +51,11 @@ def held_out(examples: list[Example], eval_size: int) -> list[Example]:
 def read_jsonl(
     path: str | Path, columns: tuple[str, ...], config_key: str
 ) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line of a JSON-lines file; every object holds `columns`."""
-    file = Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(f"{config_key}={str(path)!r}: no such file (expected a JSON-lines file)")
+    """(line number, object) for each non-blank line of a JSON-lines file; every object holds `columns`. A
+    byte-order mark before the first line (Windows editors write one) is skipped."""
+    file = check_file(path, config_key, "a JSON-lines file", (".jsonl",))
     rows = []
-    with file.open(encoding="utf-8") as f:
+    with file.open(encoding="utf-8-sig") as f:
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
                 continue
@@ -69,6 +73,21 @@ def read_jsonl(
                 )
             rows.append((line_no, row))
     return rows
+
+
+def check_file(path: str | Path, config_key: str, expected: str, suffixes: tuple[str, ...]) -> Path:
+    """`path` as a Path when it is a file; else a FileNotFoundError naming the key, what was expected and, for a
+    folder, the files in it of one of `suffixes` (the path meant, most likely)."""
+    file = Path(path)
+    if file.is_file():
+        return file
+    if file.is_dir():
+        inside = sorted(p.name for p in file.iterdir() if p.suffix in suffixes and p.is_file())
+        meant = (f"; say {config_key}={file / inside[0]}" if len(inside) == 1 else
+                 f"; it holds {', '.join(inside[:5])}{', …' if len(inside) > 5 else ''}: name one, "
+                 f"{config_key}={file}/<file>" if inside else f"; it holds no {' or '.join(suffixes)} file")
+        raise FileNotFoundError(f"{config_key}={str(path)!r} is a folder, not a file (expected {expected}){meant}")
+    raise FileNotFoundError(f"{config_key}={str(path)!r}: no such file (expected {expected})")
 
 
 def read_demonstrations(path: str | None, template: str, field: str) -> list[Demonstration]:
@@ -120,7 +139,8 @@ class JSONL(ExampleList):
         self.prompt_key = prompt_key
         self.reference_key = reference_key
         self._train = self._load(path, "data.path")
-        self._eval = [] if eval_path is None else held_out(self._load(eval_path, "data.eval_path"), eval_size)
+        self._eval = [] if eval_path is None else held_out(self._load(eval_path, "data.eval_path"), eval_size,
+                                                           f"data.eval_path={eval_path!r}")
         self._demos = read_demonstrations(demonstrations_path, prompt_template, "prompt")
         for examples, key, file in (
             (self._train, "data.path", path),

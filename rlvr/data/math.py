@@ -83,7 +83,7 @@ class MATH(ExampleList):
         else:
             eval_rows = read_hub(HUB_DATASET, subjects, eval_split, COLUMNS, "data.eval_path")
             eval_source = f"{HUB_DATASET} split={eval_split!r}"
-        self._eval = held_out(self._examples(eval_rows, eval_source), eval_size)
+        self._eval = held_out(self._examples(eval_rows, eval_source), eval_size, eval_source)
         self._demos = read_demonstrations(demonstrations_path, prompt_template, "problem")
         for examples, source in ((self._train, train_source), (self._eval, eval_source)):
             if not examples:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlvr.data.jsonl import read_jsonl
+from rlvr.data.jsonl import check_file, read_jsonl
 from rlvr.protocols import Needs
 from rlvr.requirements import Package, pip_extra
 
@@ -36,11 +36,12 @@ def table_needs(settings: Mapping[str, Any]) -> Needs:
 def read_local(path: str, columns: tuple[str, ...], config_key: str) -> list[dict[str, Any]]:
     """The `columns` of every row of a .jsonl or .parquet file, checked to be strings."""
     file = Path(path)
+    if file.is_dir():  # a folder: named as one, with the files in it
+        check_file(file, config_key, f"a .jsonl or .parquet file with columns {list(columns)}", (".jsonl", ".parquet"))
     if file.suffix == ".jsonl":
         numbered = read_jsonl(file, columns, config_key)
     elif file.suffix == ".parquet":
-        if not file.is_file():
-            raise FileNotFoundError(f"{config_key}={path!r}: no such file (expected a .parquet file)")
+        check_file(file, config_key, "a .parquet file", (".parquet",))
         import pyarrow.parquet as pq
 
         names = pq.read_schema(file).names

@@ -40,7 +40,9 @@ completion at a time, each retry starting workers again).
 from __future__ import annotations
 
 import asyncio
+import difflib
 import functools
+import importlib
 import inspect
 import logging
 import math
@@ -48,8 +50,6 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-from hydra.utils import get_method
 
 from rlvr.errors import ConfigError
 from rlvr.protocols import Needs
@@ -68,10 +68,7 @@ class FunctionReward:
         return Needs()
 
     def __init__(self, function: str, timeout_s: float = 60.0, workers: int | None = None) -> None:
-        try:
-            self.fn: Callable = get_method(function)
-        except Exception as err:  # noqa: BLE001 - any import failure is a config error
-            raise ValueError(f"reward.function={function!r} cannot be imported: {err}") from err
+        self.fn: Callable = load_function(function)
         params = inspect.signature(self.fn).parameters
         if len(params) < 2:
             raise ValueError(f"reward.function={function!r} must take (completion, reference)")
@@ -179,7 +176,59 @@ def _prepare(function: str, root: str | None) -> None:
 @functools.cache
 def _load(function: str) -> Callable:
     """In a worker: the function at this dotted path (imported once per worker, by its warm-up)."""
-    return get_method(function)
+    return load_function(function)
+
+
+def load_function(function: str) -> Callable:
+    """The callable at the dotted path `function`: the longest prefix that imports as a module, then attributes
+    (`my_rewards.score`, `pkg.mod.Class.method`). Each failure is one ValueError that names the one thing missing
+    (no such module; "module X has no function Y", with the nearest name) rather than Hydra's `get_method`, whose
+    guesses ("is 'myrew' a package?") and logged copy of the same error said it twice and named the wrong fix."""
+    parts = function.split(".")
+    if len(parts) < 2 or not all(parts):
+        raise ValueError(f"reward.function={function!r}: expected a dotted path module.function "
+                         "(e.g. my_rewards.contains_answer)")
+    for cut in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:cut])
+        try:
+            found = importlib.import_module(name)
+            break
+        except ModuleNotFoundError as err:  # no such module (try a shorter prefix), or one it imports is missing
+            if err.name is None or not (name == err.name or name.startswith(err.name + ".")):
+                raise ValueError(f"reward.function={function!r} cannot be imported: importing module {name} "
+                                 f"raised {type(err).__name__}: {err}") from err
+        except Exception as err:  # noqa: BLE001 - the module itself is broken: say so, with its error
+            raise ValueError(f"reward.function={function!r} cannot be imported: importing module {name} raised "
+                             f"{type(err).__name__}: {err}") from err
+    else:
+        raise ValueError(f"reward.function={function!r} cannot be imported: no module named {parts[0]!r} on the "
+                         "import path (train.py's folder, the installed packages, and PYTHONPATH's folders)")
+    for i in range(cut, len(parts)):
+        if not hasattr(found, parts[i]):
+            raise ValueError(f"reward.function={function!r}: {_owner(found, '.'.join(parts[:i]))} has no function "
+                             f"{parts[i]!r}{_nearest(found, parts[i], '.'.join(parts[:i]))}")
+        found = getattr(found, parts[i])
+    if not callable(found):
+        raise ValueError(f"reward.function={function!r} is a {type(found).__name__}, not a function")
+    return found
+
+
+def _owner(found: object, name: str) -> str:
+    """`module my_rewards (/path/my_rewards.py)`, or `class Scorer` for an attribute's owner."""
+    where = getattr(found, "__file__", None)
+    return f"module {name}{f' ({where})' if where else ''}" if inspect.ismodule(found) else (
+        f"{type(found).__name__ if not inspect.isclass(found) else 'class'} {name}")
+
+
+def _nearest(found: object, missing: str, name: str) -> str:
+    """` (did you mean <name>.<closest>?)`, else ` (its functions: …)`, from the public callables of `found`."""
+    names = sorted(n for n, v in vars(found).items() if callable(v) and not n.startswith("_")) if hasattr(
+        found, "__dict__") else []
+    close = difflib.get_close_matches(missing, names, n=1, cutoff=0.6)
+    if close:
+        return f" (did you mean {name}.{close[0]}?)"
+    return f" (its functions: {', '.join(names[:20])}{', …' if len(names) > 20 else ''})" if names else (
+        " (it defines no functions)")
 
 
 def _call(function: str, completion: str, reference: str) -> tuple:
