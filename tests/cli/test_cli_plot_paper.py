@@ -71,7 +71,8 @@ def test_the_explanation_is_printed_and_stored_in_the_figure_not_drawn_in_it(tmp
     assert "Held-out accuracy" in Image.open(png).text["Title"]
     svg = png.with_suffix(".svg").read_text()
     assert html.unescape(re.search(r"<dc:description>(.*?)</dc:description>", svg, re.S).group(1)) == said
-    assert b"/Subject" in png.with_suffix(".pdf").read_bytes()
+    pdf = png.with_suffix(".pdf").read_bytes()  # a PDF text string: UTF-16BE after a byte-order mark
+    assert b"/Subject (\xfe\xff" + "Held-out accuracy per RL step: for each condition".encode("utf-16-be") in pdf
     # in the figure: the condition's name, nothing else; no text in the axes
     (fig,) = drawn
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["grpo+none"]
