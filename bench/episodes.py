@@ -61,6 +61,7 @@ import os
 import statistics
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -123,8 +124,9 @@ class Side:
         return statistics.median(r[key] for r in self.rows)
 
 
-def start(name: str, overrides: list[str], seed: int, folder: Path, stop: Any = None) -> Side:
-    """A trainer composed from conf/ with `overrides`, its policy loaded and warmed up, ready to step."""
+def start(name: str, overrides: list[str], seed: int, folder: Path, steps: ExitStack, stop: Any = None) -> Side:
+    """A trainer composed from conf/ with `overrides`, its policy loaded and warmed up, ready to step (`fit`'s
+    `Trainer.stepping`, entered on `steps`) from step 0."""
     from hydra import compose, initialize_config_dir
 
     from rlvr.outputs import RunDir
@@ -133,9 +135,7 @@ def start(name: str, overrides: list[str], seed: int, folder: Path, stop: Any = 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[*overrides, f"seed={seed}", "threads=1"])
     c, trainer = build_all(cfg)
-    live = trainer.start(c, RunDir(folder / name), stop)
-    live.sampler = trainer._sampler(live, 0)
-    live.sampler.start(0, [])
+    live = steps.enter_context(trainer.stepping(trainer.start(c, RunDir(folder / name), stop)))
     side, engine = Side(name, trainer, live), cast(Any, live.engine)  # engine=pytorch: it has a module
     if engine.module is live.backend.policy:
         raise SystemExit("the engine samples from the trained module itself (engine.merge_lora=false?): its forward "
@@ -173,13 +173,14 @@ def rollout_total(side: Side) -> float:
     return sum(r["sample_time_s"] + r["score_time_s"] for r in side.rows)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[Side]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=40, help="measured steps per side")
     parser.add_argument("--skip", type=int, default=3, help="uncounted steps per side first")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", action="store_true", help="cProfile the guess side's measured steps")
-    args = parser.parse_args()
+    parser.add_argument("overrides", nargs="*", help="more key=value overrides of both sides (trainer.warmup.steps=0)")
+    args = parser.parse_args(argv)
     import torch
 
     from rlvr.preemption import StopSignals
@@ -192,8 +193,9 @@ def main() -> None:
         import cProfile
 
         profiler = cProfile.Profile()
-    with tempfile.TemporaryDirectory(prefix="rlvr-bench-episodes-") as tmp, StopSignals() as stop:
-        sides = [start(name, overrides, args.seed, Path(tmp), stop) for name, overrides in SIDES.items()]
+    with tempfile.TemporaryDirectory(prefix="rlvr-bench-episodes-") as tmp, StopSignals() as stop, ExitStack() as steps:
+        sides = [start(name, [*overrides, *args.overrides], args.seed, Path(tmp), steps, stop)
+                 for name, overrides in SIDES.items()]
         freeze_startup_heap()  # as `Trainer.fit` does before its first step
         for step in range(args.skip + args.steps):
             for side in sides:
@@ -210,6 +212,7 @@ def main() -> None:
         import pstats
 
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+    return sides
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""bench/episodes.py on the real trainers (warm-ups off, two steps a side): both sides step through `Trainer.step`
-with 128 rows, the guess side plays episodes, the table's ratio is guess's rows per second over single's, and the
-engine's forward passes are timed inside the sampling."""
+"""bench/episodes.py at its smallest on the real trainers (warm-ups off, one uncounted and one measured step a side,
+inside `Trainer.stepping` as `fit` steps): both sides step through `Trainer.step` with 128 rows, the guess side plays
+episodes, the table's ratio is guess's rows per second over single's, and the engine's forward passes are timed inside
+the sampling."""
 
 from __future__ import annotations
 
@@ -24,17 +25,14 @@ def bench():
     del sys.modules[spec.name]
 
 
-def test_both_sides_train_128_rows_a_step_and_the_table_compares_them(bench, tmp_path):
-    sides = [bench.start(name, [*overrides, "trainer.warmup.steps=0"], 0, tmp_path)
-             for name, overrides in bench.SIDES.items()]
-    for step in range(2):
-        for side in sides:
-            side.step(step, measured=step == 1)
+def test_both_sides_train_128_rows_a_step_and_the_table_compares_them(bench, capsys):
+    sides = bench.main(["--skip", "1", "--steps", "1", "trainer.warmup.steps=0"])  # its smallest: one step measured
     single, guess = sides
     assert [len(s.walls) for s in sides] == [1, 1] and all(s.rows_per_s() > 0 for s in sides)
     assert guess.rows[0]["env/turns_mean"] >= 1 and "env/turns_mean" not in single.rows[0]
     assert [s.rows[0]["batch_size"] * s.rows[0]["group_size"] for s in sides] == [bench.ROWS] * 2
     text = bench.table(sides)
+    assert text in capsys.readouterr().out
     wall = float(re.search(r"guess / single: ([0-9.]+)× \(wall\)", text).group(1))
     assert wall == pytest.approx(guess.rows_per_s() / single.rows_per_s(), abs=0.006)
     assert text.splitlines()[1].split()[0] == "single" and text.splitlines()[2].split()[0] == "guess"
