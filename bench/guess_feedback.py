@@ -104,7 +104,7 @@ def greedy_games(engine, policy, tokenizer, components, max_tokens: int) -> Feed
 def measure(path: Path, overrides: list[str], conf: Path) -> dict[str, dict]:
     """{"warm-up": …, "checkpoint": …} summaries of the warm-up's policy and the checkpoint's."""
     from rlvr.cli.from_checkpoint import load_run_base, open_checkpoint
-    from rlvr.model.prompt_encoding import eos_ids
+    from rlvr.trainer import local_policy
 
     opened = open_checkpoint(path, overrides, conf)
     c, max_tokens = opened.components, opened.trainer.eval_max_tokens
@@ -113,10 +113,7 @@ def measure(path: Path, overrides: list[str], conf: Path) -> dict[str, dict]:
     try:
         trained = greedy_games(opened.engine, opened.backend.policy, opened.tokenizer, c, max_tokens)
         module, tokenizer = load_run_base(opened.run)
-        backend = c.make_backend(model=module, lora=c.preset.lora, lora_seed=c.seeds.lora,
-                                 pad_id=tokenizer.pad_token_id)
-        engine = c.make_engine(module=backend.policy, pad_id=tokenizer.pad_token_id,
-                               eos_ids=eos_ids(tokenizer, backend.policy.generation_config.eos_token_id))
+        backend, engine = local_policy(c, module, tokenizer)  # as the trainer (and open_checkpoint) builds them
         engine.connect()
         warm = greedy_games(engine, backend.policy, tokenizer, c, max_tokens)
     finally:

@@ -26,11 +26,11 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
-from hydra.utils import instantiate
 
 import rlvr.engine.pytorch as pytorch_engine
-from rlvr.backend.local import LocalBackend
+from rlvr.run import build_all
 from rlvr.seeds import prompt_seeds
+from rlvr.trainer import local_policy
 from tests.composing import compose_config
 
 
@@ -46,12 +46,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    cfg = compose_config([])
-    preset = instantiate(cfg.model)
-    model, tok = preset.load(0)
-    backend = LocalBackend(model, preset.lora, 0, tok.pad_token_id, "cpu", (0.9, 0.95), 1e-8, 0.0, 0.0, 0, False)
-    engine = instantiate(cfg.engine, module=backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
-    params, group = instantiate(cfg.trainer.sampling), cfg.trainer.group_size
+    c, trainer = build_all(compose_config([]))  # as `python train.py` builds its run
+    model, tok = c.preset.load(c.seeds.init)
+    _, engine = local_policy(c, model, tok)  # the trainer's backend and engine around it
+    engine.connect()
+    params, group = trainer.sampling, trainer.group_size
     rng = random.Random(0)
     prompts = [tok.encode(f"{rng.randint(10, 99)}+{rng.randint(10, 99)}=") for _ in range(args.prompts)]
     ways = {"shared": pytorch_engine.distinct_rows, "every row": every_row}
