@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.overlap                        # from the repository root; ~10 min on 2 cores
     .venv/bin/python -m bench.overlap --steps 100 --tasks default
+    .venv/bin/python -m bench.overlap --steps 2 trainer.warmup.steps=0 --tasks default   # more overrides of every run
 
 Per task, the same command with trainer.off_policy_steps=0 and =1 (the decoupled correction on both, so only the
 overlap differs), one after the other, in alternating order per task so that load from other jobs hits both
@@ -44,9 +45,9 @@ TASKS = {"default": [], "guess": ["env=guess"]}
 DECOUPLED = ["correction=token_tis", "algorithm.loss.correction.pi_old=decoupled"]
 
 
-def run(task: list[str], k: int, steps: int, folder: Path) -> dict:
+def run(task: list[str], k: int, steps: int, folder: Path, overrides: list[str]) -> dict:
     argv = [sys.executable, "train.py", *task, *DECOUPLED, f"trainer.off_policy_steps={k}",
-            f"trainer.max_steps={steps}", f"hydra.run.dir={folder}"]
+            f"trainer.max_steps={steps}", *overrides, f"hydra.run.dir={folder}"]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     if proc.returncode:
         raise SystemExit(f"{' '.join(argv)} failed:\n{proc.stderr[-3000:]}")
@@ -70,13 +71,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=list(TASKS))
+    parser.add_argument("overrides", nargs="*", help="more key=value overrides of every run (trainer.warmup.steps=0)")
     args = parser.parse_args()
     print(f"load average before: {', '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-overlap-") as tmp:
         for i, name in enumerate(args.tasks):
             order = (0, 1) if i % 2 == 0 else (1, 0)
             t0 = time.perf_counter()
-            results = {k: run(TASKS[name], k, args.steps, Path(tmp) / f"{name}-k{k}") for k in order}
+            results = {k: run(TASKS[name], k, args.steps, Path(tmp) / f"{name}-k{k}", args.overrides) for k in order}
             print(f"\n{name} ({args.steps} steps; order k={order[0]}, k={order[1]}; {time.perf_counter() - t0:.0f} s)")
             print(f"  {'k':>2} {'s/step':>8} {'accuracy':>9} {'trainer idle':>13} {'sampler idle':>13}")
             for k in (0, 1):

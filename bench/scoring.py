@@ -3,7 +3,7 @@ wall time on the hostile corpus, before and after the guards, budgets and schedu
 
     .venv/bin/python -m bench.scoring                 # from the repository root (the hostile "before" takes minutes)
     .venv/bin/python -m bench.scoring --items 2000    # quicker
-    .venv/bin/python -m bench.scoring --no-before     # the hostile corpus with the defaults only
+    .venv/bin/python -m bench.scoring --hostile after # the hostile corpus with the defaults only (none: skip it)
 
 Honest throughput. The items are what a training step hands the verifier: groups of G = 8 completions per
 problem (a reference, and completions that box the same value written another way, a wrong value, or no box
@@ -203,7 +203,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--items", type=int, default=10_000)
     parser.add_argument("--step", type=int, default=512, help="items per score() call (a training step's P×G)")
-    parser.add_argument("--no-before", action="store_true", help="skip the hostile corpus's legacy run")
+    parser.add_argument("--hostile", choices=["both", "after", "none"], default="both",
+                        help="the hostile corpus before and after issue 12, after only, or not at all")
     args = parser.parse_args()
     completions, references = items(args.items)
     cores = available_cores()
@@ -227,7 +228,8 @@ def main() -> None:
     print(f"mean reward {sum(inline) / n:.3f}; same rewards in all three: "
           f"{inline == one['values'] == full['values']}; workers started once per run: "
           f"{one['same_workers'] and full['same_workers']} (replaced: {one['replaced'] + full['replaced']})")
-    hostile(before=not args.no_before)
+    if args.hostile != "none":
+        hostile(before=args.hostile == "both")
 
 
 if __name__ == "__main__":

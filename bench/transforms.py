@@ -2,6 +2,7 @@
 SEPA (pooling; before Delight existed this bench timed it alone) and the Delight arms beside it.
 
     .venv/bin/python -m bench.transforms            # from the repository root (imports the test references)
+    .venv/bin/python -m bench.transforms --shapes 2x4x64 --seconds 0.1 --arms sepa   # a quick look
 
 For each shape P groups × G completions × T tokens it builds a synthetic step (completion lengths uniform
 in [T/4, T], surprisal ~ Exponential(mean 0.5), ≈ 5 % planning tokens in 3-token spans, Bernoulli(0.3)
@@ -107,7 +108,7 @@ def pipeline(transform: Callable, rewards_P_G: Tensor, signals: TokenSignals) ->
 
 
 def throughput(
-    arm: str, num_groups: int, group_size: int, length: int, min_seconds: float = 2.0
+    arm: str, num_groups: int, group_size: int, length: int, min_seconds: float
 ) -> tuple[float, float, int, int]:
     """(median and best seconds per step, padded positions, completion tokens), float32."""
     rewards, signals64 = synthetic_step(num_groups, group_size, length)
@@ -178,12 +179,24 @@ def max_error(arm: str, num_groups: int, group_size: int, length: int, check_gro
     return token_error, stat_error, sum(lengths), reference_seconds
 
 
+def shape(text: str) -> tuple[int, int, int]:
+    """`8x16x1024` → (8, 16, 1024)."""
+    try:
+        num_groups, group_size, length = (int(n) for n in text.split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected groups x completions x tokens, e.g. 8x16x1024") from None
+    return num_groups, group_size, length
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--check-groups", type=int, default=8, help="groups of the large shape checked exactly"
     )
     parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS), help="transforms to time")
+    parser.add_argument("--shapes", nargs="+", type=shape, default=SHAPES, metavar="PxGxT",
+                        help="step shapes, groups × completions × tokens (default: 8x16x1024 64x16x4096)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="timed calls per arm and thread count, at least")
     args = parser.parse_args()
     default_threads = torch.get_num_threads()
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -194,12 +207,12 @@ def main() -> None:
     )
     ok = True
     slow: list[str] = []
-    for index, (num_groups, group_size, length) in enumerate(SHAPES):
+    for index, (num_groups, group_size, length) in enumerate(args.shapes):
         for arm in args.arms:
             medians = []
             for threads in sorted({1, default_threads}):
                 torch.set_num_threads(threads)
-                median, best, padded, tokens = throughput(arm, num_groups, group_size, length)
+                median, best, padded, tokens = throughput(arm, num_groups, group_size, length, args.seconds)
                 medians.append(median)
                 if index == 0 and threads == 1 and padded / median < TARGET_TOKENS_PER_S:
                     slow.append(arm)

@@ -81,3 +81,12 @@ def test_the_batch_is_a_function_of_its_arguments(bench):
     assert int(ro.mask_PG_T.sum(-1).max()) == 10 and bool((ro.tokens_PG_T[~ro.mask_PG_T] == 0).all())
     assert bool(((a.adv_PG_T != 0) == ro.mask_PG_T).all())  # every real token has signal, padding none
     assert not torch.equal(a.adv_PG_T, bench.synthetic_batch(6, 10, 4, 15, 0, seed=4).adv_PG_T)
+
+
+def test_one_and_two_processes_train_and_the_table_compares_them(run_bench, figure):
+    """Its smallest run: torchrun launches of 1 and 2 processes (gloo) on a one-layer model, one step each."""
+    out = run_bench("-m", "bench.scaling", "--world-sizes", "1,2", "--modes", "lora", "--hidden", "32", "--layers", "1",
+                    "--heads", "2", "--rows", "2", "--tokens", "4", "--prompt", "2", "--steps", "1", "--warmup", "0")
+    assert figure(r"2 vs 1 processes: step time ([0-9.]+)×", out) > 0
+    assert figure(r"state per rank ([0-9.]+)× \(fell\)", out) < 1  # the shards halve it, whatever the load
+    assert figure(r"1st grad norm agrees \(relative difference ([0-9.e+-]+)\)", out) < 1e-5
