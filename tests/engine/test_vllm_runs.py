@@ -15,6 +15,7 @@ from rlvr.errors import ConfigError
 from rlvr.run import build_all, run
 
 REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.vllm  # tests/conftest.py: skipped, saying why, where vLLM is not installed
 
 
 def test_an_entropy_transform_reads_the_backends_entropies(tmp_path):
