@@ -50,7 +50,7 @@ from rlvr.credit import assign_credit
 from rlvr.data.order import prompts_at
 from rlvr.discover.source import data_state, load_data_state, observe
 from rlvr.distributed import World
-from rlvr.engine.sync_check import SyncCheck, check_sync
+from rlvr.engine.sync_check import SyncCheck, SyncWatch
 from rlvr.errors import ConfigError, RunFailed
 from rlvr.lazy import lazy_import
 from rlvr.model.base_folder import save_base
@@ -192,8 +192,6 @@ class Live:
     evals: list[dict] = field(default_factory=list)
     """Every evaluation row so far; saved in every checkpoint (summary.json's initial/best read it)."""
     stop: StopSignals | None = None
-    eos_ids: list[int] = field(default_factory=list)
-    """The ids that end a completion (the sync check's probe avoids them)."""
     consecutive_nonfinite: int = 0
     consecutive_skipped: int = 0
     consecutive_failed: int = 0
@@ -202,6 +200,8 @@ class Live:
     """Seconds of the run's earlier segments (a resumed run's summary covers them all) and this one's starts."""
     sampler: SampleInline | SampleAhead | None = None
     """Where each step's rollouts come from (rlvr/overlap.py), from the first RL step on."""
+    sync_watch: SyncWatch | None = None
+    """The sync check's reference and run of steps over it (`Trainer._check_sync`), from the first checked step."""
     restored_jobs: list[Job] = field(default_factory=list)
     """A checkpoint's steps sampled but not yet trained (trainer.off_policy_steps ≥ 1)."""
 
@@ -242,8 +242,7 @@ class Trainer:
     max_failed_steps: int = 5
     """Consecutive steps on which every item's scoring (or episode) failed, after which the run fails; 0 = never."""
     sync_check: SyncCheck = field(default_factory=SyncCheck)
-    """Every `every` steps, after the sync: does the engine sample from the trainer's weights? (rlvr/engine/
-    sync_check.py)"""
+    """On every on-policy step: does the engine sample from the trainer's weights? (rlvr/engine/sync_check.py)"""
     off_policy_steps: int = 0
     """k: step n samples from the weights after n − k updates, in a sampler thread while earlier steps train
     (rlvr/overlap.py); 0 = the synchronous loop."""
@@ -429,14 +428,14 @@ class Trainer:
             backend, warmup = c.make_backend(lora=c.preset.lora, lora_seed=c.seeds.lora), None
             engine = c.make_engine(policy=backend.policy, eos_ids=stops, pad_id=tokenizer.pad_token_id)
         else:
-            module, tokenizer, stops, warmup = self.warmed_up(c, out, stop)
+            module, tokenizer, _, warmup = self.warmed_up(c, out, stop)
             if out.writes:
                 save_base(out.path / "base", module, tokenizer, c.preset, warmup["key"] if warmup else None)
             backend, engine = local_policy(c, module, tokenizer, reference=uses_reference(c.algorithm.loss))
         engine.connect()
         log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
         return Live(c, tokenizer, backend, engine, make_rollout(c, engine, tokenizer, stop), out, warmup,
-                    Checkpoints(out.path / "checkpoints", self.keep_last, c.world), stop=stop, eos_ids=stops)
+                    Checkpoints(out.path / "checkpoints", self.keep_last, c.world), stop=stop)
 
     def warmed_up(self, c: Components, out: RunDir, stop: StopSignals | None = None
                   ) -> tuple[Any, Any, list[int], dict | None]:
@@ -537,14 +536,16 @@ class Trainer:
         count = min(self.warmup.steps * self.warmup.batch_size, MAX_GAME_DEMONSTRATIONS)
         return [Demonstration(g[0], g[1], tuple(g[2:])) for g in games(count, c.seeds.init)]
 
-    def _check_sync(self, live: Live, step: int) -> dict[str, float]:
-        """The sync check when due and the policy is local (a service's is not the trainer's to score)."""
-        c = live.c
-        if not self.sync_check.due(step) or "local_policy" not in c.needs["backend"].provides:
+    def _check_sync(self, live: Live, step: int, version: int, train: Mapping[str, Any]) -> dict[str, float]:
+        """The sync check on a step sampled at its own `version` (on-policy) whose backend compared the engine's
+        log-probabilities of its sampled tokens with its own (`mismatch/abs_log_ratio`): the row's `engine/sync_*`,
+        or StaleEngineError (rlvr/engine/sync_check.py)."""
+        delta = train.get("mismatch/abs_log_ratio")
+        if version != step or delta is None:
             return {}
-        tolerance = self.sync_check.resolved_tolerance((c.config.get("model") or {}).get("dtype"),
-                                                       (c.config.get("engine") or {}).get("dtype"))
-        return check_sync(live.engine, live.backend.policy, live.eos_ids, self.sync_check.tokens, tolerance, step)
+        if live.sync_watch is None:
+            live.sync_watch = SyncWatch(self.sync_check, type(live.engine).__name__)
+        return live.sync_watch.observe(step, delta)
 
     def step(self, live: Live, step: int) -> dict:
         """One RL step; returns its metrics row (the caller writes it)."""
@@ -586,7 +587,7 @@ class Trainer:
         for key, value in (("correct", counts.correct), ("completions", counts.completions), ("tokens", counts.tokens)):
             live.totals[key] += value
         row = step_row(step, c.condition, c.uncertainty_kind, batch.rollouts, batch.rewards_P_G, credit, train, times,
-                       counts, live.totals) | synced
+                       counts, live.totals) | synced | self._check_sync(live, step, job.version, train)
         pressure = c.backpressure.observe(  # its decision applies from the next step
             step=step, batch_size=P, group_size=G, tokens=counts.tokens, seconds=times.total, skipped=credit.skipped,
         )
@@ -719,7 +720,7 @@ class Trainer:
             synced = time.perf_counter()
             written = live.engine.sync(live.backend.policy)
             synced = time.perf_counter() - synced
-            return {**self._check_sync(live, step), "engine/sync_s": synced, "engine/sync_bytes_written": written}
+            return {"engine/sync_s": synced, "engine/sync_bytes_written": written}
 
         if not self.off_policy_steps:
             return SampleInline(work, sample, sync)

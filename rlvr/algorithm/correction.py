@@ -63,7 +63,9 @@ class Correction:
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         if settings["kind"] == "none" and settings["pi_old"] == "bypass":
             return Needs()
-        return Needs(requires={"local_loss": f"correction={settings['kind']} (pi_old={settings['pi_old']})"})
+        decoupled = settings["kind"] != "none" and settings["pi_old"] == "decoupled"
+        return Needs(provides=frozenset({"decoupled_pi_old"}) if decoupled else frozenset(),
+                     requires={"local_loss": f"correction={settings['kind']} (pi_old={settings['pi_old']})"})
 
     def __post_init__(self) -> None:
         where = "algorithm.loss.correction"
@@ -111,14 +113,15 @@ def mismatch_sums(log_rho_N_T: Tensor, sampled_N_T: Tensor, keep_N_T: Tensor, si
     seq = torch.where(sampled_N_T, log_rho_N_T.detach().float(), 0.0).sum(-1)[sampled_N_T.any(-1)]
     empty = log_rho.numel() == 0
     return {
-        "k3": float((rho - 1 - log_rho).sum()), "rho": float(rho.sum()), "sampled": float(log_rho.numel()),
+        "k3": float((rho - 1 - log_rho).sum()), "rho": float(rho.sum()), "abs": float(log_rho.abs().sum()),
+        "sampled": float(log_rho.numel()),
         "masked": float((signal_N_T & ~keep_N_T).sum()), "kept": float((signal_N_T & keep_N_T).sum()),
         "rho_max": -math.inf if empty else float(rho.max()), "neg_rho_min": -math.inf if empty else -float(rho.min()),
         "seq_log_max": -math.inf if seq.numel() == 0 else float(seq.max()),
     }
 
 
-SUMMED = ("k3", "rho", "sampled", "masked", "kept")
+SUMMED = ("k3", "rho", "abs", "sampled", "masked", "kept")
 MAXED = ("rho_max", "neg_rho_min", "seq_log_max")
 
 
@@ -130,10 +133,12 @@ EMPTY_SUMS = {**dict.fromkeys(SUMMED, 0.0), **dict.fromkeys(MAXED, -math.inf)}
 
 
 def mismatch_metrics(sums: dict[str, float]) -> dict[str, float]:
-    """The step row's `mismatch/*` (docs/metrics.md) from the whole step's sums."""
+    """The step row's `mismatch/*` (docs/metrics.md) from the whole step's sums; `mismatch/abs_log_ratio` only when
+    there were sampled tokens (trainer.sync_check reads it: rlvr/engine/sync_check.py)."""
     n, signal = sums["sampled"], sums["masked"] + sums["kept"]
     finite = n > 0
     return {
+        **({"mismatch/abs_log_ratio": sums["abs"] / n} if finite else {}),
         "mismatch/kl": sums["k3"] / n if finite else 0.0,
         "mismatch/ratio_mean": sums["rho"] / n if finite else 1.0,
         "mismatch/ratio_max": sums["rho_max"] if finite else 1.0,

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STEPS = 6
 # B = 4 starts × G = 4 completions: 16 children a step; cap max(64, 2·4·4, 1) = 64, reached at step 3 (1 + 4·16 = 65)
 ARGS = ["trainer=discover", f"trainer.max_steps={STEPS}", "trainer.batch_size=4", "trainer.group_size=4",
-        "trainer.save_every=2", "trainer.log_every=1", "trainer.sync_check.every=0", "data.archive_max_entries=1",
+        "trainer.save_every=2", "trainer.log_every=1", "data.archive_max_entries=1",
         "threads=1"]
 
 

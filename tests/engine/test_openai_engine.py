@@ -306,12 +306,13 @@ def test_a_run_trains_with_engine_openai(server, tmp_path, ahead):
     from rlvr.run import run
 
     overrides = ["engine=openai", f"engine.base_url={server.base_url}", f"engine.model={SERVED_NAME}",
-                 f"engine.api_key_env={KEY_ENV}", "trainer.max_steps=3", "trainer.sync_check.every=1", *ahead]
+                 f"engine.api_key_env={KEY_ENV}", "trainer.max_steps=3", *ahead]
     summary = run(compose_config(FAST + overrides), tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "loss" in r] == [0, 1, 2] and summary
     assert [r.get("async/policy_version") for r in rows if "loss" in r] == ([0, 0, 1] if ahead else [None] * 3)
-    assert all(r["engine/sync_check_delta"] < 1e-3 for r in rows if "engine/sync_check_delta" in r)
+    checked = [r["engine/sync_delta"] for r in rows if "engine/sync_delta" in r]  # on-policy steps (the sync check)
+    assert len(checked) >= (1 if ahead else 2) and max(checked) < 1e-3
     print("engine=openai run: sync+sample s", [round(r["sample_time_s"], 3) for r in rows if "loss" in r],
           "step s", [round(r["step_time_s"], 3) for r in rows if "loss" in r])
     for path in tmp_path.rglob("*"):  # the key is in no file of the run folder
