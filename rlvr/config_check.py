@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
+import math
 import sys
 import types
 import typing
@@ -30,6 +31,7 @@ from rlvr.distributed import World
 from rlvr.errors import ConfigError
 from rlvr.hydra_errors import TOP_LEVEL_KEYS, renamed, unchosen_group, unknown_top_level_key
 from rlvr.protocols import CAPABILITIES, Needs
+from rlvr.reward.guarded import MAX_ABS
 from rlvr.tools import TOOL_KEYS
 
 
@@ -82,10 +84,15 @@ def type_errors(cfg: DictConfig) -> list[str]:
 
 
 def value_errors(cfg: DictConfig) -> list[str]:
-    """Value ranges and cross-field rules (the types being right)."""
-    t, errors = cfg.trainer, []
+    """Value ranges and cross-field rules (the types being right; numbers that are not finite alone, since the rules
+    compare numbers and NaN passes every comparison's `not`)."""
+    errors = nonfinite_errors(cfg)
+    if errors:
+        return errors
+    t = cfg.trainer
     positive = {"batch_size": t.batch_size, "group_size": t.group_size, "lr": t.lr, "log_every": t.log_every,
-                "eval_max_tokens": t.eval_max_tokens, "sampling.max_tokens": t.sampling.max_tokens}
+                "eval_max_tokens": t.eval_max_tokens, "sampling.max_tokens": t.sampling.max_tokens,
+                "reward_max_abs": t.get("reward_max_abs", MAX_ABS)}  # a config stored before it existed: the default
     errors += [f"trainer.{k}={v} must be > 0" for k, v in positive.items() if v <= 0]
     at_least_0 = {"max_steps": t.max_steps, "save_every": t.save_every, "eval_every": t.eval_every,
                   "max_skipped_steps": t.max_skipped_steps, "max_failed_steps": t.max_failed_steps,
@@ -103,8 +110,10 @@ def value_errors(cfg: DictConfig) -> list[str]:
     if not 0 <= t.reward_warn_frac <= 1:
         errors.append(f"trainer.reward_warn_frac={t.reward_warn_frac} must be in [0, 1]")
     errors += eval_errors(cfg)
-    if t.warmup.steps > 0 and t.warmup.batch_size <= 0:
-        errors.append(f"trainer.warmup.batch_size={t.warmup.batch_size} must be > 0 when trainer.warmup.steps > 0")
+    if t.warmup.steps > 0:
+        errors += [f"trainer.warmup.{k}={v} must be > 0 when trainer.warmup.steps > 0"
+                   for k, v in (("batch_size", t.warmup.batch_size), ("lr", t.warmup.lr)) if v <= 0]
+    errors += optimizer_errors(cfg)
     rows = t.batch_size * t.group_size
     mb = cfg.backend.get("micro_batch_size", 0)
     if mb and (mb < 0 or rows % mb):
@@ -126,6 +135,45 @@ def value_errors(cfg: DictConfig) -> list[str]:
         errors.append(f"threads={threads!r}: expected auto, a positive integer or null (torch's default)")
     if cfg.resume not in ("auto", "never", "must"):
         errors.append(f"resume={cfg.resume!r}: expected auto, never or must")
+    return errors
+
+
+def nonfinite_errors(cfg: DictConfig) -> list[str]:
+    """Every number written in the config must be finite: NaN and ±inf pass the range rules' comparisons and then
+    cannot train (`trainer.lr=nan` made every weight NaN at the first update; `algorithm.kl.coef=inf` passes `>= 0`).
+    Read where written (before interpolation): `algorithm.kl.coef`, not also `algorithm.loss.kl.coef`, which reads
+    it. No key takes an infinite value to mean "no limit": those say 0 or null."""
+    tree = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(tree, dict)  # a DictConfig's container
+    return [f"{key}={value} must be a finite number" for key, value in leaves({k: v for k, v in tree.items()
+            if k != "hydra"}) if isinstance(value, float) and not math.isfinite(value)]
+
+
+def leaves(node: object, key: str = "") -> collections.abc.Iterator[tuple[str, object]]:
+    """(dotted key, value) of every value in a config's container, list items as `key[i]`."""
+    if isinstance(node, dict):
+        for name, value in node.items():
+            yield from leaves(value, f"{key}.{name}" if key else str(name))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from leaves(value, f"{key}[{i}]")
+    else:
+        yield key, node
+
+
+def optimizer_errors(cfg: DictConfig) -> list[str]:
+    """The backend's AdamW settings (backend=local, fsdp, tinker), refused before any model loads (torch checks some
+    only when the optimizer is built, after it): eps must be > 0, since at 0 a weight whose gradient is 0 (LoRA's A
+    at the first step, an embedding row no token of the step used) gets 0/0 = NaN."""
+    b, errors = cfg.backend, []
+    betas = b.get("betas")
+    if betas is not None and not (len(betas) == 2 and all(
+            isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x < 1 for x in betas)):
+        errors.append(f"backend.betas={list(betas)} must be two numbers in [0, 1) (AdamW's β1, β2)")
+    if "eps" in b and not b.eps > 0:
+        errors.append(f"backend.eps={b.eps} must be > 0 (AdamW divides by sqrt(v) + eps, and v is 0 where every "
+                      "gradient so far was 0)")
+    errors += [f"backend.{k}={b[k]} must be >= 0" for k in ("weight_decay", "grad_clip_norm") if k in b and b[k] < 0]
     return errors
 
 

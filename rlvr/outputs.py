@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import math
 import os
 import shutil
 import socket
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -156,6 +158,25 @@ DISK_FULL_WORDS = ("No space left on device", "Disk quota exceeded", "os error 2
 (os error 28)")."""
 NEARLY_FULL_BYTES = 1 << 20
 """Less left than this when a write failed: the disk is full (torch.save's C++ writer says only "unexpected pos")."""
+
+
+class RunLogFile(logging.FileHandler):
+    """train.log in the run folder. A line the full disk refuses is dropped, without logging's "--- Logging error
+    ---" and traceback on stderr for each line: the console has the line, and the run's next write of its record
+    (every step writes one) stops it with the one full-disk message (rlvr/run.py)."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        err = sys.exc_info()[1]
+        if not (isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS):
+            super().handleError(record)
+
+    def close(self) -> None:
+        """Closed all the same when the full disk refuses the last buffered lines."""
+        try:
+            super().close()
+        except OSError as err:
+            if err.errno not in DISK_FULL_ERRNOS:
+                raise
 
 
 def disk_full(err: BaseException, folder: Path) -> bool:

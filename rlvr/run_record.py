@@ -26,6 +26,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from rlvr.outputs import RunLogFile
+
 HYDRA_RECORD = ".hydra"
 RESUMES = "resumes.jsonl"
 MAX_HELD = 100_000
@@ -49,7 +51,7 @@ class HeldFileHandler(logging.Handler):
             self._held.append(record)
 
     def open_in(self, folder: Path) -> None:
-        self._file = logging.FileHandler(folder / self.name_in_folder, mode="a", encoding="utf-8")
+        self._file = RunLogFile(folder / self.name_in_folder, mode="a", encoding="utf-8")  # quiet on a full disk
         self._file.setFormatter(self.formatter)
         for record in self._held or ():
             self._file.emit(record)

@@ -75,6 +75,7 @@ from rlvr.protocols import (
     TurnCredit,
 )
 from rlvr.resume import resume_command
+from rlvr.reward.guarded import MAX_ABS, RewardGuard
 from rlvr.reward.overlong import Overlong
 from rlvr.rollout import Episodes, SingleTurn
 from rlvr.rollout import evaluate as held_out
@@ -229,6 +230,9 @@ class Trainer:
     """Consecutive steps with a non-finite loss or gradient (each skipped) after which the run stops."""
     reward_warn_frac: float
     """A step whose reward/timeout_frac, error_frac or parse_fail_frac exceeds this logs a warning."""
+    reward_max_abs: float = MAX_ABS
+    """A reward that is not a finite number within ±this scores 0.0 and counts in reward/error_frac, the reward
+    named in the warning (rlvr/reward/guarded.py; the rollout reads it from the run's config, `make_rollout`)."""
     evaluate: bool = True
     """Evaluate on the held-out set at the start, every `eval_every` steps and at the end; false: never (no
     evaluation rows; summary.json's eval_accuracy_* are null)."""
@@ -775,7 +779,7 @@ def make_rollout(c: Components, engine: Engine, tokenizer, stop: StopSignals | N
     """How a run's steps (and evaluations) are collected: single-turn completions, or episodes of its environment
     (the trainer's, and `rlvr eval`'s on a checkpoint)."""
     if c.env is None:
-        return SingleTurn(engine, tokenizer, c.reward, c.seeds, c.world, c.engine_entropy,
+        return SingleTurn(engine, tokenizer, c.reward, RewardGuard.of(c.config), c.seeds, c.world, c.engine_entropy,
                           stop.interruptible if stop is not None else nullcontext)
     branching = c.turn_credit.branching if c.turn_credit is not None else None
     return Episodes(engine, tokenizer, c.env, c.seeds, c.world, c.engine_entropy, branching)

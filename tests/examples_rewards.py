@@ -25,3 +25,8 @@ async def hangs_on_x(completion: str, reference: str) -> float:
     if completion == "x":
         await asyncio.sleep(3600)
     return float(reference in completion)
+
+
+def huge_on_x(completion: str, reference: str) -> float:
+    """A sentinel a user might return for "very wrong", far beyond any reward's scale."""
+    return 1e9 if completion == "x" else float(reference in completion)

@@ -47,3 +47,17 @@ class FlakyReward:
         if any(c.startswith(self.poison) for c in completions):
             raise ValueError(f"cannot grade a completion starting with {self.poison!r}")
         return Scores([float(c.strip() == r.strip()) for c, r in zip(completions, references)])
+
+
+class Constant:
+    """Every completion scores `value` (a reward class, not a function: nan, inf, 1e9 as it returns them)."""
+
+    @classmethod
+    def needs(cls, settings) -> Needs:
+        return Needs()
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def score(self, completions: Sequence[str], references: Sequence[str]) -> Scores:
+        return Scores([self.value] * len(completions))

@@ -101,6 +101,18 @@ CASES = [
     (["trainer.dynamic_sampling=replace"], "trainer.dynamic_sampling='replace' must be one of off, filter, refill"),
     (["trainer.dynamic_sampling=false"], "(YAML reads off, no, yes, on as booleans: quote the word)"),
     (["trainer.overlong.buffer_frac=1"], "trainer.overlong.buffer_frac=1 must be in [0, 1)"),
+    # numbers that cannot train (issue 37 req 5): NaN and inf pass every `< 0` rule, so each is refused by name
+    (["trainer.lr=nan"], "trainer.lr=nan must be a finite number"),
+    (["trainer.lr=-inf"], "trainer.lr=-inf must be a finite number"),
+    (["algorithm.kl.coef=inf"], "algorithm.kl.coef=inf must be a finite number"),
+    (["trainer.sampling.temperature=nan"], "trainer.sampling.temperature=nan must be a finite number"),
+    (["algorithm.loss.clip_eps=nan"], "algorithm.loss.clip_eps=nan must be a finite number"),
+    (["backend.betas=[0.9,nan]"], "backend.betas[1]=nan must be a finite number"),
+    (["backend.betas=[0.9,1.0]"], "backend.betas=[0.9, 1.0] must be two numbers in [0, 1)"),
+    (["backend.eps=0"], "backend.eps=0 must be > 0"),
+    (["backend.weight_decay=-0.1"], "backend.weight_decay=-0.1 must be >= 0"),
+    (["trainer.warmup.lr=-1"], "trainer.warmup.lr=-1 must be > 0 when trainer.warmup.steps > 0"),
+    (["trainer.reward_max_abs=0"], "trainer.reward_max_abs=0 must be > 0"),
 ]
 
 
@@ -155,6 +167,19 @@ def test_as_typed_a_config_error_is_a_message_in_about_a_second(tmp_path):
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert not imported & {"torch", "transformers", "peft", "tinker", "vllm"}, sorted(imported)[:20]
     assert not run_dir.exists()
+
+
+def test_numbers_that_cannot_train_exit_2_naming_each_key(tmp_path):
+    """`python train.py trainer.lr=nan` used to train: its first update made every weight NaN, and sampling died
+    with a traceback. Now: exit 2 before any model loads, every such number named."""
+    bad = ["trainer.lr=nan", "algorithm.kl.coef=inf", "trainer.sampling.temperature=nan"]
+    proc = subprocess.run([sys.executable, "train.py", *bad, f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.startswith("rlvr.errors.ConfigError: invalid config:\n  "), proc.stderr[-2000:]
+    assert all(f"  {override} must be a finite number\n" in proc.stderr for override in bad), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "loading policy" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_an_unwritable_run_folder_is_named(tmp_path):

@@ -220,6 +220,25 @@ def test_a_run_whose_disk_fills_up_stops_with_one_message_naming_the_folder(smal
     assert status["state"] == "failed" and said[0].endswith(status["reason"])
 
 
+def test_train_log_on_a_full_disk_drops_its_lines_without_a_traceback(small_disk, capsys):
+    """A log line the full disk refuses: before, logging printed "--- Logging error ---" and a traceback on every
+    line, and the run went on; now the line is dropped, and the run's next write of its record stops it with the
+    one message (the test above)."""
+    from rlvr.run_record import HeldFileHandler
+
+    disk = small_disk("1m")
+    handler = HeldFileHandler(str(disk / "train.log"))
+    handler.open_in(disk)
+    fill(disk)
+    try:
+        for i in range(200):  # ~16 KiB: past any block the log file holds
+            handler.emit(logging.LogRecord("rlvr", logging.INFO, __file__, 1, "a line of the log %d" * 4, (i,) * 4,
+                                           None))
+    finally:
+        handler.close()
+    assert capsys.readouterr().err == ""
+
+
 def test_torch_saves_wordless_error_on_a_full_disk_is_known_as_one(small_disk):
     """torch.save's C++ writer reports a full disk as "unexpected pos …": the disk's free space tells."""
     import torch

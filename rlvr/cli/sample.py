@@ -80,7 +80,7 @@ def run(path: Path, overrides: list[str], conf: Path, prompts: list[str], prompt
 
 def _sample(opened, pairs, n, temperature, top_p, max_tokens, seed):
     from rlvr.model.prompt_encoding import decode_completions, encode_prompts
-    from rlvr.reward.guarded import guarded_score
+    from rlvr.reward.guarded import RewardGuard, guarded_score
     from rlvr.types import SamplingParams
 
     run_params = opened.trainer.sampling
@@ -101,7 +101,8 @@ def _sample(opened, pairs, n, temperature, top_p, max_tokens, seed):
     rewards: dict[int, list[float]] = {}
     if judged:
         scores = guarded_score(opened.components.reward, [completions[i * n + g] for i in judged for g in range(n)],
-                               [pairs[i][1] for i in judged for _ in range(n)])
+                               [pairs[i][1] for i in judged for _ in range(n)],
+                               RewardGuard.of(opened.components.config))
         rewards = {i: scores.values[k * n:(k + 1) * n] for k, i in enumerate(judged)}
     records = [{"prompt": prompt, "reference": reference, "completions": completions[i * n:(i + 1) * n],
                 "rewards": rewards.get(i)} for i, (prompt, reference) in enumerate(pairs)]

@@ -22,7 +22,7 @@ from rlvr.distributed import World, gather_step
 from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import decode_completions, encode_prompts
 from rlvr.preemption import StepInterrupted
-from rlvr.reward.guarded import guarded_score
+from rlvr.reward.guarded import RewardGuard, guarded_score
 from rlvr.rollout.sampled_eval import majority_metric
 from rlvr.seeds import Seeds, eval_sampling_seeds, group_sampling_seeds
 from rlvr.telemetry import Stopwatch
@@ -36,10 +36,12 @@ torch = lazy_import("torch")
 
 
 class SingleTurn:
-    def __init__(self, engine: Engine, tokenizer, reward: Reward, seeds: Seeds, world: World,
+    def __init__(self, engine: Engine, tokenizer, reward: Reward, guard: RewardGuard, seeds: Seeds, world: World,
                  with_entropy: bool = False,
                  interruptible: Callable[[], AbstractContextManager] = nullcontext) -> None:
         self.engine, self.tokenizer, self.reward, self.seeds, self.world = engine, tokenizer, reward, seeds, world
+        self.guard = guard
+        """The range the rewards must keep (`trainer.reward_max_abs`) and the reward's name (rlvr/reward/guarded.py)."""
         self.with_entropy = with_entropy
         self.interruptible = interruptible
 
@@ -56,7 +58,7 @@ class SingleTurn:
         rollouts, completions, references, P, G = sampled.rows
         try:
             with self.interruptible():
-                scores = guarded_score(self.reward, completions, references)
+                scores = guarded_score(self.reward, completions, references, self.guard)
         except StepInterrupted:
             scores = None  # the gather raises it again on every rank: all of them drop this step, none waits
         rollouts, completions, scores = gather_step(self.world, rollouts, completions, scores,
