@@ -17,6 +17,7 @@ How to run (from the repo root)
     .venv/bin/python bench/step.py                    # 3 uncounted + 50 measured steps, 1 torch thread
     .venv/bin/python bench/step.py --steps 100 --threads 2
     .venv/bin/python bench/step.py --profile          # also cProfile rlvr's measured steps
+    .venv/bin/python bench/step.py --steps 1 --warmup 0 --rounds 1 --sft-steps 0   # smallest (tests/bench)
 
     Use `--threads 2` only on an idle box: with other jobs on the cores, two threads were measured 4–6×
     slower than one, with multi-second outliers (docs/cpu-recipe.md#threads).
