@@ -5,8 +5,8 @@ build, installed by .ci/run)."""
 import pytest
 
 
+@pytest.mark.vllm
 def test_both_engines_sample_and_the_ratio_is_printed(run_bench, figure):
-    pytest.importorskip("vllm", reason="engine=vllm: vLLM is not installed here")
     out = run_bench("-m", "bench.engines", "--policy", "full", "--max-tokens", "2", "--repeats", "1", "--threads", "1")
     assert figure(r"(?m)^full +pytorch +([0-9,]+)", out) > 0 and figure(r"(?m)^full +vllm +([0-9,]+)", out) > 0
     assert figure(r"(?m)^full +vllm/pt +([0-9.]+)", out) > 0

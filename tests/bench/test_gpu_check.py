@@ -26,8 +26,8 @@ def test_without_cuda_it_says_what_it_would_run_and_exits_0():
         assert override in proc.stdout
 
 
+@pytest.mark.vllm
 def test_the_same_path_runs_on_a_cpu_and_prints_its_table(tmp_path):
-    pytest.importorskip("vllm")
     proc = gpu_check("--device", "cpu", "--layers", "2", "--hidden", "128", "--steps", "2", "--batch", "2", "--group",
                      "4", "--max-tokens", "8", "--packed-tokens", "256", "--out", str(tmp_path / "run"), timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

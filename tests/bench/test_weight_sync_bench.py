@@ -6,8 +6,8 @@ import re
 import pytest
 
 
+@pytest.mark.vllm
 def test_both_ways_sync_and_the_ratio_is_printed(run_bench, figure):
-    pytest.importorskip("vllm", reason="engine=vllm: vLLM is not installed here")
     out = run_bench("-m", "bench.weight_sync", "--models", "tiny", "--syncs", "2", "--threads", "1")
     rows = {m.group(1): m.group(2).split() for m in re.finditer(r"(?m)^ +(folder|memory|f/m) +(.*)$", out)}
     assert set(rows) == {"folder", "memory", "f/m"}
