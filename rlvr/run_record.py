@@ -8,7 +8,7 @@
 Hydra writes `.hydra/` and opens `train.log` before the job's first line runs, so a relaunch that rlvr then
 refuses (another seed on a finished run's folder) would already have rewritten the record that `rlvr status`
 and `rlvr compare` read. So conf/train.yaml turns Hydra's writing off (`hydra.output_subdir: null`, and
-conf/hydra/job_logging/rlvr.yaml's file handler is a `HeldFileHandler`, which keeps the log's lines in memory),
+`hydra.job_logging`'s file handler is a `HeldFileHandler`, which keeps the log's lines in memory),
 and `accept` writes the record once every check has passed: a fresh run gets `.hydra/` and the held lines in
 `train.log`; a resumed run keeps its `.hydra/` as it was and appends a line to `resumes.jsonl`. A refused
 command writes nothing (its held lines are dropped; the console had them).
