@@ -647,17 +647,26 @@ class Trainer:
             )
 
     def _guard_nonfinite(self, live: Live, step: int, train: dict) -> None:
+        """A step the backend did not apply is counted (`train/nonfinite_skips`): its loss or gradient norm was not
+        finite (skipped), or its update made a trainable weight non-finite (rolled back, rlvr/backend/local.py
+        `Undo`); `max_nonfinite_skips` in a row stop the run, on the last good step's weights."""
         if not train.get("train/nonfinite_skip"):
             live.consecutive_nonfinite = 0
             return
         live.totals["nonfinite"] += 1
         live.consecutive_nonfinite += 1
-        log.warning("step %d: loss %s, grad norm %s: optimizer step skipped", step, train["loss"], train["grad_norm"])
+        if train.get("train/nonfinite_weights"):
+            log.warning("step %d: the update made a trainable weight non-finite (loss %s, grad norm %s): rolled back "
+                        "to the step's starting weights and optimizer state", step, train["loss"], train["grad_norm"])
+        else:
+            log.warning("step %d: loss %s, grad norm %s: optimizer step skipped", step, train["loss"],
+                        train["grad_norm"])
         if live.consecutive_nonfinite >= self.max_nonfinite_skips:
             raise FloatingPointError(
-                f"{live.consecutive_nonfinite} consecutive steps (up to step {step}) had a non-finite loss or "
-                f"gradient (trainer.max_nonfinite_skips={self.max_nonfinite_skips}); the weights are those of the "
-                "last good step. Lower trainer.lr, set backend.grad_clip_norm, or check the model's dtype."
+                f"{live.consecutive_nonfinite} consecutive steps (up to step {step}) had a non-finite loss, "
+                f"gradient or updated weights (trainer.max_nonfinite_skips={self.max_nonfinite_skips}); the weights "
+                "are those of the last good step. Lower trainer.lr, set backend.grad_clip_norm, or check the model's "
+                "dtype (AdamW in float16 divides by its eps, 0 in float16)."
             )
 
     def _evaluate(self, live: Live, steps_done: int) -> None:

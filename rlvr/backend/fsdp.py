@@ -195,9 +195,9 @@ class FSDPBackend:
         sums = self._all_reduce(sums)
         grad_scale = t.kept_scale(sums, rows)
         sums["loss"] *= grad_scale
-        grad_norm, finite = t.update(lr, sums["loss"] + sums["echo_loss"], as_float=self._grad_norm,
-                                     grad_scale=grad_scale)
-        return t.report(sums, rows, selected, grad_norm, finite, lr, N, t0, loss)
+        update = t.update(lr, sums["loss"] + sums["echo_loss"], as_float=self._grad_norm, grad_scale=grad_scale,
+                          everywhere=lambda finite: all(distributed.all_gather(finite)))  # all ranks roll back, or none
+        return t.report(sums, rows, selected, update, lr, N, t0, loss)
 
     def reference_logprobs(self, rollouts: Rollouts) -> Tensor:
         """A collective: [PG, T] log π_ref of every sampled completion token (backend=local's `reference_logprobs`),

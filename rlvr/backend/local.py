@@ -17,7 +17,10 @@ per step; each micro-batch adds Σ ℓ over its tokens / the whole step's count 
 advantage (rlvr/algorithm/loss.py), so `micro_batch_size` changes memory, not the objective.
 
 A step whose loss or gradient norm is not finite leaves the weights and the optimizer untouched and
-reports `train/nonfinite_skip: 1` (the trainer stops the run after too many in a row).
+reports `train/nonfinite_skip: 1` (the trainer stops the run after too many in a row). So does a step whose update
+made a trainable weight non-finite (with finite loss and gradients: fp16 AdamW, whose eps of 1e-8 is 0 in fp16,
+divides by 0; a learning rate a schedule made NaN): it is rolled back to its starting weights and optimizer state
+(`Undo`) and also reports `train/nonfinite_weights: 1`, instead of the engine sampling from NaN logits next.
 
 `algorithm.loss.mode` kl_cov / clip_cov choose their tokens over the whole step (rlvr/algorithm/loss.py):
 a no-grad forward pass over every row (micro-batch by micro-batch, so no more memory than the gradient pass)
@@ -50,7 +53,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from rlvr.algorithm.correction import EMPTY_SUMS, merge_sums, mismatch_metrics, mismatch_sums
 from rlvr.algorithm.loss import PolicyLoss
@@ -65,6 +68,7 @@ if TYPE_CHECKING:
     from peft import PeftModel
     from torch import Generator, Tensor, nn
     from torch import device as Device
+    from torch.optim import Optimizer
     from transformers import PreTrainedModel
 
 torch = lazy_import("torch")
@@ -157,6 +161,73 @@ def selection_generator(seed: int, step: int) -> Generator:
     return torch.Generator().manual_seed(sub_seed(seed, f"clip_cov/step/{step}"))
 
 
+class Update(NamedTuple):
+    """What `Trainee.update` did with a step's gradients."""
+
+    grad_norm: float
+    """The pre-clip gradient norm (the whole of a sharded one)."""
+    taken: bool
+    """The optimizer step stands: the loss and the gradient norm were finite, and so is every weight after it."""
+    rolled_back: bool
+    """The step made a trainable weight non-finite, and was undone (`Undo`)."""
+
+
+class Undo:
+    """The trainable weights and the optimizer's state as they were before an update, to put back when the update made
+    a weight non-finite. The copies live on the CPU (pinned beside a GPU, copied without blocking the host), so an
+    accelerator's memory is not doubled (full fine-tuning: 12 bytes of host memory a trainable parameter with float32
+    weights and moments; under FSDP each rank copies its shards); their buffers are kept from step to step. The check
+    is one fused max |w| over the trainable weights, in which NaN and ±inf propagate: one host sync a step."""
+
+    def __init__(self, params: list[nn.Parameter], optimizer: Optimizer) -> None:
+        self.params, self.optimizer = params, optimizer
+        self.saved: list[list[Tensor]] = []
+        """Per parameter: its copy, then its optimizer state's tensors' (none before its first step)."""
+
+    def parts(self, param: nn.Parameter) -> list[Tensor]:
+        """This process's part of `param` (a DTensor's local shard under FSDP, written through), then of its optimizer
+        state's tensors (AdamW's step count and moments)."""
+        state = self.optimizer.state.get(param, {})  # `get`: the state's defaultdict must not grow an entry here
+        return [local(t) for t in (param, *(v for v in state.values() if isinstance(v, torch.Tensor)))]
+
+    @no_grad
+    def save(self) -> None:
+        """Copy the weights and the optimizer state, before the step. From a GPU the copies are queued on its stream
+        ahead of the step's kernels (so they see the weights before it), and `finite` waits for them all."""
+        parts = [self.parts(p) for p in self.params]
+        if shapes(parts) != shapes(self.saved):  # the first step, or the first after a parameter's state appeared
+            self.saved = [[torch.empty(t.shape, dtype=t.dtype, pin_memory=t.is_cuda) for t in ts] for ts in parts]
+        for saved, ts in zip(self.saved, parts, strict=True):
+            for copy_, t in zip(saved, ts, strict=True):
+                copy_.copy_(t, non_blocking=True)
+
+    @no_grad
+    def finite(self) -> bool:
+        """Whether every trainable weight (this process's part) is finite."""
+        weights = [t for t in (local(p) for p in self.params) if t.numel()]
+        return not weights or bool(torch.stack(torch._foreach_norm(weights, float("inf"))).isfinite().all())
+
+    @no_grad
+    def restore(self) -> None:
+        """Everything `save` copied, put back; the state of a parameter that had none before the step, dropped."""
+        for param, saved in zip(self.params, self.saved, strict=True):
+            parts = self.parts(param)
+            if len(parts) > len(saved):  # its first step: AdamW made its state in this one
+                del self.optimizer.state[param]
+            for target, copy_ in zip(parts, saved):
+                target.copy_(copy_)
+
+
+def shapes(parts: list[list[Tensor]]) -> list[list[tuple]]:
+    """Each tensor's shape and dtype, in `Undo.saved`'s layout."""
+    return [[(t.shape, t.dtype) for t in ts] for ts in parts]
+
+
+def local(t: Tensor) -> Tensor:
+    """A DTensor's (backend=fsdp) local shard, which shares its storage; any other tensor itself."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
 def resolve_device(device: str) -> Device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -187,6 +258,7 @@ class Trainee:
         """Calls of `train_step` so far (steps skipped for a non-finite loss included): clip_cov's draw index."""
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=0.0, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+        self.undo = Undo(self.params, self.optimizer)
 
     @property
     def trainable_parameters(self) -> int:
@@ -293,27 +365,33 @@ class Trainee:
         return rows.total / max(sums["kept"], 1.0) if sums["masked"] and rows.weight is None else 1.0
 
     def update(self, lr: float, loss_sum: float, as_float: Callable[[Tensor], float] = float,
-               grad_scale: float = 1.0) -> tuple[float, bool]:
+               grad_scale: float = 1.0, everywhere: Callable[[bool], bool] = bool) -> Update:
         """Scale the gradients by `grad_scale` (`kept_scale`), clip (when set), step the optimizer unless the loss
-        or the gradient norm is not finite, zero the gradients; returns the pre-clip gradient norm (`as_float`: a
-        sharded norm's whole value) and whether the step was taken."""
+        or the gradient norm is not finite, and undo the step if it made a trainable weight non-finite (`everywhere`:
+        whether that holds on every process, backend=fsdp's shards); zero the gradients. `as_float`: a sharded
+        gradient norm's whole value."""
         if grad_scale != 1.0:
             for p in self.params:
                 if p.grad is not None:
                     p.grad.mul_(grad_scale)
         max_norm = self.grad_clip_norm if self.grad_clip_norm > 0 else float("inf")
         grad_norm = as_float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
-        finite = math.isfinite(loss_sum) and math.isfinite(grad_norm)
-        if finite:
+        taken = math.isfinite(loss_sum) and math.isfinite(grad_norm)
+        rolled_back = False
+        if taken:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
+            self.undo.save()
             self.optimizer.step()
+            if not everywhere(self.undo.finite()):
+                self.undo.restore()
+                taken, rolled_back = False, True
         self.optimizer.zero_grad(set_to_none=True)
         self.train_steps += 1
-        return grad_norm, finite
+        return Update(grad_norm, taken, rolled_back)
 
     @staticmethod
-    def report(sums: dict[str, float], rows: StepRows, selected: Tensor | None, grad_norm: float, finite: bool,
+    def report(sums: dict[str, float], rows: StepRows, selected: Tensor | None, update: Update,
                 lr: float, trained_rows: int, t0: float, loss: PolicyLoss | None = None) -> dict[str, float]:
         total = rows.total
         covariance = {} if selected is None else {"policy/cov_fraction": float(selected.sum()) / total}
@@ -323,17 +401,19 @@ class Trainee:
         if loss is not None and loss.entropy_coef:
             regularizers |= {"policy/entropy": sums["entropy"] / total, "policy/entropy_coef": loss.entropy_coef}
         if rows.echo is not None:  # the term added to the loss, in the same optimizer step (rlvr/echo/echo.py)
-            regularizers |= {"echo/loss": sums["echo_loss"], "echo/joint_optimizer_step": float(finite)}
+            regularizers |= {"echo/loss": sums["echo_loss"], "echo/joint_optimizer_step": float(update.taken)}
+        if update.rolled_back:
+            regularizers["train/nonfinite_weights"] = 1.0
         return {
             **covariance,
             **regularizers,
             **mismatch_metrics(sums),
-            "train/nonfinite_skip": 0.0 if finite else 1.0,
+            "train/nonfinite_skip": 0.0 if update.taken else 1.0,
             "loss": sums["loss"],
             "clip_fraction": sums["clipped"] / total,
             "policy/abs_kl": sums["abs_kl"] / total,
             "policy/ratio_max": sums["ratio_max"],
-            "grad_norm": grad_norm,
+            "grad_norm": update.grad_norm,
             "lr": lr,
             "rl/optimizer_nonzero_advantage_action_tokens": float(rows.tokens_with_signal),
             "local_train_rows": float(trained_rows),
@@ -534,8 +614,8 @@ class LocalBackend:
         sums = t.accumulate(loss, rows, batches, selected, scale=1.0)
         grad_scale = t.kept_scale(sums, rows)
         sums["loss"] *= grad_scale
-        grad_norm, finite = t.update(lr, sums["loss"] + sums["echo_loss"], grad_scale=grad_scale)
-        return t.report(sums, rows, selected, grad_norm, finite, lr, N, t0, loss)
+        update = t.update(lr, sums["loss"] + sums["echo_loss"], grad_scale=grad_scale)
+        return t.report(sums, rows, selected, update, lr, N, t0, loss)
 
     def save(self, path: Path) -> None:
         """The adapter (`save_adapter`: adapter_model.safetensors + adapter_config.json, no model card) or the full

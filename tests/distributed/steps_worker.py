@@ -10,6 +10,7 @@ the loop both sides run (the test runs it on backend=local in its own process)."
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -38,7 +39,8 @@ KNOBS = {"device": "cpu", "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0
 
 
 def steps(backend, clip: float, mode: str = "standard", n: int = 3, correction: str = "none",
-          aggregation: str = "token_mean", kl: float = 0.0, split: bool = False, echo: bool = False) -> list[dict]:
+          aggregation: str = "token_mean", kl: float = 0.0, split: bool = False, echo: bool = False,
+          nan_step: int = -1) -> list[dict]:
     """`n` steps on one set of rollouts sampled before the first (so the later steps' ratios are not 1), 11 of its
     12 rows with an advantage (the row with 0 is dropped: an odd count splits unevenly over 2 ranks). AdamW divides
     each gradient element by its running RMS, so float noise in a near-zero element moves its weight by up to ~lr:
@@ -47,7 +49,8 @@ def steps(backend, clip: float, mode: str = "standard", n: int = 3, correction: 
     `ref_lp_sum`, the sum of `backend.reference_logprobs` (what `algorithm.kl.where=reward` reads). `split`: every row
     longer than 3 tokens is two sequences (`Rollouts.segments_PG`), the second behind its own context as its prompt,
     which must train as the whole row does. `echo`: ECHO weights (0.05 / 4 each) on the last 2 real tokens of every
-    row, the row without an advantage included (it trains for ECHO alone)."""
+    row, the row without an advantage included (it trains for ECHO alone). `nan_step`: the step whose learning rate is
+    NaN (its update makes every weight NaN, and is rolled back); -1: none."""
     engine = PyTorchEngine(backend.policy, [1], 0, 256, merge_lora=False)
     ro = engine.sample(PROMPTS, 4, SamplingParams(0.9, 1.0, 6), seeds=prompt_seeds(7, len(PROMPTS)))
     if split:
@@ -64,7 +67,8 @@ def steps(backend, clip: float, mode: str = "standard", n: int = 3, correction: 
                       clip_cov_max=1e3, correction=Correction(correction, low=0.999, high=1.001),
                       aggregation=aggregation, kl=ReferenceKL(kl, "k3"), entropy_coef=kl / 10)
     reference = {"ref_lp_sum": float(backend.reference_logprobs(ro).sum())} if kl else {}
-    stats = [backend.train_step(batch, loss, lr=1e-3) for _ in range(n)]  # trainer.lr's default
+    stats = [backend.train_step(batch, loss, lr=math.nan if i == nan_step else 1e-3)  # trainer.lr's default
+             for i in range(n)]
     return [stats[0] | reference, *stats[1:]]
 
 
@@ -84,10 +88,11 @@ def trainable(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def case(full: bool = False, micro_batch_size: int = 0, clip: float = 0.0, mode: str = "standard",
          correction: str = "none", packing: int = 0, aggregation: str = "token_mean", kl: float = 0.0,
-         split: bool = False, echo: bool = False) -> dict:
+         split: bool = False, echo: bool = False, nan_step: int = -1) -> dict:
     """One case on backend=fsdp over this torchrun's processes: the trainable weights after `steps` and its stats
     (full fine-tuning or LoRA; packing: backend.packing with that token budget, 0 padded; kl: algorithm.kl.coef, and
-    entropy_coef = kl/10; split: the rows split in two sequences; echo: ECHO weights on every row's last 2 tokens)."""
+    entropy_coef = kl/10; split: the rows split in two sequences; echo: ECHO weights on every row's last 2 tokens;
+    nan_step: `steps`')."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     from rlvr.backend.fsdp import FSDPBackend
@@ -98,7 +103,7 @@ def case(full: bool = False, micro_batch_size: int = 0, clip: float = 0.0, mode:
                           reshard_after_forward=True, timeout_s=120, world=World.from_env(), packing=packing > 0,
                           max_tokens_per_micro_batch=packing, reference=kl > 0, **KNOBS)
     stats = steps(backend, clip, mode, correction=correction, aggregation=aggregation, kl=kl, split=split,
-                  echo=echo)
+                  echo=echo, nan_step=nan_step)
     full_state = get_model_state_dict(backend.policy, options=StateDictOptions(full_state_dict=True,
                                                                                cpu_offload=True,
                                                                                ignore_frozen_params=True))

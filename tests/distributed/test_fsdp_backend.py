@@ -48,13 +48,16 @@ CASES = [  # (full, micro_batch_size, clip, mode, correction, packing, aggregati
     (False, 5, 0.0, "standard", "none", 24, "token_mean", 0.0, False, True),  # ECHO, a row trained for it alone
 ]
 KEYS = ("full", "micro_batch_size", "clip", "mode", "correction", "packing", "aggregation", "kl", "split", "echo")
+ROLLBACK = {"full": True, "micro_batch_size": 5, "nan_step": 1}
+"""Full fine-tuning, the ranks' rows split unevenly, and step 2 of 3 with a NaN learning rate: its update is rolled
+back (`test_two_ranks_roll_back_a_nonfinite_update_together`), the last case of the torchrun."""
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     """Every case on 2 ranks, in one torchrun start (tests/distributed/steps_worker.py)."""
     out = tmp_path_factory.mktemp("fsdp") / "fsdp.pt"
-    proc = torchrun(2, str(WORKER), str(out), json.dumps([dict(zip(KEYS, c, strict=True)) for c in CASES]),
+    proc = torchrun(2, str(WORKER), str(out), json.dumps([*(dict(zip(KEYS, c, strict=True)) for c in CASES), ROLLBACK]),
                     timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return torch.load(out, weights_only=False)
@@ -100,3 +103,20 @@ def test_two_ranks_update_the_weights_as_one_process_does(two_ranks, full, micro
         assert all(s["echo/loss"] > 0 for s in stats)
     if correction == "token_mask":  # the later steps mask tokens of both ranks; the kept count is the whole step's
         assert 0 < stats[-1]["mismatch/masked_frac"] < 1
+
+
+def test_two_ranks_roll_back_a_nonfinite_update_together(two_ranks):
+    """Step 2's update makes every weight NaN (a NaN learning rate): each rank finds its own shards non-finite, and
+    all of them roll back together (a rank that did not would leave the model half stepped). The weights after the 3
+    steps are one process's, which rolled back the same step."""
+    fsdp = two_ranks["cases"][len(CASES)]
+    torch.set_num_threads(1)
+    model, tok = TINY.load(0)
+    local = LocalBackend(model, None, 0, tok.pad_token_id, micro_batch_size=5, **KNOBS)
+    stats = steps(local, 0.0, nan_step=1)
+    assert [s.get("train/nonfinite_weights", 0.0) for s in stats] == [0.0, 1.0, 0.0]
+    assert [s.get("train/nonfinite_weights", 0.0) for s in fsdp["stats"]] == [0.0, 1.0, 0.0]
+    weights = trainable(local.policy)
+    assert all(bool(torch.isfinite(v).all()) for v in weights.values())
+    for name, value in weights.items():
+        assert torch.allclose(fsdp["params"][name], value, rtol=0, atol=1e-5), name

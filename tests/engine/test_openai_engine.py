@@ -25,7 +25,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from vllm_server import SERVED_NAME, VllmServer
 
-from composing import CONF_DIR, FAST, OVERLAP, compose_config
+from composing import CONF_DIR, FAST, MIXED, OVERLAP, compose_config
 from rlvr.backend.local import LocalBackend
 from rlvr.engine.openai import OpenAIEngine, PolicySyncError, ServerError
 from rlvr.engine.policy_files import folder_bytes
@@ -307,7 +307,7 @@ def test_a_run_trains_with_engine_openai(server, tmp_path, ahead):
 
     overrides = ["engine=openai", f"engine.base_url={server.base_url}", f"engine.model={SERVED_NAME}",
                  f"engine.api_key_env={KEY_ENV}", "trainer.max_steps=3", *ahead]
-    summary = run(compose_config(FAST + overrides), tmp_path)
+    summary = run(compose_config(FAST + MIXED + overrides), tmp_path)  # MIXED: steps that train (and check)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "loss" in r] == [0, 1, 2] and summary
     assert [r.get("async/policy_version") for r in rows if "loss" in r] == ([0, 0, 1] if ahead else [None] * 3)
