@@ -8,11 +8,12 @@ What it runs
     hidden 1,024, 28 layers, 16 query / 8 key-value heads of 128, tied embeddings; `--layers`/`--hidden` shrink it)
     with random weights in bfloat16 (float32 on a CPU), and a word-level tokenizer of the same 151,936 entries (the
     characters of the built-in arithmetic task, then fillers), so nothing is downloaded. Then, as a user would,
-    `python train.py` on it (the command is printed): trainer=gpu (its correction=token_tis, a sync check every
-    step), engine=vllm in this process, backend=local with full fine-tuning, backend.packing=true, the arithmetic
-    prompts, `--steps` steps of `--batch` prompts × `--group` completions of up to `--max-tokens` tokens, no
-    warm-up, no evaluation, one checkpoint at the end. A random model answers nothing, so the reward is the parity
-    of a completion's code points (`parity`): half the completions score 1, every group trains.
+    `python train.py` on it (the command is printed): trainer=gpu (its correction=token_tis, the sync check on
+    every on-policy step), engine=vllm in this process, backend=local with full fine-tuning,
+    backend.packing=true, the arithmetic prompts, `--steps` steps of `--batch` prompts × `--group` completions of
+    up to `--max-tokens` tokens, no warm-up, no evaluation, one checkpoint at the end. A random model answers
+    nothing, so the reward is the parity of a completion's code points (`parity`): half the completions score 1,
+    every group trains.
 
 What it prints (from the run's metrics.jsonl, the first step left out: it compiles and allocates)
     sampling tokens/s     completion tokens / sample_time_s (the weight sync and its check included)

@@ -12,7 +12,7 @@ same full fine-tuning policy, alternating sync by sync so load from other jobs h
            loading (rlvr/engine/vllm_weights.py), the prefix cache reset.
 Per sync: wall seconds, and bytes written to files (the folder's size; 0 in memory). Before each sync one small
 tensor (the final norm) moves, so every sync carries weights the engine does not hold; after the last sync of each
-way the sync check's probe (trainer.sync_check) confirms the engine serves the policy.
+way the engine's probe (rlvr/engine/sync_check.py `check_sync`) confirms it serves the policy.
 
 Models (random weights, built offline, no download):
   tiny     conf/model/tiny.yaml's Llama (hidden 128, 2 layers, fp32), with full fine-tuning;

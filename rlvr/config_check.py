@@ -178,15 +178,12 @@ def optimizer_errors(cfg: DictConfig) -> list[str]:
 
 
 def echo_errors(cfg: DictConfig) -> list[str]:
-    """echo=on targets observation tokens, which only multi-turn episodes have; and its term is added to gradients
-    that a masking correction rescales under token_mean once the kept tokens are counted (rlvr/backend/local.py
-    `kept_scale`), which would rescale ECHO's too."""
+    """echo=on's term is added to gradients that a masking correction rescales under token_mean once the kept
+    tokens are counted (rlvr/backend/local.py `kept_scale`), which would rescale ECHO's too (that echo needs
+    episodes, Echo.needs declares)."""
     if cfg.get("echo") is None:
         return []
     errors = []
-    if cfg.get("env") is None:
-        errors.append("echo=on trains on observation tokens, which single-turn completions have none of: choose a "
-                      "multi-turn env (env=guess, retry, textarena, openenv, verifiers) or echo=none")
     loss = cfg.algorithm.get("loss") or {}
     kind = (loss.get("correction") or {}).get("kind", "none")
     if kind in ("token_mask", "seq_geo_mask") and loss.get("aggregation", "token_mean") == "token_mean":
@@ -231,53 +228,26 @@ def position_errors(cfg: DictConfig) -> list[str]:
 
 
 def overlap_errors(cfg: DictConfig) -> list[str]:
-    """trainer.off_policy_steps ≥ 1 (rlvr/overlap.py): the loss corrects for the stale sampler, the batch size is
-    fixed ahead, and the engine keeps its weights while the trainer trains."""
+    """trainer.off_policy_steps ≥ 1 (rlvr/overlap.py): its values. What it needs of the other components (the
+    decoupled loss) and what refuses it (back pressure, Tinker, a sleeping vLLM) they declare (`unmet_needs`)."""
     t = cfg.trainer
     k, mode = t.get("off_policy_steps", 0), t.get("off_policy_mode", "fixed")
     if not isinstance(k, int) or isinstance(k, bool) or k < 0:
         return [f"trainer.off_policy_steps={k!r} must be an integer >= 0 (0 = the synchronous loop)"]
     if mode not in ("fixed", "bounded"):
         return [f"trainer.off_policy_mode={mode!r}: expected fixed or bounded"]
-    if k == 0:
-        return []
-    setting, errors = f"trainer.off_policy_steps={k}", []
-    correction = cfg.algorithm.get("loss", {}).get("correction") or {}
-    if correction.get("kind", "none") == "none" or correction.get("pi_old") != "decoupled":
-        errors.append(f"{setting} trains on rollouts sampled {k} update(s) behind: the loss must be the decoupled one "
-                      f"(π_old recomputed by the trainer, weighted by π_old/π_engine); add correction=token_tis "
-                      f"algorithm.loss.correction.pi_old=decoupled (now correction kind "
-                      f"{correction.get('kind', 'none')!r}, pi_old {correction.get('pi_old')!r})")
-    if "min_batch_size" in (cfg.get("backpressure") or {}):
-        errors.append(f"{setting}: backpressure=usl chooses each step's batch size from the steps before it, which "
-                      "have not trained when a step is sampled ahead; use backpressure=none")
-    target = str(cfg.backend.get("_target_", ""))
-    if target.endswith("TinkerBackend"):
-        errors.append(f"{setting}: backend=tinker samples on the service from saved weights; overlapping it through "
-                      "the SDK's asynchronous calls is not built; use trainer.off_policy_steps=0")
-    engine = cfg.get("engine") or {}
-    if sleep := engine.get("sleep_level", 0):
-        errors.append(f"{setting}: engine.sleep_level={sleep} puts vLLM to sleep while the trainer "
-                      "trains, when an overlapped run samples; use engine.sleep_level=0")
-    return errors
+    return []
 
 
 def dynamic_sampling_errors(cfg: DictConfig) -> list[str]:
-    """trainer.dynamic_sampling and trainer.overlong (rlvr/rollout/dynamic_sampling.py, rlvr/reward/overlong.py) read
-    single-turn completions' groups and lengths; refill draws its later rounds in the step."""
+    """trainer.dynamic_sampling=refill draws its later rounds in the step (that they read single-turn completions,
+    rlvr/trainer.py `Trainer.needs` declares)."""
     t, errors = cfg.trainer, []
-    mode, overlong = t.get("dynamic_sampling", "off"), t.get("overlong") or {}
+    mode = t.get("dynamic_sampling", "off")
     if mode == "refill" and t.get("off_policy_steps", 0):
         errors.append(f"trainer.dynamic_sampling=refill samples more prompts in the step until batch_size groups "
                       f"differ; a step sampled ahead (trainer.off_policy_steps={t.off_policy_steps}) cannot know where "
                       "the data stream will be: use trainer.off_policy_steps=0, or trainer.dynamic_sampling=filter")
-    if cfg.get("env") is not None:
-        used = [f"trainer.dynamic_sampling={mode}"] if mode != "off" else []
-        used += [f"trainer.overlong.{k}={overlong.get(k)}" for k in ("buffer_frac", "filter") if overlong.get(k)]
-        if used:
-            errors.append(f"{', '.join(used)}: built for single-turn completions (a group's rewards, a completion's "
-                          f"length and EOS); env={cfg.env._target_.rsplit('.', 1)[-1]} plays episodes: leave "
-                          "trainer.dynamic_sampling=off and trainer.overlong off")
     return errors
 
 
@@ -291,11 +261,7 @@ def capture_errors(cfg: DictConfig) -> list[str]:
     if any(not isinstance(s, int) or isinstance(s, bool) or not 0 <= s < max_steps for s in steps):
         return [f"{setting}: expected a list of step indices in 0 .. {max_steps - 1} (0-based, as metrics.jsonl's "
                 f"`step`; trainer.max_steps={max_steps})"]
-    target = str(cfg.backend.get("_target_", ""))
-    if target != "rlvr.backend.local.LocalBackend":
-        return [f"{setting}: a capture holds backend=local's update (its exact starting state and result); "
-                f"backend <{target}> is not captured: use backend=local, or trainer.capture_steps=[]"]
-    return []
+    return []  # that the backend writes its update down, Trainer.needs requires
 
 
 def check_backpressure(cfg: DictConfig) -> list[str]:
@@ -399,10 +365,9 @@ GROUPS = component_groups(Path(__file__).resolve().parents[1] / "conf" / "train.
 
 
 def chosen_groups(cfg: DictConfig) -> list[str]:
-    """The groups this config has a component for: `env=none` composes `env: null` (single turn), and then
-    `turn_credit`, which only multi-turn episodes read, is not built either."""
-    multi_turn = cfg.get("env") is not None
-    return [g for g in GROUPS if g in cfg and cfg[g] is not None and (multi_turn or g != "turn_credit")]
+    """The groups this config has a component for (`env=none` composes `env: null`: single turn). `turn_credit` is
+    one even without an env, so that a choice that needs episodes says so (`unmet_needs`); then it is not built."""
+    return [g for g in GROUPS if g in cfg and cfg[g] is not None]
 RUNTIME_ARGS = {"seed", "model", "lora", "lora_seed", "pad_id", "module", "policy", "eos_ids", "throttle_dir"}
 """Constructor arguments the runner or the trainer supplies, not the YAML."""
 
@@ -411,7 +376,7 @@ def check_types(node: DictConfig, key: str) -> list[str]:
     """Each YAML value against the type annotation of the `_target_` parameter it feeds, recursively;
     YAML keys the target does not take are errors too."""
     if "_target_" not in node:  # keys added to a group whose option builds nothing (`+env.max_turns=3` under env=none)
-        return [unchosen_group(f"{key}.{name}={_show(node[name])}", key, hydra_choice(key) or "none", config_dir())
+        return [unchosen_group(f"{key}.{name!s}={_show(node[name])}", key, hydra_choice(key) or "none", config_dir())
                 for name in node]
     try:
         target = get_class(node._target_)
@@ -501,14 +466,35 @@ def declared_needs(cfg: DictConfig, group: str) -> Needs:
 
 
 def start_errors(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
-    """The machine requirements every run checks at start (an API key's variable, a model's files) that fail."""
-    return [f"{group} <{cfg[group]._target_}>: {found.detail}" for group, declared in needs.items()
-            for requirement in declared.machine if requirement.at_start and (found := requirement.check()).status
-            == "missing"]
+    """The machine requirements every run checks at start (an API key's variable, a model's files, threads, free
+    disk) that fail; the others are checked before the model loads (rlvr/machine_check.py)."""
+    from rlvr.machine_check import machine_requirements
+
+    return [f"{who} <{cfg[who]._target_}>: {found.detail}" if who in needs else f"{found.detail}"
+            for who, requirement in machine_requirements(cfg, needs, run_folder(cfg))
+            if requirement.at_start and (found := requirement.check()).status == "missing"]
+
+
+def run_folder(cfg: DictConfig) -> Path:
+    """Where the run writes: the Hydra job's folder, else the composed `hydra.run.dir` (rlvr doctor), else here."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        if HydraConfig.initialized():
+            return Path(HydraConfig.get().runtime.output_dir)
+    except Exception:  # noqa: BLE001 - a composition without a job (rlvr doctor) has no runtime folder
+        pass
+    try:
+        return Path(str(cfg.hydra.run.dir))
+    except Exception:  # noqa: BLE001 - no `hydra` node: a config composed without it
+        return Path.cwd()
 
 
 def unmet_needs(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
-    """One message per capability a chosen component requires and no other chosen component provides."""
+    """One message per capability a chosen component requires and no other chosen component provides, and per
+    capability a chosen component excludes and another provides: the one rule by which an option that would act
+    only with another (turn credit or echo without an env), or would silently do nothing or go wrong beside one
+    (dynamic sampling on episodes, sampling ahead on Tinker), is refused at start."""
     errors = []
     for group, declared in needs.items():
         for name, why in declared.requires.items():
@@ -516,6 +502,10 @@ def unmet_needs(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
                 capability = CAPABILITIES[name]
                 errors.append(f"{group} <{cfg[group]._target_}> needs {capability.meaning} ({why}), which no chosen "
                               f"component gives: {capability.how}")
+        for name, why in declared.excludes.items():
+            for other in [g for g, n in needs.items() if g != group and name in n.provides]:
+                errors.append(f"{group} <{cfg[group]._target_}> does not work with {CAPABILITIES[name].meaning}, "
+                              f"which {other} <{cfg[other]._target_}> gives: {why}")
     return errors
 
 

@@ -33,8 +33,9 @@ def machine_requirements(cfg: DictConfig, needs: dict[str, Needs], folder: Path)
     declared = [(group, requirement) for group, n in needs.items() for requirement in n.machine]
     model = cfg.model
     full = model.get("lora") is None
-    run = [("threads", Threads(cfg.get("threads"))),
-           ("run", FreeDisk(str(folder), model.get("name_or_path"), model.get("revision"), full))]
+    run: list[tuple[str, Requirement]] = [("threads", Threads(cfg.get("threads"))),
+                                          ("run", FreeDisk(str(folder), model.get("name_or_path"),
+                                                           model.get("revision"), full))]
     return declared + run
 
 

@@ -35,7 +35,7 @@ NONDETERMINISTIC_KEYS = frozenset(
         "step_time_s", "sample_time_s", "score_time_s", "advantage_time_s", "train_time_s", "eval_time_s",
         "tokens_per_second", "sample_share", "train_share", "process_max_rss_mb", "gpu_max_allocated_mb",
         "local_train_wall_s",
-        "env/step_time_s", "env/probe_time_s", "engine/sync_check_s", "engine/sync_s",
+        "env/step_time_s", "env/probe_time_s", "engine/sync_s",
         "async/trainer_idle_frac", "async/sampler_idle_frac",
     }
 )

@@ -72,6 +72,14 @@ CAPABILITIES: dict[str, Capability] = {
                                 "the policy)"),
     "reasoning_gym_entries": Capability("references that name each example's reasoning-gym entry",
                                         "choose data=reasoning_gym"),
+    "episodes": Capability("multi-turn episodes (turns, observations between them)",
+                           "choose a multi-turn env (env=guess, retry, calculator, textarena, openenv, verifiers)"),
+    "capture": Capability("an update written down exactly (its starting state and its result, for rlvr replay)",
+                          "choose backend=local"),
+    "decoupled_pi_old": Capability("the decoupled loss (π_old recomputed by the trainer, weighted by π_old/π_engine)",
+                                   "add correction=token_tis algorithm.loss.correction.pi_old=decoupled"),
+    "sampled_ahead": Capability("rollouts sampled ahead of training (trainer.off_policy_steps >= 1)",
+                                "set trainer.off_policy_steps=0"),
 }
 """Every capability a component may provide or require, by name."""
 
@@ -112,6 +120,9 @@ class Needs:
     """Names in CAPABILITIES."""
     requires: Mapping[str, str] = field(default_factory=dict)
     """Capability name → why (the setting or fact that makes it needed), said when nothing chosen provides it."""
+    excludes: Mapping[str, str] = field(default_factory=dict)
+    """Capability name → why this component cannot act with it and what to do instead, said when another chosen
+    component provides it (an option that would silently do nothing, or go wrong, beside it)."""
     machine: tuple[Requirement, ...] = ()
 
 

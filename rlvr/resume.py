@@ -98,7 +98,9 @@ def interrupted_run(parent: Path, config: dict, fresh: Path) -> Path | None:
     config (`config_id`) that was interrupted (preempted, failed, or `running` with no live process holding its
     folder) after a complete checkpoint. The newest interrupted run of another config is named in the log, with
     the keys that differ and how to continue it."""
-    identity, found, others = config_id(config), [], []
+    identity = config_id(config)
+    found: list[tuple[float, Path, Path]] = []
+    others: list[tuple[float, Path, Path]] = []
     for status_file in parent.glob("*/status.json"):
         folder = status_file.parent
         try:
@@ -170,7 +172,8 @@ def resume_point(mode: str, folder: Path, config: dict, allowed: list[str]) -> t
         raise ResumeError(
             f"cannot resume {latest}: these keys differ from the checkpoint's config: {', '.join(changed)}. "
             "Start a new run (resume=never, or another hydra.run.dir), or allow them explicitly with "
-            f"resume_allow_changes=[{','.join(changed)}]"
+            f"resume_allow_changes=[{','.join(changed)}] (these may always change on a resume: "
+            f"{', '.join(SAFE_TO_CHANGE)})"
         )
     return folder, latest
 

@@ -168,12 +168,12 @@ def place(cfg: DictConfig, folder: Path, config: dict, held: list[FolderLock]) -
         if found is not None:
             log.info("continuing the interrupted run in %s: the same command (resume=never starts a new one)", found)
             folder = found
+    check_writable(folder)  # (a probe file made and removed: no byte of the folder changes)
     held.append(FolderLock.take(folder))
     chosen, resume_from = resume_point(cfg.resume, folder, config, list(cfg.resume_allow_changes))
     if chosen != folder:  # resume=never: a new sibling folder, locked in its turn
         held.pop().release(keep_file=False)
         held.append(FolderLock.take(chosen))
-    check_writable(chosen)
     return chosen, resume_from
 
 
@@ -193,8 +193,9 @@ def refuse_unsafe_folder(folder: Path) -> None:
     folder above the checkout would spread a run's files among the user's own (and the next run there would
     continue it)."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
-    if HydraConfig.initialized() and HydraConfig.get().mode.name == "RUN" and not str(HydraConfig.get().run.dir):
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.RUN and not str(HydraConfig.get().run.dir):
         raise ConfigError("invalid config:\n  hydra.run.dir='': a run needs a folder of its own (it would write "
                           "metrics.jsonl, checkpoints/ and its record into the current folder); name one, e.g. "
                           "hydra.run.dir=outputs/my-run, or leave the default")

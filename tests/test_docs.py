@@ -78,3 +78,17 @@ def test_every_docs_anchor_cited_exists():
             broken += [f"{path.relative_to(ROOT)}: #{a}" for a in re.findall(r"\]\(#([\w-]+)\)", text)
                        if a not in anchors[path.name]]
     assert not broken, "no such heading:\n" + "\n".join(broken)
+
+
+def test_readme_needs_table_is_what_the_components_declare():
+    """README.md's table of what each backend and engine honours and refuses is the start-up rule's own answer
+    (tools/needs_table.py composes each cell and asks rlvr.config_check.unmet_needs)."""
+    spec = importlib.util.spec_from_file_location("tools_needs_table", ROOT / "tools" / "needs_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    current = (ROOT / "README.md").read_text()
+    wanted = module.rewrite(current)
+    diff = "\n".join(difflib.unified_diff(current.split("\n"), wanted.split("\n"), "README.md", "generated",
+                                          lineterm="", n=0))
+    assert wanted == current, f"README.md's needs table is stale: run `{module.COMMAND}`\n{diff}"
+    assert "| update capture (`trainer.capture_steps=[0]`) | refused | yes |" in current  # fsdp refuses, local not

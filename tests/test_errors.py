@@ -96,8 +96,26 @@ CASES = [
      "transform.schedule.fixed_lambda=1.5 must be <= 1"),
     (["trainer.dynamic_sampling=refill", "trainer.off_policy_steps=1", "correction=token_tis",
       "algorithm.loss.correction.pi_old=decoupled"], "a step sampled ahead (trainer.off_policy_steps=1) cannot know"),
+    # an option that acts only with another is refused by what the components declare (issue 37 req 6)
     (["env=guess", "trainer.dynamic_sampling=filter", "trainer.overlong.filter=true"],
-     "trainer.dynamic_sampling=filter, trainer.overlong.filter=True: built for single-turn completions"),
+     "trainer <rlvr.trainer.Trainer> does not work with multi-turn episodes (turns, observations between them), which "
+     "env <rlvr.env.guess.GuessEnvironment> gives: trainer.dynamic_sampling=filter, trainer.overlong.filter=True "
+     "read(s) single-turn completions"),
+    (["turn_credit=reward_to_go"], "turn_credit <rlvr.turn_credit.reward_to_go.RewardToGo> needs multi-turn episodes "
+     "(turns, observations between them) (turn_credit=reward_to_go gives each turn the rewards of the turns from it "
+     "on), which no chosen component gives: choose a multi-turn env (env=guess, retry,"),
+    (["turn_credit=env"], "turn_credit <rlvr.turn_credit.env.EnvAdvantages> needs multi-turn episodes"),
+    (["echo=on"], "echo <rlvr.echo.echo.Echo> needs multi-turn episodes (turns, observations between them) (echo=on "
+                  "trains on observation tokens, which single-turn completions have none of)"),
+    (["trainer.off_policy_steps=1"], "trainer <rlvr.trainer.Trainer> needs the decoupled loss (π_old recomputed by the "
+     "trainer, weighted by π_old/π_engine) (trainer.off_policy_steps=1 trains on rollouts sampled 1 update(s) behind), "
+     "which no chosen component gives: add correction=token_tis algorithm.loss.correction.pi_old=decoupled"),
+    (["trainer.off_policy_steps=1", "correction=token_tis", "algorithm.loss.correction.pi_old=decoupled",
+      "backpressure=usl"], "backpressure <rlvr.backpressure.usl.USLBackPressure> does not work with rollouts sampled "
+     "ahead of training (trainer.off_policy_steps >= 1), which trainer <rlvr.trainer.Trainer> gives"),
+    (["trainer.capture_steps=[0]", "backend=fsdp"], "trainer <rlvr.trainer.Trainer> needs an update written down "
+     "exactly (its starting state and its result, for rlvr replay) (trainer.capture_steps=[0] writes down the updates "
+     "of those steps), which no chosen component gives: choose backend=local"),
     (["trainer.dynamic_sampling=replace"], "trainer.dynamic_sampling='replace' must be one of off, filter, refill"),
     (["trainer.dynamic_sampling=false"], "(YAML reads off, no, yes, on as booleans: quote the word)"),
     (["trainer.overlong.buffer_frac=1"], "trainer.overlong.buffer_frac=1 must be in [0, 1)"),
@@ -215,6 +233,11 @@ def test_an_unwritable_run_folder_is_named(tmp_path):
                                 "(say transform.schedule.delay_steps=0)"),
     ("transform.fixed_lambda=0.5", "transform.fixed_lambda=0.5: transform.fixed_lambda is now "
                                    "transform.schedule.fixed_lambda (say transform.schedule.fixed_lambda=0.5)"),
+    # a group or key given twice with different values: Hydra takes the last one silently (issue 37 req 6)
+    ("campaign=smoke campaign=sepa_ablation", "campaign is chosen 2 times with different options (campaign=smoke, "
+                                              "campaign=sepa_ablation): Hydra would silently take the last one"),
+    ("algorithm=maxrl algorithm=grpo", "algorithm is chosen 2 times with different options"),
+    ("--multirun seed=0,1 hydra/launcher=local hydra/launcher=slurm", "hydra/launcher is chosen 2 times"),
 ])
 def test_hydras_own_errors_exit_2_in_rlvrs_words(override, expected, tmp_path):
     """Mistakes Hydra finds while composing: exit status 2 (not Hydra's 1), rlvr's wording, a did-you-mean, and never

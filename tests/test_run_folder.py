@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from rlvr.cli.runs import load_run
+
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ["trainer.warmup.steps=0", "trainer.max_skipped_steps=0", "trainer.eval_every=0", "data.eval_size=32",
          "threads=1"]
@@ -90,10 +92,12 @@ def test_one_writer_per_folder_and_no_stale_lock_after_a_kill(tmp_path):
         assert f"run folder {folder} is in use by pid {first.pid} on host " in second.stderr
         assert "Traceback" not in second.stderr
         assert first.poll() is None  # the first run goes on
+        assert load_run(folder).state() == "running"  # rlvr status: its lock is held
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
     assert json.loads((folder / "status.json").read_text())["state"] == "running"  # SIGKILL: nobody could say
+    assert load_run(folder).state() == "dead"  # the lock went with the process
     done = int((folder / "checkpoints" / "latest").read_text().strip().removeprefix("step_"))
     again = train(tmp_path, f"trainer.max_steps={done + 2}", "hydra.run.dir=run")
     assert again.returncode == 0, again.stderr[-3000:]

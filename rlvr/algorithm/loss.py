@@ -123,8 +123,8 @@ class PolicyLoss:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        correction = settings.get("correction")
-        requires = dict(Correction.needs(correction).requires) if correction else {}
+        correction = Correction.needs(settings["correction"]) if settings.get("correction") else Needs()
+        requires = dict(correction.requires)
         if settings["clip_eps"] > 0:
             requires["ratio_clipping"] = f"algorithm.loss.clip_eps={settings['clip_eps']}"
         mode = settings.get("mode", "standard")
@@ -137,7 +137,7 @@ class PolicyLoss:
             requires["reference_model"] = f"algorithm.kl.coef={coef}"
         if settings.get("entropy_coef"):
             requires["local_loss"] = f"algorithm.entropy_coef={settings['entropy_coef']}"
-        return Needs(requires=requires)
+        return Needs(provides=correction.provides, requires=requires)
 
     def __post_init__(self) -> None:
         if self.clip_eps < 0 or self.clip_eps_high < 0 or self.adv_clip_max < 0:

@@ -96,7 +96,7 @@ class FSDPBackend:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         local = LocalBackend.needs(settings)  # what backend=local gives and asks of the machine, and more
-        return Needs(provides=(local.provides - {"entropy"}) | {"distributed"}, machine=local.machine,
+        return Needs(provides=(local.provides - {"entropy", "capture"}) | {"distributed"}, machine=local.machine,
                      requires={"group_seeds": "backend=fsdp: each rank samples its own share of the groups"})
 
     def __init__(

@@ -536,7 +536,8 @@ class LocalBackend:
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         device = settings["device"]
         machine = (CudaDevice(device),) if device == "auto" or device.startswith("cuda") else ()
-        return Needs(provides=frozenset({"local_policy", "ratio_clipping", "local_loss", "entropy", "reference_model"}),
+        return Needs(provides=frozenset({"local_policy", "ratio_clipping", "local_loss", "entropy", "reference_model",
+                                         "capture"}),
                      machine=machine)
 
     def __init__(

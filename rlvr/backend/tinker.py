@@ -222,6 +222,8 @@ class TinkerBackend:
         return Needs(
             provides=frozenset({"remote_policy"}) | clipping,
             requires={"lora": "it trains LoRA adapters only"},
+            excludes={"sampled_ahead": "backend=tinker samples on the service from saved weights; overlapping it "
+                                       "through the SDK's asynchronous calls is not built"},
             machine=(
                 TINKER_PACKAGE,
                 EnvVar(settings["api_key_env"], "backend.api_key_env"),

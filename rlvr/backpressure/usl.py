@@ -178,7 +178,9 @@ class USLBackPressure:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs()
+        return Needs(excludes={"sampled_ahead": "backpressure=usl chooses each step's batch size from the steps "
+                                                "before it, which have not trained when a step is sampled ahead: use "
+                                                "backpressure=none"})
 
     def __init__(
         self,

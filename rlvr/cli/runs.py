@@ -11,7 +11,8 @@ a folder without a readable config falls back to the `condition` of its metrics 
 
 State rule (`Run.state`), applied to what `status.json` says:
     finished | failed | preempted   as written.
-    running                         `dead` when the pid is not alive on this very host (same hostname);
+    running                         `dead` when no live process holds the folder's lock (rlvr/folder_lock.py; a
+                                    run older than the lock: its pid is not alive on this very host);
                                     else `stale` when no file of the run changed for `stale_after_s`
                                     (default 1800 s: longer than a slow step plus an evaluation);
                                     else `running`.
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import yaml
 
+from rlvr.folder_lock import alive, is_held
 from rlvr.labels import condition_label
 
 STALE_AFTER_S = 1800.0
@@ -79,7 +81,7 @@ class Run:
             return "stale" if age > stale_after_s else "running"
         if written != "running":
             return str(written)
-        if self.status.get("host") == socket.gethostname() and not _pid_alive(self.status.get("pid")):
+        if not process_holds(self.path, self.status):
             return "dead"
         return "stale" if age > stale_after_s else "running"
 
@@ -103,16 +105,16 @@ def as_number(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _pid_alive(pid) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return True  # nothing to check: do not call a run dead on missing evidence
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    return True
+def process_holds(folder: Path, status: dict) -> bool:
+    """A live process holds the run: its folder's lock is taken (from any host of a shared file system); for a run
+    older than the lock, its pid is alive or not on this host (missing evidence does not make a run dead)."""
+    held = is_held(folder)
+    if held is not None:
+        return held
+    pid = status.get("pid")
+    if status.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+        return True
+    return alive(pid)
 
 
 def find_run_dirs(root: Path) -> list[Path]:

@@ -58,7 +58,8 @@ from pathlib import Path
 import yaml
 
 from rlvr.campaign import locked
-from rlvr.cli.runs import CliError, _pid_alive, find_run_dirs, load_runs
+from rlvr.cli.runs import CliError, find_run_dirs, load_runs
+from rlvr.folder_lock import alive
 
 OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq}
 NODE_KEYS = ("description", "overrides", "success", "on_success", "on_failure")
@@ -260,8 +261,9 @@ def node_state(tree: Tree, states: dict, node: str) -> str:
     outcome = states.get(node, {}).get("outcome")
     if outcome == "running":
         record = states[node]
-        alive = record.get("host") != socket.gethostname() or _pid_alive(record.get("pid"))
-        return "running" if alive else "interrupted"
+        pid = record.get("pid")
+        live = record.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0 or alive(pid)
+        return "running" if live else "interrupted"
     if outcome in OUTCOMES:
         return outcome
     return "ready" if unlocked_by(tree, states, node) is not None else "locked"

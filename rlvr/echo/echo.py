@@ -66,7 +66,9 @@ class Echo:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         return Needs(requires={"local_loss": "echo=on (its cross-entropy on observation tokens is added to the local "
-                                            "loss in the same forward pass)"})
+                                            "loss in the same forward pass)",
+                               "episodes": "echo=on trains on observation tokens, which single-turn completions have "
+                                           "none of"})
 
     def __post_init__(self) -> None:
         if not 0 < self.weight <= 1:

@@ -208,7 +208,11 @@ class VLLMEngine:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        sleep = settings["sleep_level"]
         return Needs(requires={"local_policy": "it is started on the policy's files, then given each step's weights"},
+                     excludes={"sampled_ahead": f"engine.sleep_level={sleep} puts vLLM to sleep while the trainer "
+                                                "trains, when an overlapped run samples: use engine.sleep_level=0"}
+                     if sleep else {},
                      machine=(VLLM_PACKAGE,
                               VLLMBuild(settings["gpu_memory_utilization"], settings["kv_cache_memory_bytes"]),
                               SleepMode(settings["sleep_level"])))

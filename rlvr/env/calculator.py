@@ -49,7 +49,7 @@ class CalculatorEnvironment:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs()
+        return Needs(provides=frozenset({"episodes"}))
 
     def __post_init__(self) -> None:
         if not 0 <= self.low <= self.high:

@@ -66,7 +66,7 @@ class GuessEnvironment:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs(provides=frozenset({"fork", "legal_actions"}))
+        return Needs(provides=frozenset({"episodes", "fork", "legal_actions"}))
 
     def __post_init__(self) -> None:
         if not 0 <= self.low <= self.high:

@@ -94,7 +94,8 @@ class OpenEnvEnvironment:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         url = settings.get("url")
-        return Needs(machine=(OPENENV_PACKAGE, *((ServerAnswers(url),) if url else ())))
+        return Needs(provides=frozenset({"episodes"}),
+                     machine=(OPENENV_PACKAGE, *((ServerAnswers(url),) if url else ())))
 
     def __init__(self, environment: str | None, url: str | None, action: str | None, action_field: str,
                  observation_field: str, max_turns: int, max_context_tokens: int, step_timeout_s: float,

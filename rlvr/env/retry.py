@@ -45,7 +45,7 @@ class RetryEnvironment:
         reward = dict(settings["reward"])
         verifier: type[Component] = get_class(reward.pop("_target_"))  # every component has `needs`
         own = verifier.needs(reward)
-        return Needs(provides=frozenset({"fork"}), machine=own.machine)
+        return Needs(provides=frozenset({"episodes", "fork"}), machine=own.machine)
 
     def __init__(self, reward: Reward, max_turns: int, max_context_tokens: int, step_timeout_s: float,
                  wrong: str) -> None:

@@ -140,7 +140,7 @@ def unwrapped(env):
 class TextArenaEnvironment:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs(provides=frozenset({"fork"}), machine=(TEXTARENA_PACKAGE,))
+        return Needs(provides=frozenset({"episodes", "fork"}), machine=(TEXTARENA_PACKAGE,))
 
     def __init__(self, game: str, bracket_actions: bool, max_turns: int, max_context_tokens: int,
                  step_timeout_s: float) -> None:

@@ -99,7 +99,7 @@ POLICY_MODEL = "rlvr-policy"
 class VerifiersEnvironment:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs(machine=(VERIFIERS_PACKAGE,))
+        return Needs(provides=frozenset({"episodes"}), machine=(VERIFIERS_PACKAGE,))
 
     def __init__(self, environment: str, settings: Mapping[str, Any] | None, num_tasks: int | None,
                  observation: str, max_turns: int, max_context_tokens: int, step_timeout_s: float) -> None:

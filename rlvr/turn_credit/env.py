@@ -63,7 +63,7 @@ class EnvAdvantages:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs()
+        return Needs(requires={"episodes": "turn_credit=env gives each turn the reward its environment step gave"})
 
     def __call__(self, adv_P_G: Tensor, rewards_P_G: Tensor, turns: TurnSignals) -> tuple[Tensor, dict[str, float]]:
         check_turns(adv_P_G, rewards_P_G, turns)

@@ -64,7 +64,8 @@ class RewardToGo:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs()
+        return Needs(requires={"episodes": "turn_credit=reward_to_go gives each turn the rewards of the turns from it "
+                                           "on"})
 
     def __init__(self, *, discount: float, std_normalize: bool) -> None:
         if not (isinstance(discount, int | float) and 0.0 <= discount <= 1.0):

@@ -15,7 +15,7 @@ from rlvr.turn_credit.episode import EpisodeCredit
 from tests.turn_credit.rows import NAN, off_action, turn_signals
 
 NAMES = options("turn_credit")  # every file in conf/turn_credit/, so a new option is tested without editing a list
-REQUIRES = {"episode": set(), "reward_to_go": set(), "env": set(), "tl_grpo": {"fork", "legal_actions"}}
+REQUIRES = {"episode": set(), "reward_to_go": {"episodes"}, "env": {"episodes"}, "tl_grpo": {"fork", "legal_actions"}}
 
 # 2 prompts × 3 episodes with every per-turn tensor filled, observations between actions
 ROWS = ["00o1o2o", "0oo11..", "000o...", "0o1....", "00o11o.", "0o1o2.."]

@@ -40,7 +40,10 @@ def compose_jobs(overrides: list[str], conf: Path) -> tuple[list[Job], str | Non
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from rlvr.campaign import expand_grid
+    from rlvr.command_line import repeated_choices
 
+    if repeated := repeated_choices(overrides, conf):
+        return [], "; ".join(repeated)
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
         fixed = [text for text, o in zip(overrides, parsed) if not o.is_sweep_override()]
@@ -65,14 +68,16 @@ def run_lines(jobs: list[Job], pool: Executor, slurm: Future[Cluster]) -> list[L
     checks: dict[Requirement, Future[Finding]] = {}
     rows: list[tuple[str, Requirement]] = []
     config: list[Line] = []
+    from rlvr.config_check import run_folder
+    from rlvr.machine_check import machine_requirements
+
     for job in jobs:
         needs, errors = job_needs(job)
         config += [Line(ERROR, "config", error.replace("\n", " ")) for error in errors]
-        for group, declared in needs.items():
-            for requirement in declared.machine:
-                if requirement not in checks:
-                    checks[requirement] = pool.submit(requirement.check)
-                rows.append((label(job, group), requirement))
+        for who, requirement in machine_requirements(job.cfg, needs, run_folder(job.cfg)) if needs else ():
+            if requirement not in checks:
+                checks[requirement] = pool.submit(requirement.check)
+            rows.append((label(job, who) if who in needs else who, requirement))
         if "SlurmLauncher" in str(job.cfg.hydra.launcher.get("_target_", "")):
             config += slurm_needs(job, slurm.result())
     lines = list(dict.fromkeys(config))
