@@ -23,6 +23,22 @@ from pathlib import Path
 from rlvr.errors import ConfigError
 
 LOCK_FILE = ".lock"
+_HELD: set[int] = set()
+"""Descriptors of the locks this process holds: a forked child (the sampler's worker, a reward pool) closes its copies
+at once, so that a child outliving its killed parent cannot keep the folder locked (closing a copy, unlike
+LOCK_UN, leaves the parent's lock in place; an exec'd child never gets one: os.open's descriptors are not inherited)."""
+
+
+def _close_in_child() -> None:
+    for fd in _HELD:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
 
 
 class RunFolderBusy(ConfigError):
@@ -46,6 +62,7 @@ class FolderLock:
             os.close(fd)
             raise RunFolderBusy(f"run folder {folder} is in use by {holder(folder)}: one run writes a folder at a "
                                 "time. Wait for it to end, stop it, or give this run another hydra.run.dir") from None
+        _HELD.add(fd)
         return cls(folder, fd, created)
 
     def claim(self) -> None:
@@ -61,6 +78,7 @@ class FolderLock:
             return
         if not keep_file and self._created:
             (self.folder / LOCK_FILE).unlink(missing_ok=True)
+        _HELD.discard(self._fd)
         os.close(self._fd)  # closing the descriptor releases the flock
         self._fd = -1
 

@@ -145,3 +145,25 @@ def test_the_same_command_continues_only_a_run_of_its_whole_config_with_a_checkp
     mine = stopped_run("trainer.max_steps=3", checkpoint=True)
     again = train(tmp_path, "trainer.max_steps=3")
     assert again.returncode == 0 and f"continuing the interrupted run in {mine}" in again.stdout
+
+
+def test_a_forked_child_does_not_keep_a_killed_runs_folder_locked(tmp_path):
+    """The sampler's worker and reward pools are forked from the run: one that outlives its SIGKILLed parent must not
+    hold the folder (a flock is shared by every copy of the descriptor)."""
+    from rlvr.folder_lock import FolderLock, is_held
+
+    parent = os.fork()
+    if parent == 0:  # the run: takes the lock, forks a worker, waits to be killed
+        FolderLock.take(tmp_path).claim()
+        if os.fork() == 0:
+            time.sleep(20)
+            os._exit(0)
+        time.sleep(60)
+        os._exit(0)
+    deadline = time.monotonic() + 30
+    while not is_held(tmp_path):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(parent, signal.SIGKILL)
+    os.waitpid(parent, 0)
+    assert is_held(tmp_path) is False  # the worker lives on, the lock went with the run
