@@ -166,29 +166,39 @@ def table() -> str:
 
 def rewrite(readme: str) -> str:
     """README.md's text with the table between its markers replaced by table()."""
+    return between_markers(readme, "<!-- options table:", END, table)
+
+
+def between_markers(readme: str, begin: str, end: str, make) -> str:
+    """`readme` with the lines from the one starting with `begin` to the line `end` replaced by `make()`."""
     lines = readme.split("\n")
-    begin = next((i for i, line in enumerate(lines) if line.startswith("<!-- options table:")), None)
-    end = lines.index(END) if END in lines else None
-    if begin is None or end is None or end < begin:
-        raise SystemExit(f"README.md lacks the markers `<!-- options table: …` and `{END}`")
-    return "\n".join([*lines[:begin], table(), *lines[end + 1:]])
+    first = next((i for i, line in enumerate(lines) if line.startswith(begin)), None)
+    last = lines.index(end) if end in lines else None
+    if first is None or last is None or last < first:
+        raise SystemExit(f"README.md lacks the markers `{begin} …` and `{end}`")
+    return "\n".join([*lines[:first], make(), *lines[last + 1:]])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cli(doc: str, what: str, command: str, rewrite) -> None:
+    """`--check` (exit 1 if README.md's `what` is not what `rewrite` makes) or rewrite it in place."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="exit 1 if README.md's table differs; write nothing")
     args = parser.parse_args()
     current = README.read_text()
     wanted = rewrite(current)
     if args.check:
         if wanted != current:
-            sys.exit(f"README.md's options table is not what conf/ gives: run `{COMMAND}`")
-        print("README.md's options table is up to date")
+            sys.exit(f"README.md's {what} is stale: run `{command}`")
+        print(f"README.md's {what} is up to date")
     elif wanted != current:
         README.write_text(wanted)
-        print(f"rewrote README.md's options table ({len(groups_and_defaults())} groups)")
+        print(f"rewrote README.md's {what}")
     else:
-        print("README.md's options table was already up to date")
+        print(f"README.md's {what} was already up to date")
+
+
+def main() -> None:
+    cli(__doc__, "options table", COMMAND, rewrite)
 
 
 if __name__ == "__main__":
