@@ -27,6 +27,9 @@ RENAMED = {
     "transform.var_threshold": "transform.schedule.var_threshold",
     "transform.warmup_sequences": "transform.schedule.warmup_sequences",
     "transform.fixed_lambda": "transform.schedule.fixed_lambda",
+    # issue 37: the bound on a reward's value is the loop's, one key whatever the reward (its node is handed whole
+    # to the reward's constructor, and env=retry reuses it)
+    "reward.max_abs": "trainer.reward_max_abs",
 }
 """Keys that moved, old name → new. An old name fails naming the new one, wherever it is caught: Hydra's "Could not
 override" (`transform.delay_steps=0`, `explain` below), a key the constructor takes no such argument for

@@ -233,6 +233,8 @@ def test_an_unwritable_run_folder_is_named(tmp_path):
                                 "(say transform.schedule.delay_steps=0)"),
     ("transform.fixed_lambda=0.5", "transform.fixed_lambda=0.5: transform.fixed_lambda is now "
                                    "transform.schedule.fixed_lambda (say transform.schedule.fixed_lambda=0.5)"),
+    ("reward.max_abs=10", "reward.max_abs=10: reward.max_abs is now trainer.reward_max_abs (say "
+                          "trainer.reward_max_abs=10)"),
     # a group or key given twice with different values: Hydra takes the last one silently (issue 37 req 6)
     ("campaign=smoke campaign=sepa_ablation", "campaign is chosen 2 times with different options (campaign=smoke, "
                                               "campaign=sepa_ablation): Hydra would silently take the last one"),
