@@ -43,6 +43,8 @@ NAMES = {
     "rlvr.algorithm.maxrl.MaxRL": "maxrl",
     "rlvr.algorithm.reinforce_pp.ReinforcePP": "reinforce_pp",
     "rlvr.algorithm.discover_entropic.DiscoverEntropic": "discover_entropic",
+    "rlvr.algorithm.rloo.RLOO": "rloo",
+    "rlvr.algorithm.pkpo.PKPO": "pkpo",
     # transform
     "rlvr.transform.none.NoTransform": "none",
     "rlvr.transform.gtpo.GTPO": "gtpo",

@@ -50,6 +50,10 @@ PUBLISHED = {
         "algorithm.loss.form": "cispo", "algorithm.loss.cispo_max": 5.0, "algorithm.loss.aggregation": "prompt_mean",
         "algorithm.scale": "batch_std", "trainer.dynamic_sampling": "filter", "algorithm.kl.coef": 0.0,
         "trainer.off_policy_steps": 0},
+    "grpo_entropy": {  # MaxRL, arXiv 2602.02710, maze and GSM8K tables: GRPO (with entropy bonus), its appendix's
+        # (r − mean)/(std + 1e-6); coefficient not printed: verl's former default entropy_coeff 0.001
+        "algorithm.scale": "std", "algorithm.scale_eps": 1e-6, "algorithm.entropy_coef": 0.001,
+        "algorithm.kl.coef": 0.0},
 }
 
 
