@@ -20,6 +20,11 @@ What is compared. A run's condition is the label of its composed config (rlvr/la
 configs differ in more than the condition and the seed: within a condition any key but the seed and
 bookkeeping (`rlvr.resume.SAFE_TO_CHANGE`), across conditions any key outside the groups that make the
 condition. `--ignore-key KEY` (repeatable) leaves a key the user knows does not matter out of that check.
+
+Whether it could find a difference. Under each table, a power line per pair (rlvr/cli/power.py): from the sd of
+the paired differences, the smallest |Δ| these seeds detect with the paired t-test at 95% confidence and 80% power,
+and with `--detect D` the seeds D needs. Without `--metric`, the metrics are eval/pass@1 and the largest logged
+eval/pass@k of a sampled evaluation, else eval/accuracy.
 """
 
 from __future__ import annotations
@@ -33,26 +38,13 @@ from typing import cast
 
 import numpy as np
 
-from rlvr.cli.runs import CliError, Run, check_comparable, load_runs, require_metric
+from rlvr.cli.power import power_line, power_of, t_975
+from rlvr.cli.runs import CliError, Run, check_comparable, known_metrics, load_runs, require_metric
 
 MIN_SEEDS = 3
 DEFAULT_BASELINES = ("grpo", "grpo+none")
 METHOD = "t"
 METHOD_TEXT = "Student t, mean ± t(0.975, n−1)·sd/√n over seeds"
-# t(0.975, df) for df = 1..30 (to 4 decimals); beyond, the Cornish–Fisher expansion below (error < 1e-5)
-T_975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010, 2.1788,
-         2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860, 2.0796, 2.0739, 2.0687, 2.0639,
-         2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423)
-Z_975 = 1.959963984540054
-
-
-def t_975(df: int) -> float:
-    """The 97.5% quantile of Student's t with `df` degrees of freedom (df ≥ 1)."""
-    if df <= len(T_975):
-        return T_975[df - 1]
-    z = Z_975
-    return (z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3))
 
 
 def t_interval(values: Sequence[float]) -> list[float] | None:
@@ -122,8 +114,16 @@ def estimate(seeds: list, values: list[float], paired: bool = False) -> dict:
             "ci95": t_interval(values), "no_ci": no_interval_reason(len(values), paired)}
 
 
+def default_metrics(runs: list[Run]) -> list[str]:
+    """pass@1 and the largest pass@k of a sampled evaluation where the runs log them, else eval/accuracy."""
+    names = known_metrics(runs)
+    ks = sorted(int(m.removeprefix("eval/pass@")) for m in names
+                if m.startswith("eval/pass@") and m.removeprefix("eval/pass@").isdigit())
+    return [f"eval/pass@{k}" for k in sorted({ks[0], ks[-1]})] if ks else ["eval/accuracy"]
+
+
 def compare(runs: list[Run], metric: str, at: str = "final", k: int = 10, baseline: str | None = None,
-            ignore_keys: Sequence[str] = ()) -> dict:
+            ignore_keys: Sequence[str] = (), detect: float | None = None) -> dict:
     require_metric(runs, metric)
     check_comparable([r for r in runs if reduce_run(r, metric, at, k) is not None], ignore_keys)
     table = per_seed(runs, metric, at, k)
@@ -135,7 +135,8 @@ def compare(runs: list[Run], metric: str, at: str = "final", k: int = 10, baseli
         if condition != base:
             paired = _seed_order(set(by_seed) & set(table[base]))
             diffs = [by_seed[s] - table[base][s] for s in paired]
-            row["diff"] = {**estimate(paired, diffs, paired=True), "wins": sum(d > 0 for d in diffs)}
+            row["diff"] = {**estimate(paired, diffs, paired=True), "wins": sum(d > 0 for d in diffs),
+                           "power": power_of(diffs, detect)}
         rows.append(row)
     return {"metric": metric, "at": at, "k": k if at == "last-k" else None, "baseline": base,
             "ci_method": f"{METHOD_TEXT}; none from fewer than {MIN_SEEDS} seeds",
@@ -187,10 +188,20 @@ def render(result: dict) -> str:
                       "half their gap,",
                   "and a percentile-bootstrap one covers the truth about half the time. Per seed:"]
         lines += ["  " + line for line in _columns(without)]
+    pairs = [(f"{r['condition']} − {base}:", power_line(r["diff"]["power"])) for r in result["conditions"]
+             if r.get("diff") is not None]
+    if pairs:
+        lines += ["", "Paired t-test power from the seeds' spread (docs/metrics.md#power):"]
+        lines += ["  " + line for line in _columns(pairs)]
     return "\n".join(lines)
 
 
-def run(path: Path, metric: str, at: str, k: int, baseline: str | None, as_json: bool,
-        ignore_keys: Sequence[str] = ()) -> str:
-    result = compare(load_runs(path), metric, at, k, baseline, ignore_keys)
-    return json.dumps(result, indent=2) if as_json else render(result)
+def run(path: Path, metrics: Sequence[str] | None, at: str, k: int, baseline: str | None, as_json: bool,
+        ignore_keys: Sequence[str] = (), detect: float | None = None) -> str:
+    """One table per metric (`default_metrics` when none is named); in --json one object, a list for several."""
+    runs = load_runs(path)
+    results = [compare(runs, metric, at, k, baseline, ignore_keys, detect)
+               for metric in metrics or default_metrics(runs)]
+    if as_json:
+        return json.dumps(results[0] if len(results) == 1 else results, indent=2)
+    return "\n\n".join(render(result) for result in results)

@@ -29,9 +29,10 @@ def _parser() -> argparse.ArgumentParser:
 
     compare = sub.add_parser("compare", help="a metric per condition over seeds, paired Δ, 95%% t-intervals (≥3 seeds)")
     compare.add_argument("path", type=Path, metavar="PATH")
-    compare.add_argument("--metric", default="eval/accuracy",
-                         help="a metrics.jsonl name (default eval/accuracy; e.g. mean_reward, or a sampled "
-                              "evaluation's eval/pass@4, eval/avg@4, eval/maj@4); an unknown one lists the runs' names")
+    compare.add_argument("--metric", action="append", default=None,
+                         help="a metrics.jsonl name, repeatable: one table each (default eval/pass@1 and the largest "
+                              "eval/pass@k where logged, else eval/accuracy; e.g. mean_reward, eval/avg@4, "
+                              "eval/maj@4); an unknown one lists the runs' names")
     compare.add_argument("--at", choices=("final", "last-k"), default="final",
                          help="per run: the last value, or the mean of the last --k values")
     compare.add_argument("--k", type=int, default=10)
@@ -41,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--ignore-key", action="append", default=[], metavar="KEY",
                          help="a config key (and what is under it) whose differences between runs do not matter; "
                               "repeatable (without it, runs whose configs differ are refused)")
+    compare.add_argument("--detect", type=float, default=None, metavar="DIFF",
+                         help="a difference to find (e.g. 0.05): the power lines add the seeds it needs")
 
     plot = sub.add_parser("plot", help="PNG, PDF, SVG: one curve per condition, mean over seeds, 95%% band (≥3 seeds)")
     plot.add_argument("path", type=Path, metavar="PATH")
@@ -65,6 +68,12 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--step-time", type=float, default=None, metavar="SECONDS",
                       help="median step time of a pilot (default: measured from the campaign's runs)")
     plan.add_argument("--parallel", type=int, default=None, help="runs at once (default: array_parallelism)")
+    plan.add_argument("--pilot", type=Path, default=None, metavar="PATH",
+                      help="a folder of pilot runs (≥2 seeds a condition): the campaign's power from their spread")
+    plan.add_argument("--metric", action="append", default=None,
+                      help="with --pilot, as for compare (default eval/pass@1 and eval/pass@k, else eval/accuracy)")
+    plan.add_argument("--detect", type=float, default=None, metavar="DIFF",
+                      help="with --pilot: the seeds needed to find this difference (e.g. 0.05)")
 
     doctor = sub.add_parser("doctor", help="what is installed and usable here, and whether a run's config can run")
     doctor.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="as for train.py, e.g. engine=vllm")
@@ -158,6 +167,8 @@ def _checkpoint_parsers(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if getattr(args, "detect", None) is not None and not args.detect > 0:
+            raise CliError(f"--detect must be a difference > 0, got {args.detect}")
         if args.command == "status":
             from rlvr.cli import status
 
@@ -167,11 +178,13 @@ def main(argv: list[str] | None = None) -> int:
                 raise CliError(f"--k must be at least 1, got {args.k}")
             from rlvr.cli import compare
 
-            print(compare.run(args.path, args.metric, args.at, args.k, args.baseline, args.json, args.ignore_key))
+            print(compare.run(args.path, args.metric, args.at, args.k, args.baseline, args.json, args.ignore_key,
+                              args.detect))
         elif args.command == "plan":
             from rlvr.cli import plan
 
-            print(plan.run(args.overrides, args.conf, args.step_time, args.parallel))
+            print(plan.run(args.overrides, args.conf, args.step_time, args.parallel, args.pilot, args.metric,
+                           args.detect))
         elif args.command == "doctor":
             from rlvr.cli import doctor
 

@@ -7,6 +7,10 @@ engine=vllm what vLLM takes of the GPU beside the trainer while sampling and whi
 from a synchronous pilot, the step time sampling ahead of training would give (trainer.off_policy_steps=1).
 The step time is `--step-time`, or the median `step_time_s` of runs already in the campaign's folders (a pilot, or an
 earlier launch of the same campaign).
+
+`--pilot PATH` (a folder of pilot runs, at least 2 seeds per condition): the power lines `rlvr compare` prints,
+from the pilot's spread of seed-paired differences, for as many seeds as the campaign launches: the smallest
+difference the campaign would find, and with `--detect D` the seeds D needs (rlvr/cli/power.py).
 """
 
 from __future__ import annotations
@@ -16,11 +20,30 @@ from pathlib import Path
 from rlvr.cli.runs import CliError
 
 
-def run(overrides: list[str], conf: Path, step_time: float | None, parallel: int | None) -> str:
+def pilot_power(pilot: Path, metrics: list[str] | None, seeds: int, detect: float | None) -> list[str]:
+    """The power lines of each pair of the pilot's conditions (final values, paired by seed against compare's
+    baseline), sized for `seeds` seeds."""
+    from rlvr.cli.compare import compare, default_metrics
+    from rlvr.cli.power import power_line, power_of
+    from rlvr.cli.runs import load_runs
+
+    runs = load_runs(pilot)
+    lines = []
+    for metric in metrics or default_metrics(runs):
+        result = compare(runs, metric)
+        lines.append(f"  power from the pilot {pilot} ({metric}, final values, paired by seed):")
+        lines += [f"    {r['condition']} − {result['baseline']}: "
+                  f"{power_line(power_of(r['diff']['values'], detect, seeds))}"
+                  for r in result["conditions"] if "diff" in r]
+    return lines
+
+
+def run(overrides: list[str], conf: Path, step_time: float | None, parallel: int | None,
+        pilot: Path | None = None, metrics: list[str] | None = None, detect: float | None = None) -> str:
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
 
-    from rlvr.campaign import Plan, expand_grid, measured_step_time, overlapped_step_time, planned_memory
+    from rlvr.campaign import Plan, expand_grid, measured_step_time, overlapped_step_time, planned_memory, value_of
 
     if not (conf / "train.yaml").is_file():
         raise CliError(f"{conf}: no train.yaml there (run from the repository root or pass --conf)")
@@ -35,4 +58,8 @@ def run(overrides: list[str], conf: Path, step_time: float | None, parallel: int
     parallel = parallel or int(cfg.hydra.launcher.get("array_parallelism", 0) or 1)
     plan = Plan(jobs, int(cfg.trainer.max_steps), step_time or measured_step_time(root), parallel, planned_memory(cfg),
                 overlapped_step_time(root))
-    return f"{plan.describe()}\n  runs land in: {root}/<condition>/seed=<seed>"
+    text = f"{plan.describe()}\n  runs land in: {root}/<condition>/seed=<seed>"
+    if pilot is None:
+        return text
+    seeds = len({value_of(job, "seed", "-") for job in jobs})
+    return "\n".join([text, *pilot_power(pilot, metrics, seeds, detect)])
