@@ -113,6 +113,8 @@ def condition_label(config: Mapping) -> str:
     scale = (config.get("algorithm") or {}).get("scale", "none")
     if scale != "none":
         label += f",scale={scale}"
+    if name(config.get("algorithm")) == "pkpo":  # the k of pass@k is PKPO's objective: two ks are two arms
+        label += f",k={(config.get('algorithm') or {}).get('k')}"
     form = ((config.get("algorithm") or {}).get("loss") or {}).get("form", "ppo")
     if form != "ppo":
         label += f",form={form}"

@@ -12,6 +12,7 @@ from composing import FAST, compose_config
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.algorithm.pkpo import PKPO
 from rlvr.algorithm.rloo import RLOO
+from rlvr.labels import condition_label
 from rlvr.run import ConfigError, run
 
 LOSS = PolicyLoss(clip_eps=0.0, clip_eps_high=0.0, adv_clip_max=0.0)
@@ -90,3 +91,9 @@ def test_pkpo_composes_with_k_and_the_group_size():
     cfg = compose_config(["algorithm=pkpo", "trainer.group_size=16", "algorithm.k=16"])
     assert cfg.algorithm._target_ == "rlvr.algorithm.pkpo.PKPO"
     assert (cfg.algorithm.k, cfg.algorithm.group_size) == (16, 16)
+
+
+def test_the_label_names_k():
+    # two PKPO arms that differ in k optimise different objectives: their runs must not share a label
+    assert condition_label(compose_config(["condition=pkpo"])) == "pkpo+none,k=4"
+    assert condition_label(compose_config(["algorithm=pkpo", "algorithm.k=2"])) == "pkpo+none,k=2"
