@@ -73,6 +73,7 @@ NAMES = {
     "rlvr.data.gsm8k.GSM8K": "gsm8k",
     "rlvr.data.jsonl.JSONL": "jsonl",
     "rlvr.data.math.MATH": "math",
+    "rlvr.data.maze.Maze": "maze",
     "rlvr.data.reasoning_gym.ReasoningGym": "reasoning_gym",
     "rlvr.discover.source.Discover": "discover",
     # reward
@@ -81,6 +82,7 @@ NAMES = {
     "rlvr.reward.judge.ChatJudge": "judge",
     "rlvr.reward.match.BoxedMatch": "match",
     "rlvr.reward.math.MathVerify": "math",
+    "rlvr.reward.maze.MazeReward": "maze",
     "rlvr.reward.reasoning_gym.ReasoningGymScore": "reasoning_gym",
     "rlvr.discover.closeness.Closeness": "closeness",
     # backend
@@ -90,6 +92,7 @@ NAMES = {
     "rlvr.backend.prime_rl.PrimeRLBackend": "prime_rl",
     # model
     "rlvr.model.tiny.TinyLlama": "tiny",
+    "rlvr.model.maze.MazeQwen2": "maze",
     "rlvr.model.pretrained.Pretrained": "pretrained",
 }
 SAME_ROLLOUTS_BACKENDS = ("local", "fsdp")
