@@ -1,6 +1,6 @@
 """PKPO episode advantages (docs/algorithms.md#pkpo): Pass@K Policy Optimization (Walder & Karkhanis, NeurIPS 2025,
 arXiv 2505.15201), the unbiased gradient of pass@k (of maxg@k = E[max of k samples' rewards], which is pass@k for
-0/1 rewards) with the paper's recommended lower-variance baseline, s^(loo−1) (its eq. 33):
+0/1 rewards) with the paper's lowest-variance baseline, s^(loo−1) (eq. 33 as public implementations number it):
 
     A_i = k · E_J [ max(r_i, max r_J) − max r_J ]      J: a uniformly random (k−1)-subset of the group's other G − 1
         = k · Σ_{m=1}^{G−1} C(m−1, k−2)/C(G−1, k−1) · max(0, r_i − o_(m))      o_(1) ≤ … ≤ o_(G−1): the others sorted
