@@ -44,15 +44,13 @@ def main(cfg: DictConfig) -> float:
 
             accuracy = run(cfg)["eval_accuracy_final"]  # the value a Hydra sweeper would optimise
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # finished: a time-limit warning now must not kill the exit
-        if several_ranks():
-            leave(0)
         return accuracy
     except ConfigError as err:  # the user's input, not a bug: the message names the keys, a traceback adds nothing
         print(f"rlvr.errors.ConfigError: {err}", file=sys.stderr)
         sys.exit(CONFIG_ERROR_EXIT_CODE)
     except RunFailed as failed:  # the run cannot learn; status.json says failed, with the same reason
         print(f"rlvr: run failed: {failed}", file=sys.stderr)
-        leave(RUN_FAILED_EXIT_CODE)
+        sys.exit(RUN_FAILED_EXIT_CODE)
     except Preempted as stopped:
         # Checkpointed: the exit status is decided. A signal now must not change it; in a job of several tasks
         # the first task to exit makes srun SIGTERM the others, and Python's shutdown puts back the default
@@ -60,25 +58,22 @@ def main(cfg: DictConfig) -> float:
         for signum in (signal.SIGTERM, signal.SIGUSR1):
             signal.signal(signum, signal.SIG_IGN)
         print(f"rlvr: {stopped}; exit status {exit_code(stopped.signum)}", file=sys.stderr)
-        leave(exit_code(stopped.signum))
+        sys.exit(exit_code(stopped.signum))
 
 
-def several_ranks() -> bool:
+def leave(code: int | str | None) -> NoReturn:
+    """Exit with `code` (SystemExit's). A rank of a distributed run started as this script (torchrun, srun python
+    train.py) skips the interpreter's shutdown, its logs and streams flushed first: once FSDP2 has sharded a model,
+    gloo's threads (`gloo_tcp_loop`, `pt_gloo_runloop`) outlive `destroy_process_group`, and their C++ objects torn
+    down at shutdown aborted a rank now and then under load ("terminate called without an active exception",
+    exit -6, the run's work all done). A job run by submitit is left to submitit, which writes its result after."""
     from rlvr.distributed import World
 
-    return World.from_env().size > 1
-
-
-def leave(code: int) -> NoReturn:
-    """Exit with `code`. A rank of a distributed run skips the interpreter's shutdown (its logs and streams flushed
-    first): once FSDP2 has sharded a model, gloo's threads (`gloo_tcp_loop`, `pt_gloo_runloop`) outlive
-    `destroy_process_group`, and their C++ objects torn down at shutdown aborted a rank now and then under load
-    ("terminate called without an active exception", exit -6, the run's work all done)."""
-    if several_ranks():
+    if World.from_env().size > 1:
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(code)
+        os._exit(code if isinstance(code, int) else 0 if code is None else 1)
     sys.exit(code)
 
 
@@ -89,7 +84,11 @@ if __name__ == "__main__":
         print("rlvr.errors.ConfigError: invalid config:\n  " + "\n  ".join(repeated), file=sys.stderr)
         sys.exit(CONFIG_ERROR_EXIT_CODE)
     try:
-        main()
+        try:
+            main()
+        except SystemExit as done:  # the job's own exit status (2, 1, 75, 130): a distributed rank leaves at once
+            leave(done.code)
+        leave(0)
     except KeyboardInterrupt:  # Ctrl-C while Hydra composes, before the job listens for it: nothing to save
         sys.exit(130)
     except Exception as err:

@@ -259,6 +259,9 @@ class Threads:
     def check(self) -> Finding:
         from rlvr.threads import resolve, usable_cores
 
+        if self.setting != "auto" and self.setting is not None and (not isinstance(self.setting, int) or isinstance(
+                self.setting, bool) or self.setting < 1):
+            return Finding("ok", f"threads={self.setting!r}: not a thread count (the config check says so)")
         cores, threads = usable_cores(), resolve(self.setting)  # type: ignore[arg-type]
         if threads is None:
             return Finding("ok", f"torch's default (one per core: {cores})")

@@ -33,9 +33,11 @@ def test_every_environment_composes_declares_its_needs_and_builds(option):
     assert ("fork" in needs.provides) == (option not in ("calculator", "openenv", "verifiers"))
     context, positions = cfg.env.max_context_tokens, cfg.model.max_positions
     if context > positions:  # an English-text environment's context does not fit model=tiny: refused at start
-        assert config_problems(cfg, at_start=False)[1] == [
+        [problem] = config_problems(cfg, at_start=False)[1]
+        assert problem.startswith(
             f"env.max_context_tokens={context} does not fit: model <rlvr.model.tiny.TinyLlama> has {positions} "
-            f"positions (model.max_positions); at most {positions}"]
+            f"positions (model.max_positions); at most {positions}. To fit, give the model the positions "
+            f"(model.max_positions={context})")
         cfg.model.max_positions = context  # a model that fits
     assert config_problems(cfg, at_start=False)[1] == []  # nothing else in the config minds it
     if option == "openenv":  # its server is checked at start, and none answers here
