@@ -17,7 +17,7 @@ TOP_LEVEL_KEYS = ("seed", "threads", "resume", "resume_allow_changes")
 """conf/train.yaml's own keys; every other top-level key of a composed config is a group's node."""
 
 RENAMED = {
-    # issue 22: the SEPA λ schedule's knobs, one node (conf/lambda_schedule.yaml) that transform=sepa*, delight_sepa
+    # the SEPA λ schedule's knobs, one node (conf/lambda_schedule.yaml) that transform=sepa*, delight_sepa
     # and hard_delight share; its kind was the key `schedule` itself
     "transform.schedule": "transform.schedule.kind",
     "transform.steps": "transform.schedule.steps",
@@ -27,7 +27,7 @@ RENAMED = {
     "transform.var_threshold": "transform.schedule.var_threshold",
     "transform.warmup_sequences": "transform.schedule.warmup_sequences",
     "transform.fixed_lambda": "transform.schedule.fixed_lambda",
-    # issue 37: the bound on a reward's value is the loop's, one key whatever the reward (its node is handed whole
+    # the bound on a reward's value is the loop's, one key whatever the reward (its node is handed whole
     # to the reward's constructor, and env=retry reuses it)
     "reward.max_abs": "trainer.reward_max_abs",
 }

@@ -1,4 +1,4 @@
-"""The reference KL and the entropy bonus (issue 25, requirement 4; docs/algorithms.md#reference-kl-and-entropy-bonus).
+"""The reference KL and the entropy bonus (docs/algorithms.md#reference-kl-and-entropy-bonus).
 
 `algorithm.kl` (coef β, estimator, where) penalises the policy's divergence from the reference, the model the run
 starts from (the base model, after the SFT warm-up when there is one): under LoRA the trained module with its

@@ -1,4 +1,4 @@
-"""A language-model head that never holds every logit (issue 23, requirement 8; docs/memory.md#the-chunked-lm-head).
+"""A language-model head that never holds every logit (docs/memory.md#the-chunked-lm-head).
 
 `token_logprobs(hidden_K_H, weight_V_H, targets_K, T)` gives, for K flat token positions (final hidden states
 after the model's final norm, already gathered), the float32 log-probability of each target under

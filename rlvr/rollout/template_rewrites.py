@@ -16,7 +16,7 @@ earlier turn (or the action's text) there. This is prime-rl's extension property
 contains all previous prompts and completions as a prefix"), checked on text rather than ids: an action whose
 sampled ids are not the tokenizer's own encoding of its text is the same turn to the template, not a rewrite.
 
-What rlvr does with it (issue 26 req 2, prime-rl's rule): the turn is counted (`Played.rewritten_turns`,
+What rlvr does with it (prime-rl's rule): the turn is counted (`Played.rewritten_turns`,
 `env/template_rewrite_frac`) and the row starts a new sequence there. The next action is sampled from the
 template's re-render of the conversation (`TemplateView.ids`), as a served model would see it, and the row records
 the position and that prompt (`Rollouts.segments_PG`); the backends train each sequence of the row behind its own

@@ -44,7 +44,7 @@ Predecessor quirks, decided deliberately:
     them (e.g. warmup_sequences = 50·P·G, ema_decay = 0.99^(1/(P·G))).
   * The auto schedule watches sampled-token surprisal whatever `uncertainty` the transform weights by,
     as retrain did.
-  * `state_dict` records the configuration next to the state (under its flat names of before issue 22:
+  * `state_dict` records the configuration next to the state (under its names of the earlier flat layout:
     "schedule" is the kind; `fixed_lambda` is not recorded); `load_state_dict` restores only the state
     (var_ema, var_0, warmup_seen, gate_open) — the resumed run's YAML is the configuration, as in retrain.
 """
@@ -112,7 +112,7 @@ class LambdaSchedule:
 
 def lambda_schedule(schedule: Any) -> LambdaSchedule:
     """A transform's `schedule` argument, which Hydra builds from the `transform.schedule` node. A scalar there is
-    the schedule's kind under its name of before issue 22 (`transform.schedule=auto`): named so."""
+    the schedule's kind under its name of the earlier flat layout (`transform.schedule=auto`): named so."""
     if isinstance(schedule, LambdaSchedule):
         return schedule
     hint = renamed("transform.schedule", schedule) if isinstance(schedule, str) else None
@@ -192,7 +192,7 @@ class SEPAController:
         self.var_ema = _ema_after(var_ema_0, v_K, self.schedule.ema_decay)
 
     def state_dict(self) -> dict[str, Any]:
-        s = self.schedule  # the configuration under its names of before issue 22 ("schedule" = the kind)
+        s = self.schedule  # the configuration under its names of the earlier flat layout ("schedule" = the kind)
         return {
             "steps": s.steps,
             "schedule": s.kind,
