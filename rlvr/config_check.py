@@ -194,16 +194,23 @@ def echo_errors(cfg: DictConfig) -> list[str]:
 
 
 def eval_errors(cfg: DictConfig) -> list[str]:
-    """trainer.eval_samples (0 or 1: greedy; k >= 2: sampled at trainer.eval_temperature, rlvr/rollout/
-    sampled_eval.py). A config stored before they existed has neither: greedy."""
+    """trainer.eval_samples and final_eval_samples (0 or 1: greedy; k >= 2: sampled at trainer.eval_temperature,
+    rlvr/rollout/sampled_eval.py), trainer.eval_rows (rows sampled at once). A config stored before they existed
+    has none: greedy, in one part."""
     t = cfg.trainer
-    k, temperature = t.get("eval_samples", 0), t.get("eval_temperature", 1.0)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        return [f"trainer.eval_samples={k!r} must be an integer >= 0 (0 or 1: greedy evaluation; k >= 2: k samples "
-                "per held-out example)"]
-    if k >= 2 and not temperature > 0:
-        return [f"trainer.eval_temperature={temperature} must be > 0 with trainer.eval_samples={k}: k samples at "
-                "T=0 would be k copies of the greedy one (for greedy evaluation leave trainer.eval_samples=0)"]
+    temperature, rows = t.get("eval_temperature", 1.0), t.get("eval_rows", 1)
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        return [f"trainer.eval_rows={rows!r} must be an integer >= 1 (rows sampled at once in an evaluation)"]
+    final = t.get("final_eval_samples")
+    for key, k in (("eval_samples", t.get("eval_samples", 0)), ("final_eval_samples", final)):
+        if key == "final_eval_samples" and k is None:
+            continue
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            return [f"trainer.{key}={k!r} must be an integer >= 0 (0 or 1: greedy evaluation; k >= 2: k samples "
+                    "per held-out example)" + ("; null: trainer.eval_samples" if key == "final_eval_samples" else "")]
+        if k >= 2 and not temperature > 0:
+            return [f"trainer.eval_temperature={temperature} must be > 0 with trainer.{key}={k}: k samples at T=0 "
+                    f"would be k copies of the greedy one (for greedy evaluation leave trainer.{key}=0)"]
     return []
 
 

@@ -333,9 +333,10 @@ class Rollout(Protocol):
         ...
 
     def evaluate(self, examples: list[Example], max_tokens: int, samples: int = 1,
-                 temperature: float = 0.0) -> StepBatch:
+                 temperature: float = 0.0, first: int = 0) -> StepBatch:
         """One greedy row of each held-out example, scored; with `temperature` > 0, `samples` rows of each (top_p
-        1, each example's group from rlvr/seeds.py's eval_sampling_seeds), plus the rollout's own `eval/…`
+        1, each example's group from rlvr/seeds.py's eval_sampling_seeds, `examples` being the held-out set's from
+        place `first` on), plus the rollout's own `eval/…`
         metrics (single turn: `eval/maj@k` where the reward reads answers, rlvr/rollout/sampled_eval.py)."""
         ...
 

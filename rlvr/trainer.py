@@ -77,7 +77,7 @@ from rlvr.protocols import (
 from rlvr.resume import resume_command
 from rlvr.reward.guarded import MAX_ABS, RewardGuard
 from rlvr.reward.overlong import Overlong
-from rlvr.rollout import Episodes, SingleTurn
+from rlvr.rollout import EVAL_ROWS, Episodes, SingleTurn
 from rlvr.rollout import evaluate as held_out
 from rlvr.rollout.chat_turns import check_chat_turns
 from rlvr.rollout.dynamic_sampling import DynamicSampling
@@ -241,6 +241,11 @@ class Trainer:
     eval/pass@j and eval/maj@k (rlvr/rollout/sampled_eval.py); 0 or 1: greedy (T=0), one row each."""
     eval_temperature: float = 1.0
     """The sampling temperature of a sampled evaluation (eval_samples ≥ 2; top_p 1); unused when greedy."""
+    final_eval_samples: int | None = None
+    """k of the evaluation after the last step (pass@256 at the end, pass@16 along the way); null: eval_samples."""
+    eval_rows: int = EVAL_ROWS
+    """Rows sampled at once in an evaluation, each part reduced to its metrics before the next
+    (rlvr/rollout/evaluate.py): memory holds eval_rows rows, not examples × k."""
     max_skipped_steps: int = 50
     """Consecutive steps with nothing to train (every group's rewards tied, …) after which the run fails; 0 = never."""
     max_failed_steps: int = 5
@@ -695,8 +700,11 @@ class Trainer:
         if live.sampler is not None:
             live.sampler.wait_idle()  # the engine's weights change: every step submitted is sampled first
         live.backend.prepare_sampling()  # on every process (backend=fsdp: a collective)
+        k = self.eval_samples
+        if steps_done == self.max_steps and self.final_eval_samples is not None:
+            k = self.final_eval_samples
         row = held_out(live.rollout, live.engine, live.backend.policy, live.c.data, self.eval_max_tokens,
-                       steps_done, self.eval_samples, self.eval_temperature).row
+                       steps_done, k, self.eval_temperature, self.eval_rows)
         if live.sampler is not None:
             live.sampler.synced_elsewhere(steps_done)  # the evaluation synced the engine to these weights
         self._emit(live, row)

@@ -19,10 +19,11 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import TextIO
 
 from rlvr.cli.from_checkpoint import checkpoint_label, open_checkpoint, write_json
 from rlvr.outputs import NONDETERMINISTIC_KEYS
-from rlvr.rollout import evaluate
+from rlvr.rollout import Part, evaluate
 from rlvr.trainer import make_rollout
 
 
@@ -41,37 +42,41 @@ def same_numbers(a: dict, b: dict) -> bool:
 
 def run(path: Path, overrides: list[str], conf: Path, as_json: bool) -> str:
     opened = open_checkpoint(path, overrides, conf)
+    name = output_name(overrides)
+    k = max(opened.trainer.eval_samples, 1)
     try:
         c, state = opened.components, opened.state
         rollout = make_rollout(c, opened.engine, opened.tokenizer)
-        result = evaluate(rollout, opened.engine, opened.backend.policy, c.data, opened.trainer.eval_max_tokens,
-                          state["step"], opened.trainer.eval_samples, opened.trainer.eval_temperature)
+        with open(opened.checkpoint / f"{name}.completions.jsonl", "w") as f:
+            row = evaluate(rollout, opened.engine, opened.backend.policy, c.data, opened.trainer.eval_max_tokens,
+                           state["step"], opened.trainer.eval_samples, opened.trainer.eval_temperature,
+                           opened.trainer.eval_rows, each=lambda part: write_completions(f, part, k))
     finally:
         opened.close()
     logged = next((e for e in reversed(state.get("evals", [])) if e["step"] == state["step"]), None)
-    name = output_name(overrides)
     record = {
         "checkpoint": str(opened.checkpoint),
         "step": state["step"],
         "overrides": overrides,
-        "metrics": result.row,
+        "metrics": row,
         "logged": logged,
-        "same_as_logged": same_numbers(result.row, logged) if logged is not None and not overrides else None,
+        "same_as_logged": same_numbers(row, logged) if logged is not None and not overrides else None,
         "completions": f"{name}.completions.jsonl",
     }
-    k = result.samples
-    with open(opened.checkpoint / f"{name}.completions.jsonl", "w") as f:
-        for i, (completion, reward) in enumerate(zip(result.completions, result.scores.values, strict=True)):
-            example = result.examples[i // k]
-            line = {"prompt": example.prompt, "reference": example.reference, "completion": completion,
-                    "reward": reward}
-            f.write(json.dumps({**line, "sample": i % k} if k > 1 else line) + "\n")
     write_json(opened.checkpoint / f"{name}.json", record)
     if as_json:
         return json.dumps(record, indent=2)
     how = (f"{k} samples each at temperature {opened.trainer.eval_temperature:g}" if k > 1 else "greedy")
     return render(record, opened.checkpoint / f"{name}.json", checkpoint_label(opened.checkpoint, state),
                   opened.trainer.eval_max_tokens, how)
+
+
+def write_completions(f: TextIO, part: Part, k: int) -> None:
+    """One line per completion of a part of the evaluation (k per example)."""
+    for i, (completion, reward) in enumerate(zip(part.batch.completions, part.batch.scores.values, strict=True)):
+        example = part.examples[i // k]
+        line = {"prompt": example.prompt, "reference": example.reference, "completion": completion, "reward": reward}
+        f.write(json.dumps({**line, "sample": i % k} if k > 1 else line) + "\n")
 
 
 def render(record: dict, written: Path, label: str, max_tokens: int, how: str = "greedy") -> str:

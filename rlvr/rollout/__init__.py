@@ -12,7 +12,7 @@ collective).
     single_turn.py  SingleTurn: data → engine → reward; a row is one completion of its prompt
     episodes.py     Episodes: env → turns → turn signals; a row is one episode (branch_probes.py forks them for
                     turn_credit=tl_grpo, chat_turns.py renders observations under a chat template)
-    evaluate.py     the held-out evaluation, one function over either
+    evaluate.py     the held-out evaluation, one function over either, streamed in parts of trainer.eval_rows rows
 
 Both shard a step over the processes of a run (`World`, rlvr/distributed.py): each collects its contiguous
 share of whole groups, each group from its own seeds, and the batch is gathered, so every process holds the
@@ -20,7 +20,7 @@ whole step. One process is a world of size 1, where sharing and gathering are th
 """
 
 from rlvr.rollout.episodes import Episodes
-from rlvr.rollout.evaluate import Evaluation, evaluate
+from rlvr.rollout.evaluate import EVAL_ROWS, Part, evaluate
 from rlvr.rollout.single_turn import SingleTurn
 
-__all__ = ["Episodes", "Evaluation", "SingleTurn", "evaluate"]
+__all__ = ["EVAL_ROWS", "Episodes", "Part", "SingleTurn", "evaluate"]

@@ -167,16 +167,18 @@ class Episodes:
         )
 
     def evaluate(self, examples: list[Example], max_tokens: int, samples: int = 1,
-                 temperature: float = 0.0) -> StepBatch:
+                 temperature: float = 0.0, first: int = 0) -> StepBatch:
         """One greedy episode of each held-out example, on held-out games (the same for every run seed), with
         `max_tokens` per turn; accuracy counts the episodes whose reward is > 0.5. With `temperature` > 0:
         `samples` episodes of each game at that temperature (top_p 1), each group's sampling seed from
-        rlvr/seeds.py's eval_sampling_seeds (each episode's, as in training, from its group's). No maj@k: an
+        rlvr/seeds.py's eval_sampling_seeds (each episode's, as in training, from its group's); `examples` are the
+        held-out set's from place `first` on. No maj@k: an
         environment's reward has no answer to compare (rlvr/rollout/sampled_eval.py)."""
         self.env.failures.take()  # a training step's failures are that step's; count this evaluation's alone
         sampling = SamplingParams(temperature=temperature, top_p=1.0, max_tokens=max_tokens)
-        seeds = eval_sampling_seeds(self.seeds.sampler, len(examples)) if temperature > 0 else [0] * len(examples)
-        sampled = self._play(examples, samples, sampling, eval_episode_seeds(len(examples)), seeds, False, None)
+        end = first + len(examples)
+        seeds = eval_sampling_seeds(self.seeds.sampler, end)[first:] if temperature > 0 else [0] * len(examples)
+        sampled = self._play(examples, samples, sampling, eval_episode_seeds(end)[first:], seeds, False, None)
         played, failures = gather_played(self.world, sampled.rows[0], sampled.rows[1], self.tokenizer.pad_token_id)
         metrics = {"eval/turns_mean": float(played.turns_PG.float().mean()),
                    "eval/truncated_frac": float(played.truncated_PG.float().mean())}

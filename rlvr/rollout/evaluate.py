@@ -19,11 +19,20 @@ where the reward reads answers, `eval/maj@k`. `eval/accuracy`, `eval/mean_reward
 `eval_time_s` covers all of it (the held-out set, the sync, sampling and scoring); every other field depends
 only on the weights, the data, the verifier or environment, `max_tokens` and, sampled, k, the temperature and
 the run seed.
+
+Large k streams: the held-out set is sampled `rows` rows at a time (`trainer.eval_rows`, 4,096: a whole number
+of examples, at least one, per part), and each part is reduced to its metrics before the next is sampled, so
+memory holds one part, never N·k rows (pass@256 of 256 mazes is 65,536 rows). Each example's group keeps its own
+seed (its place in the held-out set, `first`), so a part draws what one unsplit evaluation would (prompts of one
+length, as the maze's, give the same logits in any batch; other padding may move the last float bits). Every
+field is a mean over examples or over rows (k rows each), so the parts' means weighted by their examples give
+the whole's (`combine`), up to float rounding.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,35 +41,60 @@ from rlvr.telemetry import eval_row
 
 if TYPE_CHECKING:
     from rlvr.protocols import DataSource, Engine, Rollout
-    from rlvr.types import Example, Rollouts, Scores
+    from rlvr.types import Example, StepBatch
+
+
+EVAL_ROWS = 4096
+"""`trainer.eval_rows`' default: rows sampled at once in an evaluation (module docstring)."""
+
+SUMMED = ("eval/examples", "eval_time_s")
+"""Row fields that add up over the parts of an evaluation; `step` is shared; every other field is a mean."""
 
 
 @dataclass(frozen=True)
-class Evaluation:
-    row: dict
-    """The metrics row (`step` = optimizer steps done), as metrics.jsonl holds it."""
+class Part:
+    """One part of an evaluation: examples `first` … `first + len(examples) − 1` of the held-out set, sampled."""
+    first: int
     examples: list[Example]
-    completions: list[str]
-    """One greedy completion (an episode: its transcript) per example, decoded without EOS or padding; sampled,
-    `samples` of each (example p's at p·samples … p·samples + samples − 1)."""
-    scores: Scores
-    rollouts: Rollouts
-    samples: int = 1
-    """Rows per example: 1 (greedy) or trainer.eval_samples."""
+    batch: StepBatch
 
 
-def evaluate(rollout: Rollout, engine: Engine, policy, data: DataSource, max_tokens: int,
-             steps_done: int, samples: int = 0, temperature: float = 1.0) -> Evaluation:
-    """Greedy accuracy of `policy` on `data.eval_examples()`, `max_tokens` per completion (per turn); with
-    `samples` ≥ 2, that many rows of each example at `temperature` and the sampled metrics (module docstring)."""
+def evaluate(rollout: Rollout, engine: Engine, policy, data: DataSource, max_tokens: int, steps_done: int,
+             samples: int = 0, temperature: float = 1.0, rows: int = EVAL_ROWS,
+             each: Callable[[Part], None] | None = None) -> dict:
+    """The metrics row of `policy` on `data.eval_examples()`: greedy, `max_tokens` per completion (per turn); with
+    `samples` ≥ 2, that many rows of each example at `temperature` and the sampled metrics. Sampled `rows` rows
+    at a time, each part reduced at once (`each` sees it first: `rlvr eval` writes its completions)."""
     t0 = time.perf_counter()
     examples = data.eval_examples()
+    k = max(samples, 1)
+    size = max(1, rows // k)
     engine.sync(policy)
-    if samples >= 2:
-        batch = rollout.evaluate(examples, max_tokens, samples, temperature)
-    else:
-        batch = rollout.evaluate(examples, max_tokens)
+    parts = []
+    for first in range(0, len(examples), size):
+        chunk = examples[first:first + size]
+        if samples >= 2:
+            batch = rollout.evaluate(chunk, max_tokens, samples, temperature, first=first)
+        else:
+            batch = rollout.evaluate(chunk, max_tokens, first=first)
+        sampled = sampled_metrics(batch.rewards_P_G.tolist()) if samples >= 2 else {}
+        parts.append({**eval_row(steps_done, batch.scores, batch.rollouts, 0.0, sampled), **batch.metrics})
+        if each is not None:
+            each(Part(first, chunk, batch))
     engine.sleep()
-    sampled = sampled_metrics(batch.rewards_P_G.tolist()) if samples >= 2 else {}
-    row = {**eval_row(steps_done, batch.scores, batch.rollouts, time.perf_counter() - t0, sampled), **batch.metrics}
-    return Evaluation(row, list(examples), batch.completions, batch.scores, batch.rollouts, max(samples, 1))
+    return {**combine(parts), "eval_time_s": time.perf_counter() - t0}
+
+
+def combine(parts: list[dict]) -> dict:
+    """One evaluation's row from its parts' rows: counts summed, means weighted by each part's examples."""
+    weights = [part["eval/examples"] for part in parts]
+    total = sum(weights)
+    row = {}
+    for key, value in parts[0].items():
+        if key == "step":
+            row[key] = value
+        elif key in SUMMED:
+            row[key] = sum(part[key] for part in parts)
+        else:
+            row[key] = sum(w * part[key] for w, part in zip(weights, parts, strict=True)) / total
+    return row

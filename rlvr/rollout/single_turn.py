@@ -72,16 +72,16 @@ class SingleTurn:
         )
 
     def evaluate(self, examples: list[Example], max_tokens: int, samples: int = 1,
-                 temperature: float = 0.0) -> StepBatch:
+                 temperature: float = 0.0, first: int = 0) -> StepBatch:
         """One greedy (T=0) completion of each held-out example, scored; or `samples` of each at `temperature`
-        (top_p 1), each group from its own seed (rlvr/seeds.py: eval_sampling_seeds), with `eval/maj@k` when the
-        reward reads answers (rlvr/rollout/sampled_eval.py)."""
+        (top_p 1), each group from its own seed (rlvr/seeds.py: eval_sampling_seeds; `examples` are the held-out
+        set's from place `first` on), with `eval/maj@k` when the reward reads answers (rlvr/rollout/sampled_eval.py)."""
         if temperature == 0:
             greedy = SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_tokens)
             batch = self.finish(self._sample(examples, samples, greedy, [0] * len(examples), False))
             return replace(batch, metrics={})  # an evaluation row has its own eval/reward_*_frac (rlvr/telemetry.py)
         sampling = SamplingParams(temperature=temperature, top_p=1.0, max_tokens=max_tokens)
-        seeds = eval_sampling_seeds(self.seeds.sampler, len(examples))
+        seeds = eval_sampling_seeds(self.seeds.sampler, first + len(examples))[first:]
         batch = self.finish(self._sample(examples, samples, sampling, seeds, False))
         answer = getattr(self.reward, "answer", None)  # rlvr/protocols.py: AnswerReward
         if answer is None or samples < 2:

@@ -106,6 +106,10 @@ def test_the_console_line_shows_the_sampled_numbers_and_keeps_the_greedy_one():
     (["trainer.eval_samples=-1"], "trainer.eval_samples=-1 must be an integer >= 0"),
     (["trainer.eval_samples=4", "trainer.eval_temperature=0"],
      "trainer.eval_temperature=0 must be > 0 with trainer.eval_samples=4"),
+    (["trainer.final_eval_samples=-2"], "trainer.final_eval_samples=-2 must be an integer >= 0"),
+    (["trainer.final_eval_samples=256", "trainer.eval_temperature=0"],
+     "trainer.eval_temperature=0 must be > 0 with trainer.final_eval_samples=256"),
+    (["trainer.eval_rows=0"], "trainer.eval_rows=0 must be an integer >= 1"),
 ])
 def test_bad_sampled_evaluation_settings_are_config_errors_naming_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):

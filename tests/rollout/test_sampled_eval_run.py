@@ -1,7 +1,8 @@
 """trainer.eval_samples=4 on a real tiny run (one RL step, 16 held-out prompts): the evaluation rows carry avg@4 and
 pass@1 ≤ pass@2 ≤ pass@4, the same numbers twice, and `rlvr eval` of the checkpoint gives them again (with maj@4
 once the reward reads answers); single-turn and episodes alike. Greedy rows stay as they were
-(tests/test_multiturn_run.py compares them with a stored fixture)."""
+(tests/test_multiturn_run.py compares them with a stored fixture). An evaluation streamed in parts
+(trainer.eval_rows) gives the row of one unsplit evaluation, and trainer.final_eval_samples sets the last one's k."""
 
 import json
 from types import SimpleNamespace
@@ -9,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from composing import FAST, MIXED, compose_config
+from rlvr.cli.eval_checkpoint import output_name
 from rlvr.cli.main import main
 from rlvr.outputs import NONDETERMINISTIC_KEYS
 from rlvr.run import run
@@ -67,17 +69,41 @@ def test_rlvr_eval_repeats_the_sampled_row_and_its_samples(sampled_run, capsys):
     assert numbers(json.loads((checkpoint / "eval.json").read_text())["metrics"]) == numbers(record["metrics"])
 
 
+def test_an_evaluation_in_parts_gives_the_whole_ones_numbers(sampled_run):
+    """trainer.eval_rows=12: the 16 examples × 4 samples in parts of 3 examples (3, 3, 3, 3, 3, 1), each reduced
+    before the next is sampled. Each example keeps its seed, so the same 64 samples are drawn: every count is
+    equal, and each mean is the parts' means weighted by their examples (equal up to float rounding: the mean
+    completion length is a float32 mean)."""
+    checkpoint = sampled_run.path / "checkpoints" / "step_1"
+    assert main(["eval", str(sampled_run.path), "trainer.eval_rows=12", "--json"]) == 0
+    tagged = checkpoint / f"{output_name(['trainer.eval_rows=12'])}.json"
+    parts = json.loads(tagged.read_text())["metrics"]
+    whole = numbers(sampled_run.evals[-1])
+    assert set(parts) == set(sampled_run.evals[-1]) and parts["eval/examples"] == 16
+    assert {k: pytest.approx(v, rel=1e-6) for k, v in whole.items()} == numbers(parts)
+    assert round(parts["eval/avg@4"] * 64) == round(whole["eval/avg@4"] * 64)  # the same correct samples
+    lines = (checkpoint / tagged.name.replace(".json", ".completions.jsonl")).read_text().splitlines()
+    assert lines == (checkpoint / "eval.completions.jsonl").read_text().splitlines()  # sample for sample
+
+
 def test_a_reward_that_reads_answers_adds_maj_at_k(sampled_run):
     assert main(["eval", str(sampled_run.path), "reward=exact", "--json"]) == 0
-    row = json.loads(next((sampled_run.path / "checkpoints" / "step_1").glob("eval-*.json")).read_text())["metrics"]
+    tagged = sampled_run.path / "checkpoints" / "step_1" / f"{output_name(['reward=exact'])}.json"
+    row = json.loads(tagged.read_text())["metrics"]
     assert set(row) == KEYS | {"eval/maj@4"}
     assert 0 <= row["eval/maj@4"] <= row["eval/pass@4"]  # a correct majority is a correct sample
 
 
-def test_episodes_sample_k_per_game(tmp_path):
-    run(compose_config(FAST + ["env=guess", "trainer.max_steps=0", "data.eval_size=8", "trainer.eval_samples=2",
-                               "trainer.sampling.max_tokens=2", "trainer.eval_max_tokens=2"]), tmp_path)
-    (row,) = eval_rows(tmp_path)
-    assert {"eval/avg@2", "eval/pass@1", "eval/pass@2", "eval/turns_mean"} <= row.keys()
-    assert "eval/maj@2" not in row and row["eval/examples"] == 8
-    assert row["eval/pass@1"] <= row["eval/pass@2"]
+def test_episodes_sample_k_per_game_and_the_last_evaluation_its_own_k(tmp_path):
+    """One step: the start's evaluation at k = 2, the end's at trainer.final_eval_samples = 4, in parts of
+    trainer.eval_rows = 12 rows (3 games × 4 episodes)."""
+    run(compose_config(FAST + ["env=guess", "trainer.max_steps=1", "trainer.batch_size=2", "trainer.group_size=2",
+                               "data.eval_size=8", "trainer.eval_samples=2", "trainer.final_eval_samples=4",
+                               "trainer.eval_rows=12", "trainer.sampling.max_tokens=2",
+                               "trainer.eval_max_tokens=2"]), tmp_path)
+    start, end = eval_rows(tmp_path)
+    assert {"eval/avg@2", "eval/pass@1", "eval/pass@2", "eval/turns_mean"} <= start.keys()
+    assert {"eval/avg@4", "eval/pass@4"} <= end.keys() and "eval/pass@2" in end and "eval/avg@2" not in end
+    for row in (start, end):
+        assert "eval/maj@2" not in row and row["eval/examples"] == 8
+    assert start["eval/pass@1"] <= start["eval/pass@2"] and end["eval/pass@2"] <= end["eval/pass@4"]
