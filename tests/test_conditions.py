@@ -54,6 +54,11 @@ PUBLISHED = {
         # (r − mean)/(std + 1e-6); coefficient not printed: verl's former default entropy_coeff 0.001
         "algorithm.scale": "std", "algorithm.scale_eps": 1e-6, "algorithm.entropy_coef": 0.001,
         "algorithm.kl.coef": 0.0},
+    "grpo_scaled": {  # the same paper's "GRPO" row: (r − mean)/(std + 1e-6), nothing more (no KL, no entropy)
+        "algorithm.scale": "std", "algorithm.scale_eps": 1e-6, "algorithm.entropy_coef": 0.0,
+        "algorithm.kl.coef": 0.0},
+    "pkpo_t16": {  # the same paper's "PKPO (T = 16)" row
+        "algorithm.k": 16, "algorithm.kl.coef": 0.0},
 }
 
 
@@ -126,6 +131,8 @@ def test_every_condition_trains(condition, tmp_path):
     # its gate and delay would keep λ = 0 for 50 steps: open them so that the pooling really runs here
     extra = ["transform.schedule.delay_steps=0", "transform.schedule.correct_rate_gate=0",
              "transform.schedule.steps=4"] if scheduled else []
+    k = compose_config([f"condition={condition}"]).algorithm.get("k", 1)  # pkpo_t16: k = 16 needs 16 per group
+    extra += [f"trainer.group_size={k}"] if k > compose_config(FAST).trainer.group_size else []
     run(compose_config(FAST + MIXED + [f"condition={condition}", "trainer.max_steps=4"] + extra), tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "loss" in r and not r["skipped"]]
