@@ -8,7 +8,8 @@ layer but the (tied) embeddings: vLLM 0.32's CPU build keeps a tied lm_head's ol
 reload_weights (measured), so a changed embedding cannot be pushed there; the probe then stops the run
 (test_a_changed_tied_embedding_is_served_or_refused checks that it does, on a server of its own). A loopback
 proxy in front of it injects failures: transient 503s (retried), and 404s on the update endpoints, which is
-exactly how vLLM answers when started without VLLM_ALLOW_RUNTIME_LORA_UPDATING or VLLM_SERVER_DEV_MODE (the routes are not mounted)."""
+exactly how vLLM answers when started without VLLM_ALLOW_RUNTIME_LORA_UPDATING or VLLM_SERVER_DEV_MODE (the
+routes are not mounted)."""
 
 import inspect
 import json
