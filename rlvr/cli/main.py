@@ -62,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
                            "lower-right (inside them) | none (default below)")
     plot.add_argument("--ignore-key", action="append", default=[], metavar="KEY",
                       help="as for compare: a config key whose differences between runs do not matter")
+    plot.add_argument("--passk", action="store_true",
+                      help="also plot_passk.png: pass@k against k (log scale) at each run's last sampled evaluation")
     plan = sub.add_parser("plan", help="runs, steps and estimated wall time of a grid, before launching it")
     plan.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="as for train.py, e.g. campaign=smoke")
     plan.add_argument("--conf", type=Path, default=Path("conf"), help="the config folder (default ./conf)")
@@ -225,8 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from rlvr.cli import plot
 
-            print(plot.run(args.path, args.metric or ["mean_reward"], args.out, args.smooth, args.ignore_key,
-                           args.size, args.font_size, args.legend))
+            metrics = args.metric or ([] if args.passk else ["mean_reward"])
+            print(plot.run(args.path, metrics, args.out, args.smooth, args.ignore_key, args.size, args.font_size,
+                           args.legend, args.passk))
     except CliError as err:
         print(f"rlvr {args.command}: error: {err}", file=sys.stderr)
         return err.code

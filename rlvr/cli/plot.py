@@ -42,6 +42,12 @@ left as it is by W ≤ 25, and a sparse evaluation's last point is still the las
 one column of a two-column paper), `--font-size PT` the text size (default 10; ticks and legend 0.9 of it),
 `--legend` where the legend goes (`LEGENDS`: below or right of the axes, never over a curve; best or a corner
 inside them; none). Several `--metric`s make several figures.
+
+`--passk` draws one more figure, `plot_passk.png`: pass@k against k on a log₂ axis, at each run's last sampled
+evaluation (trainer.final_eval_samples at the end of a run: rlvr/rollout/sampled_eval.py's unbiased
+estimator at k = 1, 2, 4, … and the largest k), per condition the mean over seeds with the same band, cut to
+[0, 1]; the curve stops at the largest k that all of a condition's seeds measured. The band is computed and cut
+in log₂ k, the axis' own coordinates (`passk_curves`).
 """
 
 from __future__ import annotations
@@ -143,6 +149,7 @@ METRIC_WORDS = {
     "eval/mean_reward": "held-out mean reward",
     "eval/mean_completion_length": "held-out completion length (tokens)",
     "eval/examples": "held-out examples evaluated",
+    "eval/pass@k": "held-out pass@k",
     "eval/turns_mean": "held-out actions per episode",
     "eval/truncated_frac": "fraction of held-out episodes truncated",
     "eval/reward_timeout_frac": "fraction of held-out gradings timed out",
@@ -253,7 +260,7 @@ def styles(conditions: Iterable[str]) -> dict[str, dict]:
             for i, c in enumerate(names)}
 
 
-def band_segments(steps: Sequence[int], low: Sequence[float | None], high: Sequence[float | None],
+def band_segments(steps: Sequence[float], low: Sequence[float | None], high: Sequence[float | None],
                   lo: float, hi: float) -> list[dict]:
     """The band cut to [lo, hi], one dict per stretch of consecutive steps that have an interval: "x",
     "bottom", "top" (the part of the band inside the range, with a point added wherever an edge crosses a
@@ -353,10 +360,12 @@ def title(metric: str) -> str:
 
 
 def figure(data: dict[str, dict], metric: str, look: dict[str, dict] | None = None,
-           size: tuple[float, float] = SIZE_IN, font_pt: float = FONT_PT, legend: str = "below"):
+           size: tuple[float, float] = SIZE_IN, font_pt: float = FONT_PT, legend: str = "below",
+           x_ticks: dict[float, str] | None = None):
     """The matplotlib Figure of `curves(...)`, `size` inches in all, legend placed as `LEGENDS[legend]`.
     `look` (`styles` of every condition of the call) fixes each condition's colour, line style and marker; by
-    default, from the conditions in `data`."""
+    default, from the conditions in `data`. `x_ticks` (position → label) replaces the RL-step axis: `--passk`'s
+    log₂ k."""
     import matplotlib  # here, not at the top: `rlvr status` and `compare` stay quick
 
     matplotlib.use("Agg")
@@ -372,8 +381,12 @@ def figure(data: dict[str, dict], metric: str, look: dict[str, dict] | None = No
             if not metric.startswith("eval/"):
                 style["marker"] = None
             handles.append(_draw(ax, {**c, "label": condition}, style))
-        ax.set(xlabel=STEP_WORDS, ylabel=title(metric))
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
+        if x_ticks is None:
+            ax.set(xlabel=STEP_WORDS, ylabel=title(metric))
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
+        else:
+            ax.set(xlabel=PASSK_X_WORDS, ylabel=title(metric))
+            ax.set_xticks(list(x_ticks), list(x_ticks.values()))
         ax.margins(x=0.01)
         ax.grid(alpha=0.25, linewidth=0.5)
         _legend(fig, ax, handles, list(data), LEGENDS[legend])
@@ -431,6 +444,65 @@ def caption(data: dict[str, dict], metric: str, window: int = 1) -> str:
     return " ".join(text)
 
 
+PASSK = "eval/pass@k"
+"""--passk's figure: its file name (plot_passk.png) and its y label."""
+PASSK_X_WORDS = "k (samples per maze, log scale)"
+_PASS_AT = re.compile(r"^eval/pass@(\d+)$")
+
+
+def last_passk(run: Run) -> tuple[int, dict[int, float]] | None:
+    """(step, k → pass@k) of the run's last evaluation that holds pass@k values; None without one."""
+    for row in reversed(run.eval_rows):
+        ks = {int(m[1]): float(v) for key, v in row.items() if (m := _PASS_AT.match(key)) and
+              isinstance(v, (int, float)) and math.isfinite(v)}
+        if ks:
+            return int(row["step"]), dict(sorted(ks.items()))
+    return None
+
+
+def passk_curves(runs: list[Run]) -> dict[str, dict]:
+    """condition → `curves`' dict over x = log₂ k instead of steps, from each seed's `last_passk` (the runs as
+    compare's `cells` of eval/pass@1), plus "ks" and "at" (each seed's step). A condition's curve runs to the
+    largest k measured by all its seeds."""
+    out = {}
+    for condition, by_seed in cells(runs, "eval/pass@1").items():
+        seeds = [s for s in _seed_order(by_seed) if last_passk(by_seed[s]) is not None]
+        last = {s: cast("tuple[int, dict[int, float]]", last_passk(by_seed[s])) for s in seeds}
+        ks = sorted(set.intersection(*(set(values) for _, values in last.values())))
+        xs = [math.log2(k) for k in ks]
+        lines = [(xs, [last[s][1][k] for k in ks]) for s in seeds]
+        bands = [t_interval([values[i] for _, values in lines]) for i in range(len(ks))]
+        low = [None if b is None else b[0] for b in bands]
+        high = [None if b is None else b[1] for b in bands]
+        out[condition] = {
+            "steps": xs, "ks": ks, "mean": [sum(v[i] for _, v in lines) / len(lines) for i in range(len(ks))],
+            "n": [len(lines)] * len(ks), "low": low, "high": high, "range": (0.0, 1.0),
+            "bands": band_segments(xs, low, high, 0.0, 1.0), "runs": lines, "seeds": seeds, "held": [],
+            "at": {s: last[s][0] for s in seeds},
+        }
+    return out
+
+
+def passk_caption(data: dict[str, dict]) -> str:
+    """What `--passk`'s figure shows, in sentences."""
+    counts = "; ".join(f"{cond}: {len(c['seeds'])} seed{'s' if len(c['seeds']) != 1 else ''}, k ≤ {c['ks'][-1]}"
+                       for cond, c in data.items())
+    steps = sorted({step for c in data.values() for step in c["at"].values()})
+    text = [f"Pass@k against k (log scale) at each run's last sampled evaluation (step "
+            f"{', '.join(map(str, steps))}): the unbiased estimator 1 − C(n−c, k)/C(n, k) per held-out example from "
+            f"its n samples, c of them correct, averaged over the examples; for each condition the mean over seeds "
+            f"(line) and, from at least {MIN_SEEDS} seeds, the 95% Student-t interval of that mean (shaded). "
+            f"Seeds: {counts}."]
+    few = [cond for cond, c in data.items() if len(c["seeds"]) < MIN_SEEDS]
+    if few:
+        text.append(f"{', '.join(few)}: fewer than {MIN_SEEDS} seeds, no interval; each run is drawn as a thin "
+                    "line.")
+    cut = [cond for cond, c in data.items() if any(seg["cut"] for seg in c["bands"])]
+    if cut:
+        text.append(f"Intervals cut at [0, 1]: {', '.join(cut)}.")
+    return " ".join(text)
+
+
 def options(size: str | None, font_pt: float, legend: str, window: int) -> tuple[float, float]:
     """Check the figure's options before any run is read; returns the size in inches."""
     if window < 1:
@@ -454,7 +526,7 @@ def options(size: str | None, font_pt: float, legend: str, window: int) -> tuple
 
 def default_out(path: Path, metric: str) -> Path:
     base = path if path.is_dir() else path.parent
-    return base / f"plot_{metric.replace('/', '_')}.png"
+    return base / ("plot_passk.png" if metric == PASSK else f"plot_{metric.replace('/', '_')}.png")
 
 
 def outputs(path: Path, metrics: Sequence[str], out: Path | None) -> dict[str, Path]:
@@ -472,24 +544,30 @@ def outputs(path: Path, metrics: Sequence[str], out: Path | None) -> dict[str, P
 
 
 def run(path: Path, metrics: str | Sequence[str], out: Path | None, window: int = 1, ignore_keys: Sequence[str] = (),
-        size: str | None = None, font_pt: float = FONT_PT, legend: str = "below") -> str:
-    """Write each metric's figure as PNG, PDF and SVG; returns, per figure, the paths written (one per line)
-    and its caption (also in each file's metadata)."""
+        size: str | None = None, font_pt: float = FONT_PT, legend: str = "below", passk: bool = False) -> str:
+    """Write each metric's figure (and, `passk`, the pass@k figure) as PNG, PDF and SVG; returns, per figure,
+    the paths written (one per line) and its caption (also in each file's metadata)."""
     inches = options(size, font_pt, legend, window)
     metrics = [metrics] if isinstance(metrics, str) else list(dict.fromkeys(metrics))
     runs = load_runs(path)
-    for metric in metrics:
+    for metric in [*metrics, *(["eval/pass@1"] if passk else [])]:
         require_metric(runs, metric)
         check_comparable([r for r in runs if r.series(metric)], ignore_keys)
-    targets = outputs(Path(path), metrics, out)
+    targets = outputs(Path(path), [*metrics, *([PASSK] if passk else [])], out)
     import matplotlib.pyplot as plt
 
     look = styles(r.condition for r in runs)  # every condition of the call, before any figure is drawn
     said = []
-    for metric in metrics:
-        data = curves(runs, metric, window)
-        text = caption(data, metric, window)
-        fig = figure(data, metric, look, inches, font_pt, legend)
+    for metric in [*metrics, *([PASSK] if passk else [])]:
+        if metric == PASSK:
+            data = passk_curves(runs)
+            text = passk_caption(data)
+            ticks = {x: str(k) for c in data.values() for x, k in zip(c["steps"], c["ks"], strict=True)}
+            fig = figure(data, metric, look, inches, font_pt, legend, dict(sorted(ticks.items())))
+        else:
+            data = curves(runs, metric, window)
+            text = caption(data, metric, window)
+            fig = figure(data, metric, look, inches, font_pt, legend)
         png = targets[metric]
         png.parent.mkdir(parents=True, exist_ok=True)
         with plt.rc_context(rc(font_pt)):
