@@ -131,8 +131,9 @@ def test_every_condition_trains(condition, tmp_path):
     # its gate and delay would keep λ = 0 for 50 steps: open them so that the pooling really runs here
     extra = ["transform.schedule.delay_steps=0", "transform.schedule.correct_rate_gate=0",
              "transform.schedule.steps=4"] if scheduled else []
-    k = compose_config([f"condition={condition}"]).algorithm.get("k", 1)  # pkpo_t16: k = 16 needs 16 per group
-    extra += [f"trainer.group_size={k}"] if k > compose_config(FAST).trainer.group_size else []
+    # pkpo_t16: k = 16 needs G ≥ 16; at G = k only groups with exactly one correct completion train, so G = 2k
+    k = compose_config([f"condition={condition}"]).algorithm.get("k", 1)
+    extra += [f"trainer.group_size={2 * k}"] if k > compose_config(FAST).trainer.group_size else []
     run(compose_config(FAST + MIXED + [f"condition={condition}", "trainer.max_steps=4"] + extra), tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "loss" in r and not r["skipped"]]

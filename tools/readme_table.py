@@ -70,6 +70,8 @@ DECIDES = {
     "forward/backward as the policy loss; formulas: [docs/algorithms.md](docs/algorithms.md#echo))",
     "condition": "a named arm = algorithm + transform; `algorithm=`/`transform=` beside it must agree with it "
     "(`condition=none` lets them stand)",
+    "maze_scale": "the maze task (data, model, trainer) at a named scale and its grid of methods × seeds: `cpu`, 2 "
+    "CPU cores, or `paper`, the MaxRL paper's setting (see \"The maze task\")",
     "campaign": "a named condition × seed grid (a multirun)",
     "hydra/launcher": "where a multirun's jobs run: Hydra's `basic` one after another in this process, `local` as "
     "parallel subprocesses, `slurm` as one SLURM job array",
