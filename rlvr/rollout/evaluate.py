@@ -86,7 +86,10 @@ def evaluate(rollout: Rollout, engine: Engine, policy, data: DataSource, max_tok
 
 
 def combine(parts: list[dict]) -> dict:
-    """One evaluation's row from its parts' rows: counts summed, means weighted by each part's examples."""
+    """One evaluation's row from its parts' rows: counts summed, means weighted by each part's examples (one part:
+    its row as it is, not w·x/w)."""
+    if len(parts) == 1:
+        return parts[0]
     weights = [part["eval/examples"] for part in parts]
     total = sum(weights)
     row = {}
