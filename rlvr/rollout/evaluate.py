@@ -47,14 +47,14 @@ if TYPE_CHECKING:
 EVAL_ROWS = 4096
 """`trainer.eval_rows`' default: rows sampled at once in an evaluation (module docstring)."""
 
-SUMMED = ("eval/examples", "eval_time_s")
-"""Row fields that add up over the parts of an evaluation; `step` is shared; every other field is a mean."""
+SUMMED = ("eval/examples",)
+"""Row fields that add up over the parts of an evaluation; `step` is shared, `eval_time_s` is the whole's (set by
+`evaluate`); every other field is a mean."""
 
 
 @dataclass(frozen=True)
 class Part:
-    """One part of an evaluation: examples `first` … `first + len(examples) − 1` of the held-out set, sampled."""
-    first: int
+    """One part of an evaluation: a run of consecutive held-out examples, sampled."""
     examples: list[Example]
     batch: StepBatch
 
@@ -80,7 +80,7 @@ def evaluate(rollout: Rollout, engine: Engine, policy, data: DataSource, max_tok
         sampled = sampled_metrics(batch.rewards_P_G.tolist()) if samples >= 2 else {}
         parts.append({**eval_row(steps_done, batch.scores, batch.rollouts, 0.0, sampled), **batch.metrics})
         if each is not None:
-            each(Part(first, chunk, batch))
+            each(Part(chunk, batch))
     engine.sleep()
     return {**combine(parts), "eval_time_s": time.perf_counter() - t0}
 
