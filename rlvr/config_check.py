@@ -27,6 +27,7 @@ from pathlib import Path
 from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from rlvr.config_sources import REPO_CONF, config_dirs, option_file
 from rlvr.distributed import World
 from rlvr.errors import ConfigError
 from rlvr.hydra_errors import TOP_LEVEL_KEYS, renamed, unchosen_group, unknown_top_level_key
@@ -305,10 +306,10 @@ def condition_errors(cfg: DictConfig) -> list[str]:
     choice = hydra_choice("condition")
     if choice in (None, "none"):
         return []
-    conf, errors = config_dir(), []
-    for group, named in condition_choices(conf / "condition" / f"{choice}.yaml").items():
+    dirs, errors = config_dirs(), []
+    for group, named in condition_choices(option_file(dirs, "condition", choice)).items():
         chosen = hydra_choice(group)
-        if chosen is not None and canonical_option(conf, group, chosen) != canonical_option(conf, group, named):
+        if chosen is not None and canonical_option(dirs, group, chosen) != canonical_option(dirs, group, named):
             errors.append(f"condition={choice} trains {group}={named}, but {group}={chosen} was chosen too: drop one "
                           f"of them, or say condition=none to train {group}={chosen}")
     return errors
@@ -327,34 +328,30 @@ def discover_errors() -> list[str]:
 
 
 def config_dir() -> Path:
-    """The folder train.py composes from (Hydra's primary config source), else the repository's conf/."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        for source in HydraConfig.get().runtime.config_sources:
-            if source.provider == "main" and source.schema == "file":
-                return Path(source.path)
-    return Path(__file__).resolve().parents[1] / "conf"
+    """The folder train.py composes from (Hydra's primary config source), else the repository's conf/; the
+    `hydra.searchpath` folders after it are `config_dirs()`."""
+    return config_dirs()[0]
 
 
-def condition_choices(path: Path) -> dict[str, str]:
-    """{group: option} of a condition file's `override /group: option` defaults."""
+def condition_choices(path: Path | None) -> dict[str, str]:
+    """{group: option} of a condition file's `override /group: option` defaults (none without a file)."""
     import yaml
 
-    defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults", []) if path.is_file() else []
+    defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults", []) if path and path.is_file() else []
     return {k.removeprefix("override /"): str(v) for entry in defaults if isinstance(entry, dict)
             for k, v in entry.items() if k.startswith("override /")}
 
 
-def canonical_option(conf: Path, group: str, option: str) -> str:
-    """An option an alias file only extends (transform=gtpo_sepa: `defaults: [sepa]`, nothing else) is that one."""
+def canonical_option(dirs: collections.abc.Sequence[Path], group: str, option: str) -> str:
+    """An option an alias file only extends (transform=gtpo_sepa: `defaults: [sepa]`, nothing else) is that one;
+    the files are looked up in `dirs` (`config_dirs()`) as Hydra finds them."""
     import yaml
 
-    path = conf / group / f"{option}.yaml"
-    data = yaml.safe_load(path.read_text()) if path.is_file() else None
+    path = option_file(dirs, group, option)
+    data = yaml.safe_load(path.read_text()) if path else None
     if isinstance(data, dict) and list(data) == ["defaults"] and len(data["defaults"]) == 1 and \
             isinstance(data["defaults"][0], str) and data["defaults"][0] != "_self_":
-        return canonical_option(conf, group, data["defaults"][0])
+        return canonical_option(dirs, group, data["defaults"][0])
     return option
 
 
@@ -368,7 +365,7 @@ def component_groups(train_yaml: Path) -> tuple[str, ...]:
     return tuple(n for n in names if n not in ("condition", "campaign"))
 
 
-GROUPS = component_groups(Path(__file__).resolve().parents[1] / "conf" / "train.yaml")
+GROUPS = component_groups(REPO_CONF / "train.yaml")
 
 
 def chosen_groups(cfg: DictConfig) -> list[str]:

@@ -25,87 +25,77 @@ its file or task), the verifier (single turn: an environment scores its own epis
 (learning rate, group size, …) is the same within a comparison by rule: `rlvr compare` refuses cells whose configs
 differ.
 
-Names are the familiar option names (`sepa_amp_c`, not `SEPAAmpClamped`): `NAMES` maps each built-in
-class; a class of your own is named by its module and class (tests/test_labels.py checks that every option
-under conf/ maps to its own file name).
+Names are the familiar option names (`sepa_amp_c`, not `SEPAAmpClamped`): a class is named by the option file
+that declares it as its `_target_`, in conf/ or in a `hydra.searchpath` folder (`names`); a class no option file
+declares (`transform._target_=my_transforms.Mine` on the command line) is named by its module and class.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import cast
 
-NAMES = {
-    # algorithm
-    "rlvr.algorithm.grpo.GRPO": "grpo",
-    "rlvr.algorithm.maxrl.MaxRL": "maxrl",
-    "rlvr.algorithm.reinforce_pp.ReinforcePP": "reinforce_pp",
-    "rlvr.algorithm.discover_entropic.DiscoverEntropic": "discover_entropic",
-    "rlvr.algorithm.rloo.RLOO": "rloo",
-    "rlvr.algorithm.pkpo.PKPO": "pkpo",
-    # transform
-    "rlvr.transform.none.NoTransform": "none",
-    "rlvr.transform.gtpo.GTPO": "gtpo",
-    "rlvr.transform.hicra.HICRA": "hicra",
-    "rlvr.transform.sepa.SEPA": "sepa",
-    "rlvr.transform.sepa.SEPAAmp": "sepa_amp",
-    "rlvr.transform.sepa.SEPAAmpClamped": "sepa_amp_c",
-    "rlvr.transform.entropy_mask.EntropyMask": "entropy_mask",
-    "rlvr.transform.delight.Delight": "delight",
-    "rlvr.transform.delight_sepa.DelightSEPA": "delight_sepa",
-    "rlvr.transform.hard_delight.HardDelight": "hard_delight",
-    # turn_credit
-    "rlvr.turn_credit.env.EnvAdvantages": "env",
-    "rlvr.turn_credit.episode.EpisodeCredit": "episode",
-    "rlvr.turn_credit.reward_to_go.RewardToGo": "reward_to_go",
-    "rlvr.turn_credit.tl_grpo.TLGRPO": "tl_grpo",
-    # env
-    "rlvr.env.guess.GuessEnvironment": "guess",
-    "rlvr.env.retry.RetryEnvironment": "retry",
-    "rlvr.env.textarena.TextArenaEnvironment": "textarena",
-    "rlvr.env.openenv.OpenEnvEnvironment": "openenv",
-    "rlvr.env.verifiers.VerifiersEnvironment": "verifiers",
-    "rlvr.env.calculator.CalculatorEnvironment": "calculator",
-    # data
-    "rlvr.data.arithmetic.Arithmetic": "arithmetic",
-    "rlvr.data.gsm8k.GSM8K": "gsm8k",
-    "rlvr.data.jsonl.JSONL": "jsonl",
-    "rlvr.data.math.MATH": "math",
-    "rlvr.data.maze.Maze": "maze",
-    "rlvr.data.reasoning_gym.ReasoningGym": "reasoning_gym",
-    "rlvr.discover.source.Discover": "discover",
-    # reward
-    "rlvr.reward.exact.ExactMatch": "exact",
-    "rlvr.reward.function.FunctionReward": "function",
-    "rlvr.reward.judge.ChatJudge": "judge",
-    "rlvr.reward.match.BoxedMatch": "match",
-    "rlvr.reward.math.MathVerify": "math",
-    "rlvr.reward.maze.MazeReward": "maze",
-    "rlvr.reward.reasoning_gym.ReasoningGymScore": "reasoning_gym",
-    "rlvr.discover.closeness.Closeness": "closeness",
-    # backend
-    "rlvr.backend.local.LocalBackend": "local",
-    "rlvr.backend.fsdp.FSDPBackend": "fsdp",
-    "rlvr.backend.tinker.TinkerBackend": "tinker",
-    "rlvr.backend.prime_rl.PrimeRLBackend": "prime_rl",
-    # model
-    "rlvr.model.tiny.TinyLlama": "tiny",
-    "rlvr.model.maze.MazeQwen2": "maze",
-    "rlvr.model.pretrained.Pretrained": "pretrained",
-}
+import yaml
+
+from rlvr.config_sources import config_dirs, group_options, option_file
+
+LABELLED_GROUPS = ("algorithm", "transform", "turn_credit", "env", "data", "reward", "backend", "model")
+"""The groups whose components a label or a task names (`condition_label`, `task_name`)."""
+
+
+def names() -> dict[str, str]:
+    """{`_target_`: option} of every option of `LABELLED_GROUPS` in the folders this run composes from
+    (rlvr/config_sources.py): a class is named by the option file that declares it."""
+    return target_names(config_dirs())
+
+
+@functools.cache
+def target_names(dirs: tuple[Path, ...]) -> dict[str, str]:
+    """{`_target_`: option} over `dirs`: the options whose file declares a `_target_` of its own (an alias file,
+    `defaults: [sepa]` alone, names none). Where several options declare one class, `own_option` picks."""
+    declaring: dict[str, list[str]] = {}
+    for group in LABELLED_GROUPS:
+        for option in group_options(dirs, group):
+            path = option_file(dirs, group, option)
+            target = declared_target(path, group) if path else None
+            if target:
+                declaring.setdefault(target, []).append(option)
+    return {target: own_option(target, options) for target, options in declaring.items()}
+
+
+def declared_target(path: Path, group: str) -> str | None:
+    """The `_target_` an option file itself writes for its group's node (a `# @package _global_` file, env=guess,
+    writes it under `<group>:`), or None."""
+    text = path.read_text()
+    data = yaml.safe_load(text)
+    if isinstance(data, dict) and text.startswith("# @package _global_"):
+        data = data.get(group)
+    target = data.get("_target_") if isinstance(data, dict) else None
+    return str(target) if target else None
+
+
+def own_option(target: str, options: list[str]) -> str:
+    """Of several options declaring one class (model=tiny and model=tiny_tools), the one named as the class's
+    module (`rlvr.model.tiny.TinyLlama`: tiny); else the first by name."""
+    module = target.rpartition(".")[0].rpartition(".")[2]
+    return module if module in options else options[0]
+
+
 SAME_ROLLOUTS_BACKENDS = ("local", "fsdp")
 """Backends that train on the rollouts this process samples (fsdp: the same ones as one process)."""
 
 
 def name(node: Mapping | None) -> str:
-    """The familiar name of the component `node` builds: `NAMES`, else `<module>.<Class>` of its target."""
+    """The familiar name of the component `node` builds: the option declaring its target (`names`), else
+    `<module>.<Class>` of its target."""
     if not node:
         return "none"
-    target = str(node.get("_target_", "?"))
-    if target in NAMES:
-        return NAMES[target]
+    target, known = str(node.get("_target_", "?")), names()
+    if target in known:
+        return known[target]
     module, _, cls = target.rpartition(".")
     return f"{module.rpartition('.')[2]}.{cls}" if module else cls
 

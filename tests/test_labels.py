@@ -23,7 +23,7 @@ def test_every_option_is_named_as_its_file(group):
         if node is None:
             continue  # env=none
         node = node.get("env", node) if group == "env" else node  # env options are _global_: the node is `env`
-        assert name(node) == config_check.canonical_option(CONF_DIR, group, option), (group, option)
+        assert name(node) == config_check.canonical_option([CONF_DIR], group, option), (group, option)
 
 
 def test_models_are_named_by_their_weights():

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlvr.labels import NAMES
+from rlvr.labels import names
 
-TARGETS = {name: target for target, name in NAMES.items() if target.startswith(("rlvr.algorithm.", "rlvr.transform."))}
+TARGETS = {name: target for target, name in names().items()
+           if target.startswith(("rlvr.algorithm.", "rlvr.transform."))}
 
 
 def dead_pid() -> int:
