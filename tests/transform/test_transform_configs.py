@@ -1,5 +1,6 @@
 """Every conf/transform option builds its transform, states every constructor knob, and aliases match."""
 
+import dataclasses
 import inspect
 import json
 
@@ -8,15 +9,14 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from composing import CONF_DIR, compose_options, options
-from tests.transform.transform_cases import SCHEDULE
+from tests.transform.transform_cases import SCHEDULE, StepCase
 
 NAMES = options("transform")  # every file in conf/transform/, so a new option is tested without editing a list
-# What each transform class asks of the planning detector (its `needs`), with the YAML defaults.
-NEEDS_PLANNING = {"NoTransform": False, "GTPO": False, "EntropyMask": False, "HICRA": True, "SEPA": True,
-                  "SEPAAmp": True, "SEPAAmpClamped": True, "Delight": False, "DelightSEPA": False,
-                  "HardDelight": False}
-SCHEDULED = ("sepa", "sepa_amp", "sepa_amp_c", "gtpo_sepa", "delight_sepa", "hard_delight")
-"""The options with the λ schedule, transform.schedule (conf/lambda_schedule.yaml)."""
+STEP = StepCase(group_size=2, length=3, adv_PG=[0.5, -0.5, 0.0, 0.0],
+                logprobs_PG=[[-0.1, -0.2, -0.3], [-0.4, -0.5], [-0.1], [-0.2, -0.3]],
+                entropies_PG=[[0.1, 0.2, 0.3], [0.4, 0.5], [0.1], [0.2, 0.3]],
+                planning_PG=[[1, 0, 0], [0, 1], [0], [1, 0]])
+"""One small step: two groups of two ragged completions, one group tied, planning tokens in three."""
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +38,20 @@ def test_option_builds_and_states_every_knob(name, composed):
         assert set(node) - {"_target_"} == params  # nothing left to a Python default, nothing unknown
     transform = instantiate(cfg)
     assert "entropy" not in requires(cfg)  # uncertainty: surprisal everywhere by default
-    name_of_class = cfg._target_.rsplit(".", 1)[-1]
-    if name_of_class in NEEDS_PLANNING:
-        assert ("planning_mask" in requires(cfg)) is NEEDS_PLANNING[name_of_class]
+    assert ("planning_mask" in requires(cfg)) == reads_planning(transform), "declares planning_mask iff it reads it"
     state = transform.state_dict()  # what a checkpoint stores (JSON) and a resume gives back
     assert json.loads(json.dumps(state)) == state
     transform.load_state_dict(state)
     assert transform.state_dict() == state
+
+
+def reads_planning(transform) -> bool:
+    """Whether the transform reads the planning mask: a step without one is refused (rlvr/transform/signals.py)."""
+    try:
+        transform(STEP.adv(), dataclasses.replace(STEP.signals(correct_rate=1.0), planning_PG_T=None))
+    except ValueError as err:
+        return "planning_PG_T" in str(err)
+    return False
 
 
 def aliases() -> list[tuple[str, str]]:
@@ -97,10 +104,15 @@ def test_delight_defaults_are_the_predecessors(composed):
     assert composed["hard_delight"].schedule.fixed_lambda is None
 
 
-@pytest.mark.parametrize("name", SCHEDULED)
+@pytest.mark.parametrize("name", NAMES)
 def test_the_lambda_schedule_is_one_node_stated_once(name, composed):
-    """transform.schedule is conf/lambda_schedule.yaml, included (or extended from sepa.yaml), never restated: an
-    option file names none of its knobs, and the schedule is the same node, with the tests' defaults, everywhere."""
+    """An option whose class takes a λ schedule has transform.schedule, conf/lambda_schedule.yaml, included (or
+    extended from sepa.yaml), never restated: an option file names none of its knobs, and the schedule is the same
+    node, with the tests' defaults, everywhere. An option whose class takes none has none."""
+    takes = "schedule" in inspect.signature(get_class(composed[name]._target_)).parameters
+    assert ("schedule" in composed[name]) == takes
+    if not takes:
+        return
     schedule = composed[name].schedule
     assert schedule._target_ == "rlvr.transform.sepa_controller.LambdaSchedule"
     assert {k: schedule[k] for k in SCHEDULE} == SCHEDULE == {
@@ -108,7 +120,3 @@ def test_the_lambda_schedule_is_one_node_stated_once(name, composed):
     raw = OmegaConf.load(CONF_DIR / "transform" / f"{name}.yaml")
     assert not set(raw) & (set(SCHEDULE) | {"schedule"}), f"{name}.yaml restates the λ schedule's knobs"
     assert schedule == composed["sepa"].schedule
-
-
-def test_no_other_option_has_a_schedule(composed):
-    assert {name for name in NAMES if "schedule" in composed[name]} == set(SCHEDULED)
