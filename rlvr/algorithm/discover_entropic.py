@@ -1,5 +1,5 @@
 """discover_entropic: TTT-Discover's entropic objective (docs/algorithms.md#discover_entropic; "Learning to Discover
-at Test Time", arXiv 2601.16175; spec/retrain.md §2.6). Boltzmann weights over each group's rewards:
+at Test Time", arXiv 2601.16175; docs/predecessor.md). Boltzmann weights over each group's rewards:
 
     p_i = softmax(β·r)_i = exp(max(−700, β·(r_i − max r))) / Σ_j exp(max(−700, β·(r_j − max r)))
     A_i = n·p_i − 1                     (n = G; Σ p = 1, so the group's advantages sum to 0)
@@ -24,7 +24,7 @@ discover_reward_mean, each the mean over the step's groups whose rewards do not 
 computed: it skips tied ones upstream and averages extra metrics over the groups that report them); absent when
 every group ties.
 
-Deliberate departures from spec/retrain.md: a knob of the wrong type (`beta: "0.5"`, `beta_search_steps: 2.5`)
+Deliberate departures from the predecessor: a knob of the wrong type (`beta: "0.5"`, `beta_search_steps: 2.5`)
 is a config error naming it, where the predecessor silently fell back to its defaults; target_kl ≤ 0,
 beta_max ≤ 0 or beta_search_steps < 1 are errors too (the predecessor clamped them and trained on β = 0; write
 `beta: 0` for that). The aliases discover_target_kl / discover_beta_max do not exist: one name per knob.

@@ -7,7 +7,7 @@ on, a batch-level z-score of the token advantages after the token transform:
     a ← a − mean                    for a ≠ 0, if std < 1e-8
     zeros stay exactly 0 (prompt padding, tied groups, tokens a transform zeroed)
 
-Edge cases (spec/retrain.md §2.4, tests/algorithm/test_reinforce_pp.py): no non-zero value → unchanged, metrics
+Edge cases (docs/predecessor.md, tests/algorithm/test_reinforce_pp.py): no non-zero value → unchanged, metrics
 all 0.0; a single value, or values all equal, have std < 1e-8 and are only centred, so each becomes 0 (a step
 whose signal is one value, or one repeated value, then trains nothing) up to the rounding of the mean, as in the
 predecessor's float arithmetic ([0.1, 0.1, 0.1] in float64: mean 0.1 + 1.4e-17, so −1.4e-17 each); a spread

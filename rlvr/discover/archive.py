@@ -1,6 +1,6 @@
 """The TTT-Discover archive: a tree of candidate answers to one problem, and how a step picks where to start
 (docs/algorithms.md#ttt-discover-archive; "Learning to Discover at Test Time", arXiv 2601.16175; the predecessor's
-`trainer = "ttt_discover"`, spec/retrain.md §1.10).
+`trainer = "ttt_discover"`, docs/predecessor.md).
 
 The root is the empty answer (reward `root_reward`, 0.0). Every other entry is a completion sampled from a prompt
 built on its parent, with its reward. Each entry keeps
