@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 from composing import FAST, compose_config
+from rlvr.build import build_all
 from rlvr.data.jsonl import JSONL
 from rlvr.errors import ConfigError, RunFailed
 from rlvr.outputs import RunDir, disk_full
 from rlvr.reward.function import load_function
-from rlvr.run import build_all, run
+from rlvr.run import run
 from rlvr.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -280,13 +281,13 @@ def test_textarena_on_the_tiny_model_names_the_overrides_that_fit(tmp_path, monk
             "the episodes fewer tokens (env.max_context_tokens=32, fewer turns with env.max_turns=N") in message
 
 
-def test_the_readmes_textarena_cpu_command_passes_every_check():
+def test_the_docs_textarena_cpu_command_passes_every_check():
     """The command is run in full by hand (3 steps, ~45 s); the same sizes train end to end in
-    tests/test_multiturn_libraries.py. Here: it is in the README, and every check at start accepts it."""
+    tests/test_multiturn_libraries.py. Here: it is in docs/multiturn.md, and every check at start accepts it."""
     pytest.importorskip("textarena")
-    readme = (ROOT / "README.md").read_text()
-    found = re.search(r"^python train\.py env=textarena (.*?)(?:#.*)?$", readme.replace("\\\n", ""), re.MULTILINE)
-    assert found, "README.md lost its CPU command for env=textarena"
+    page = (ROOT / "docs" / "multiturn.md").read_text()
+    found = re.search(r"^python train\.py env=textarena (.*?)(?:#.*)?$", page.replace("\\\n", ""), re.MULTILINE)
+    assert found, "docs/multiturn.md lost its CPU command for env=textarena"
     overrides = ["env=textarena", *shlex.split(found.group(1))]
     assert "model.max_positions=1024" in overrides
     components, _ = build_all(compose_config(overrides))
