@@ -1,4 +1,6 @@
-"""The policy loss every algorithm trains with (docs/algorithms.md#policy-loss).
+"""The policy loss every algorithm trains with (docs/algorithms.md#policy-loss): `PolicyLoss`, the settings of
+`algorithm.loss` and, called on a micro-batch's `LossInputs` (rlvr/loss/contract.py), the loss itself, composed of
+the units of rlvr/loss/ (one form, the regularisers, one aggregation).
 
 Per completion token t with advantage A ≠ 0 (a "valid" token):
 
@@ -79,6 +81,11 @@ from typing import TYPE_CHECKING, Any
 from rlvr.algorithm.correction import NO_CORRECTION, Correction
 from rlvr.algorithm.kl import NO_KL, ReferenceKL, kl_settings
 from rlvr.lazy import lazy_import
+from rlvr.loss.aggregation import AGGREGATIONS, agg_loss, token_weights
+from rlvr.loss.contract import LossInputs, LossOutputs
+from rlvr.loss.forms import FORMS, Form
+from rlvr.loss.regularizers import echo, entropy_bonus, reference_kl
+from rlvr.loss.selection import select_tokens
 from rlvr.protocols import Needs
 
 if TYPE_CHECKING:
@@ -87,10 +94,10 @@ if TYPE_CHECKING:
 torch = lazy_import("torch")
 
 MODES = ("standard", "kl_cov", "clip_cov")
-FORMS = ("ppo", "gspo", "cispo")
-AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "prompt_mean")
+FORM_NAMES = ("ppo", "gspo", "cispo")
 COVARIANCE_MODES = ("kl_cov", "clip_cov")
 """The modes that select tokens by covariance over the whole step (only the local backend computes them)."""
+__all__ = ["AGGREGATIONS", "COVARIANCE_MODES", "FORM_NAMES", "MODES", "PolicyLoss"]
 
 
 @dataclass(frozen=True)
@@ -120,26 +127,33 @@ class PolicyLoss:
     """The reference KL (`algorithm.kl`, rlvr/algorithm/kl.py; None: off): where=loss adds β·kl_t to ℓ_t."""
     entropy_coef: float = 0.0
     """`algorithm.entropy_coef` c: ℓ_t −= c·H_t (an entropy bonus for c > 0); 0 = off."""
+    custom: Form | None = None
+    """A user's own loss (rlvr/loss/custom.py), called instead of the composition; None: the built-in one."""
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        """What the settings ask of the other components. Which forms, modes, aggregations and terms a backend
+        computes, it declares itself (rlvr/loss/support.py)."""
         correction = Correction.needs(settings["correction"]) if settings.get("correction") else Needs()
         requires = dict(correction.requires)
         if settings["clip_eps"] > 0:
             requires["ratio_clipping"] = f"algorithm.loss.clip_eps={settings['clip_eps']}"
-        mode = settings.get("mode", "standard")
-        if mode in COVARIANCE_MODES:
-            requires["local_loss"] = f"algorithm.loss.mode={mode}"
-        if settings.get("form", "ppo") != "ppo":
-            requires["local_loss"] = f"algorithm.loss.form={settings['form']}"
         coef = (settings.get("kl") or {}).get("coef", 0.0)  # its values are checked when it is built
         if isinstance(coef, (int, float)) and coef > 0:
             requires["reference_model"] = f"algorithm.kl.coef={coef}"
-        if settings.get("entropy_coef"):
-            requires["local_loss"] = f"algorithm.entropy_coef={settings['entropy_coef']}"
         return Needs(provides=correction.provides, requires=requires)
 
     def __post_init__(self) -> None:
+        self.check_clipping()
+        self.check_modes()
+        self.check_forms()
+        self.check_aggregation()
+        if isinstance(self.kl, Mapping):  # a config node built without its _target_
+            object.__setattr__(self, "kl", kl_settings(self.kl))
+        if not isinstance(self.entropy_coef, (int, float)) or not math.isfinite(self.entropy_coef):
+            raise ValueError(f"algorithm.entropy_coef={self.entropy_coef!r} must be a finite number (0 = off)")
+
+    def check_clipping(self) -> None:
         if self.clip_eps < 0 or self.clip_eps_high < 0 or self.adv_clip_max < 0:
             raise ValueError(
                 f"algorithm.loss: clip_eps={self.clip_eps}, clip_eps_high={self.clip_eps_high} and "
@@ -147,6 +161,8 @@ class PolicyLoss:
             )
         if self.clip_eps_high > 0 and self.clip_eps == 0:
             raise ValueError(f"algorithm.loss.clip_eps_high={self.clip_eps_high} needs algorithm.loss.clip_eps > 0")
+
+    def check_modes(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"algorithm.loss.mode={self.mode!r} must be one of {', '.join(MODES)}")
         if not 0 <= self.kl_cov_percent <= 100:
@@ -155,8 +171,13 @@ class PolicyLoss:
             raise ValueError(f"algorithm.loss.kl_cov_coef={self.kl_cov_coef} must be >= 0")
         if not 0 <= self.clip_cov_ratio <= 1:
             raise ValueError(f"algorithm.loss.clip_cov_ratio={self.clip_cov_ratio} must be in [0, 1] (a fraction)")
-        if self.form not in FORMS:
-            raise ValueError(f"algorithm.loss.form={self.form!r} must be one of {', '.join(FORMS)}")
+        if not self.clip_cov_min < self.clip_cov_max:
+            raise ValueError(f"algorithm.loss.clip_cov_min={self.clip_cov_min} must be < "
+                             f"algorithm.loss.clip_cov_max={self.clip_cov_max}")
+
+    def check_forms(self) -> None:
+        if self.form not in FORM_NAMES:
+            raise ValueError(f"algorithm.loss.form={self.form!r} must be one of {', '.join(FORM_NAMES)}")
         if self.form != "ppo" and self.mode != "standard":
             raise ValueError(f"algorithm.loss.mode={self.mode} selects tokens by a per-token covariance and replaces "
                              f"the per-token ratio; it applies to algorithm.loss.form=ppo only (now {self.form})")
@@ -166,19 +187,38 @@ class PolicyLoss:
                              f"{self.clip_eps}, {self.clip_eps_high})")
         if not self.cispo_max > 0:
             raise ValueError(f"algorithm.loss.cispo_max={self.cispo_max} must be > 0")
+
+    def check_aggregation(self) -> None:
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"algorithm.loss.aggregation={self.aggregation!r} must be one of "
                              f"{', '.join(AGGREGATIONS)}")
         if self.aggregation == "seq_mean_token_sum_norm" and not self.aggregation_norm > 0:
             raise ValueError(f"algorithm.loss.aggregation=seq_mean_token_sum_norm divides each row's sum by "
                              f"algorithm.loss.aggregation_norm, which must be > 0 (now {self.aggregation_norm})")
-        if not self.clip_cov_min < self.clip_cov_max:
-            raise ValueError(f"algorithm.loss.clip_cov_min={self.clip_cov_min} must be < "
-                             f"algorithm.loss.clip_cov_max={self.clip_cov_max}")
-        if isinstance(self.kl, Mapping):  # a config node built without its _target_
-            object.__setattr__(self, "kl", kl_settings(self.kl))
-        if not isinstance(self.entropy_coef, (int, float)) or not math.isfinite(self.entropy_coef):
-            raise ValueError(f"algorithm.entropy_coef={self.entropy_coef!r} must be a finite number (0 = off)")
+
+    def __call__(self, inputs: LossInputs) -> LossOutputs:
+        """The micro-batch's share of the step's loss: the form's ℓ × the correction's weights, plus the
+        regularisers' terms, aggregated (`agg_loss`), plus ECHO's term; with the sums the backend reports."""
+        if self.custom is not None:
+            return self.custom(inputs, self)
+        form = FORMS[self.kind](inputs, self)
+        token_loss = form.loss if inputs.importance_weights is None else form.loss * inputs.importance_weights
+        per_token = dict(form.metrics)
+        for term in self.regularizers:
+            out = term(inputs, self)
+            token_loss = token_loss + out.loss
+            per_token |= out.metrics
+        loss = agg_loss(token_loss, inputs)
+        metrics = {"loss": loss.detach(), **{k: v.detach()[inputs.loss_mask].sum() for k, v in per_token.items()}}
+        if inputs.echo_weights is None:
+            return LossOutputs(loss, metrics)
+        echo_loss = echo(inputs, self).loss.sum()
+        return LossOutputs(loss + echo_loss, metrics | {"echo_loss": echo_loss.detach()})
+
+    @property
+    def kind(self) -> str:
+        """The form's name in rlvr/loss/forms.py `FORMS`: the covariance mode, or `form` in standard."""
+        return self.form if self.mode == "standard" else self.mode
 
     @property
     def reference_kl(self) -> ReferenceKL:
@@ -186,52 +226,20 @@ class PolicyLoss:
         return self.kl or NO_KL
 
     @property
-    def regularized(self) -> bool:
-        """Whether the per-token loss has a reference-KL or an entropy term (the backend then runs the reference
-        pass, or reads the entropies, per micro-batch)."""
-        return self.reference_kl.in_loss or self.entropy_coef != 0
-
-    def regularize(self, tok_loss: Tensor, new_lp: Tensor, ref_lp: Tensor | None, entropy: Tensor | None
-                   ) -> tuple[Tensor, Tensor | None]:
-        """ℓ_t + β·kl_t − c·H_t (rlvr/algorithm/kl.py) and the per-token kl_t (None without the KL term): `ref_lp` is
-        log π_ref of the same tokens (no grad; None without the KL term), `entropy` H_t (None when c = 0)."""
-        kl_t = None
-        kl = self.reference_kl
-        if kl.in_loss:
-            if ref_lp is None:
-                raise ValueError(f"algorithm.kl.coef={kl.coef}: the loss needs the reference's log-probabilities")
-            kl_t = kl.estimate(new_lp, ref_lp)
-            tok_loss = tok_loss + kl.coef * kl_t
-        if self.entropy_coef:
-            if entropy is None:
-                raise ValueError(f"algorithm.entropy_coef={self.entropy_coef}: the loss needs the entropies")
-            tok_loss = tok_loss - self.entropy_coef * entropy
-        return tok_loss, kl_t
+    def regularizers(self) -> tuple[Form, ...]:
+        """The terms added to each token's ℓ (rlvr/loss/regularizers.py): the backend then runs the reference pass,
+        or reads the entropies, per micro-batch."""
+        return (((reference_kl,) if self.reference_kl.in_loss else ())
+                + ((entropy_bonus,) if self.entropy_coef else ()))
 
     @property
     def selects_tokens(self) -> bool:
-        """Whether `token_losses` needs `select_tokens`' mask, chosen over the whole step."""
+        """Whether the loss needs `select_tokens`' mask, chosen over the whole step."""
         return self.mode in COVARIANCE_MODES
 
     def token_weights(self, signal_N_T: Tensor, prompt_N: Tensor) -> Tensor | None:
-        """[N, T] float: each token's weight w in the step's loss Σ w·ℓ (module docstring), from the whole step's
-        tokens with A ≠ 0 (`signal_N_T`; `prompt_N`: each row's prompt index); None for token_mean, whose sum is
-        divided by the count instead."""
-        if self.aggregation == "token_mean":
-            return None
-        n_N = signal_N_T.sum(-1).double()
-        rows = int((n_N > 0).sum())
-        if self.aggregation == "prompt_mean":
-            n_P = torch.zeros(int(prompt_N.max()) + 1 if len(prompt_N) else 0, dtype=torch.float64,
-                              device=n_N.device).index_add_(0, prompt_N.to(n_N.device), n_N)
-            w_N = 1.0 / (int((n_P > 0).sum()) * n_P[prompt_N.to(n_N.device)])
-        elif self.aggregation == "seq_mean_token_mean":
-            w_N = 1.0 / (rows * n_N)
-        elif self.aggregation == "seq_mean_token_sum":
-            w_N = torch.full_like(n_N, 1.0 / max(rows, 1))
-        else:
-            w_N = torch.full_like(n_N, 1.0 / (max(rows, 1) * self.aggregation_norm))
-        return torch.where(signal_N_T, w_N[:, None], 0.0).float()
+        """[N, T] each token's weight in the step's loss (rlvr/loss/aggregation.py `token_weights`)."""
+        return token_weights(self.aggregation, self.aggregation_norm, signal_N_T, prompt_N)
 
     def cap(self, adv_PG_T: Tensor) -> tuple[Tensor, dict[str, float]]:
         if self.adv_clip_max <= 0:
@@ -245,70 +253,21 @@ class PolicyLoss:
         }
         return adv_PG_T.clamp(-self.adv_clip_max, self.adv_clip_max), metrics
 
-    def select_tokens(
-        self, new_lp_N_T: Tensor, old_lp_N_T: Tensor, adv_N_T: Tensor, mask_N_T: Tensor,
-        generator: Generator | None = None,
-    ) -> Tensor:
-        """bool [N, T]: the tokens kl_cov penalises or clip_cov zeroes, chosen among `mask_N_T`'s (the valid
-        tokens of the WHOLE step) by the covariance score of the module docstring; all False in standard.
-        `generator` (CPU) draws clip_cov's pick; the candidates are taken in row-major order, so the pick is a
-        function of the step's tensors and the generator's state only."""
-        selected = torch.zeros_like(mask_N_T, dtype=torch.bool)
-        valid = int(mask_N_T.sum())
-        if not self.selects_tokens or valid == 0:
-            return selected
-        new, adv = new_lp_N_T.detach()[mask_N_T], adv_N_T[mask_N_T]  # valid tokens, row-major
-        cov = (adv - adv.mean()) * (new - new.mean())
-        if self.mode == "kl_cov":
-            chosen = cov.topk(max(1, int(valid * min(self.kl_cov_percent, 100) / 100))).indices
-        else:
-            ratio, (lo, hi) = torch.exp(new - old_lp_N_T[mask_N_T]), self.clip_cov_bounds()
-            clipped_branch = -ratio.clamp(1 - lo, 1 + hi) * adv > -ratio * adv
-            inside = (cov > self.clip_cov_min) & (cov < self.clip_cov_max) & ~clipped_branch
-            candidates = inside.nonzero().squeeze(-1)
-            n = min(max(int(self.clip_cov_ratio * valid), 1), len(candidates))
-            chosen = candidates[torch.randperm(len(candidates), generator=generator)[:n].to(candidates.device)]
-        selected.view(-1)[mask_N_T.flatten().nonzero().squeeze(-1)[chosen]] = True
-        return selected
+    def select_tokens(self, new_lp_N_T: Tensor, old_lp_N_T: Tensor, adv_N_T: Tensor, mask_N_T: Tensor,
+                      generator: Generator | None = None) -> Tensor:
+        """bool [N, T]: kl_cov's or clip_cov's pick over the whole step (rlvr/loss/selection.py)."""
+        return select_tokens(self, new_lp_N_T, old_lp_N_T, adv_N_T, mask_N_T, generator)
 
     def clip_cov_bounds(self) -> tuple[float, float]:
         """clip_cov's (ε_lo, ε_hi): clip_eps or 1.0, and clip_eps_high or ε_lo (docs/algorithms.md#clip_cov)."""
         lo = self.clip_eps if self.clip_eps > 0 else 1.0
         return lo, self.clip_eps_high or lo
 
-    def token_losses(
-        self, new_lp: Tensor, old_lp: Tensor, adv: Tensor, selected: Tensor | None = None,
-        sampled: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        """Per-token loss ℓ and a bool per token counted in `clip_fraction` (clipped tokens in standard — a
-        clipped sequence's every token under gspo, weights at the cap under cispo —, none in kl_cov, the selected
-        ones in clip_cov). `selected` is this micro-batch's rows of `select_tokens`' whole-step mask (required by
-        kl_cov and clip_cov, unused by standard); `sampled` its rows' sampled tokens (required by gspo: the tokens
-        each row's ratio is the geometric mean over)."""
-        if self.selects_tokens and selected is None:
-            raise ValueError(f"algorithm.loss.mode={self.mode}: token_losses needs select_tokens' whole-step mask")
-        if self.form == "cispo":
-            weight = torch.exp(new_lp - old_lp).detach()
-            return -weight.clamp(max=self.cispo_max) * adv * new_lp, weight > self.cispo_max
-        if self.form == "gspo":
-            if sampled is None:
-                raise ValueError("algorithm.loss.form=gspo: token_losses needs the rows' sampled tokens")
-            delta = torch.where(sampled, new_lp - old_lp, 0.0)
-            ratio = torch.exp(delta.sum(-1, keepdim=True) / sampled.sum(-1, keepdim=True).clamp(min=1))
-            ratio = ratio.expand_as(adv)
-        else:
-            ratio = torch.exp(new_lp - old_lp)
-        if self.mode == "kl_cov":
-            penalty = self.kl_cov_coef * (new_lp - old_lp).abs()
-            return -ratio * adv + torch.where(selected, penalty, 0.0), torch.zeros_like(adv, dtype=torch.bool)
-        if self.mode == "clip_cov":
-            assert selected is not None  # selects_tokens: refused above when missing
-            lo, hi = self.clip_cov_bounds()
-            loss = torch.maximum(-ratio * adv, -ratio.clamp(1 - lo, 1 + hi) * adv)
-            return torch.where(selected, torch.zeros_like(loss), loss), selected
-        if self.clip_eps == 0:
-            return -ratio * adv, torch.zeros_like(adv, dtype=torch.bool)
-        hi = self.clip_eps_high or self.clip_eps
-        clipped_ratio = ratio.clamp(1 - self.clip_eps, 1 + hi)
-        loss = -torch.minimum(ratio * adv, clipped_ratio * adv)
-        return loss, (ratio < 1 - self.clip_eps) | (ratio > 1 + hi)
+    def token_losses(self, new_lp: Tensor, old_lp: Tensor, adv: Tensor, selected: Tensor | None = None,
+                     sampled: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The form's per-token ℓ alone (no weights, no regularisers) and its bool `clipped` per token: `selected`
+        is the whole-step pick (kl_cov, clip_cov), `sampled` the rows' sampled tokens (gspo; default: every token)."""
+        inputs = LossInputs(new_lp, old_lp, adv, torch.ones_like(adv, dtype=torch.bool), 1,
+                            torch.ones_like(adv, dtype=torch.bool) if sampled is None else sampled, selected=selected)
+        out = FORMS[self.kind](inputs, self)
+        return out.loss, out.metrics["clipped"]

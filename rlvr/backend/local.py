@@ -59,6 +59,7 @@ from rlvr.algorithm.correction import EMPTY_SUMS, merge_sums, mismatch_metrics, 
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.logprobs import padded_logprobs, padded_rows, position_logprobs, scatter
 from rlvr.lazy import lazy_import, no_grad
+from rlvr.loss.contract import LossInputs
 from rlvr.protocols import Needs
 from rlvr.requirements import CudaDevice
 from rlvr.seeds import sub_seed
@@ -308,54 +309,47 @@ class Trainee:
         return [sorted(p) for p in passes]
 
     def accumulate(self, loss: PolicyLoss, rows: StepRows, batches: list[list[int]], selected: Tensor | None,
-                    scale: float) -> dict[str, float]:
-        """Forward and backward over `batches` (`micro_batches`: row indices), each adding Σ ℓ over its tokens / the
-        whole step's token count (× `scale`) to the gradients; returns the summed (unscaled) loss and statistics,
-        with the mismatch correction's sums (rlvr/algorithm/correction.py: the tokens it kept; `mismatch/*`)."""
-        correction = loss.correction
+                   scale: float) -> dict[str, float]:
+        """Forward and backward over `batches` (`micro_batches`: row indices): per micro-batch one call of `loss`
+        (rlvr/loss/contract.py) on its `inputs`, then backward (× `scale`); returns the summed (unscaled) loss and
+        statistics, with the mismatch correction's sums (rlvr/algorithm/correction.py: the tokens it kept;
+        `mismatch/*`)."""
         sums = {"loss": 0.0, "clipped": 0.0, "abs_kl": 0.0, "ratio_max": 0.0, "kl_ref": 0.0, "entropy": 0.0,
                 "echo_loss": 0.0, **EMPTY_SUMS}
         for b in batches:
-            ref_lp = self.reference_logprobs(rows, b) if loss.reference_kl.in_loss else None
-            entropy = None
-            if loss.entropy_coef:
-                new_lp, entropy = self.logprobs(rows, b, with_entropy=True)
-            else:
-                new_lp = self.logprobs(rows, b)
-            m, log_rho = rows.action[b], new_lp.detach() - rows.engine_lp[b]  # log π_train − log π_engine
-            old_lp = rows.engine_lp[b] if correction.pi_old == "bypass" else new_lp.detach()
-            tok_loss, clipped = loss.token_losses(new_lp, old_lp, rows.adv[b],
-                                                  None if selected is None else selected[b], rows.sampled[b])
-            if correction.active:
-                factor, keep = correction.factors(log_rho, rows.sampled[b])
-                tok_loss, m = tok_loss * factor, m & keep
-            else:
-                keep = torch.ones_like(m)
-            kl_t = None
-            if loss.regularized:  # + β·kl_t − c·H_t on the same tokens, with the same weights (rlvr/algorithm/kl.py)
-                tok_loss, kl_t = loss.regularize(tok_loss, new_lp, ref_lp, entropy)
-            if rows.weight is None:
-                mb_loss = (tok_loss * m).sum() / rows.total
-            else:
-                mb_loss = (tok_loss * m * rows.weight[b]).sum()
-            echo_loss = None if rows.echo is None else -(new_lp * rows.echo[b]).sum()  # ECHO: −Σ w·log π
-            both = mb_loss if echo_loss is None else mb_loss + echo_loss  # one backward for both terms
-            (both * scale if scale != 1.0 else both).backward()
+            inputs, log_rho, keep = self.loss_inputs(loss, rows, b, selected)
+            out = loss(inputs)
+            (out.loss * scale if scale != 1.0 else out.loss).backward()
             with torch.no_grad():
-                if echo_loss is not None:
-                    sums["echo_loss"] += float(echo_loss)
-                delta = (new_lp - old_lp)[m]
-                sums["loss"] += float(mb_loss)
-                sums["clipped"] += float(clipped[m].sum())
+                for k, v in out.metrics.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+                delta = (inputs.trainer_logprobs - inputs.old_logprobs)[inputs.loss_mask]
                 sums["abs_kl"] += float(delta.abs().sum())
                 if delta.numel():
                     sums["ratio_max"] = max(sums["ratio_max"], float(delta.max().exp()))
-                if kl_t is not None:
-                    sums["kl_ref"] += float(kl_t[m].sum())
-                if entropy is not None:
-                    sums["entropy"] += float(entropy.detach()[m].sum())
                 sums.update(merge_sums(sums, mismatch_sums(log_rho, rows.sampled[b], keep, rows.action[b])))
         return sums
+
+    def loss_inputs(self, loss: PolicyLoss, rows: StepRows, b: list[int], selected: Tensor | None
+                    ) -> tuple[LossInputs, Tensor, Tensor]:
+        """Rows `b`'s `LossInputs`: their log-probabilities in one forward pass (with the entropies, and after the
+        reference's pass, when the loss's terms read them), and the correction's weights and mask; with log ρ (log
+        π_train − log π_engine) and the tokens the correction kept, for `mismatch/*`."""
+        ref_lp = self.reference_logprobs(rows, b) if loss.reference_kl.in_loss else None
+        entropy = None
+        if loss.entropy_coef:
+            new_lp, entropy = self.logprobs(rows, b, with_entropy=True)
+        else:
+            new_lp = self.logprobs(rows, b)
+        correction, sampled = loss.correction, rows.sampled[b]
+        log_rho = new_lp.detach() - rows.engine_lp[b]
+        old_lp = rows.engine_lp[b] if correction.pi_old == "bypass" else new_lp.detach()
+        factor, keep = correction.factors(log_rho, sampled) if correction.active else (None, None)
+        mask = rows.action[b] if keep is None else rows.action[b] & keep
+        inputs = LossInputs(new_lp, old_lp, rows.adv[b], mask, rows.total, sampled,
+                            None if rows.weight is None else rows.weight[b], factor, ref_lp, entropy,
+                            None if selected is None else selected[b], None if rows.echo is None else rows.echo[b])
+        return inputs, log_rho, torch.ones_like(mask) if keep is None else keep
 
     @staticmethod
     def kept_scale(sums: dict[str, float], rows: StepRows) -> float:
