@@ -33,9 +33,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from rlvr.run import build_all
+from rlvr.build import build_all
+from rlvr.components import Components
 from rlvr.seeds import prompt_seeds
-from rlvr.trainer import Components
 from rlvr.types import SamplingParams
 from tests.composing import compose_config
 

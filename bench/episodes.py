@@ -109,7 +109,7 @@ class Side:
     def step(self, step: int, measured: bool) -> None:
         self.forwards.seconds = 0.0
         t0, c0 = time.perf_counter(), time.process_time()
-        row = self.trainer.step(self.live, step)
+        row = self.trainer.step(self.live, step).row
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         if measured:
             self.walls.append(wall)
@@ -129,13 +129,14 @@ def start(name: str, overrides: list[str], seed: int, folder: Path, steps: ExitS
     `Trainer.stepping`, entered on `steps`) from step 0."""
     from hydra import compose, initialize_config_dir
 
+    from rlvr.build import build_all
     from rlvr.outputs import RunDir
-    from rlvr.run import build_all
+    from rlvr.start import start
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[*overrides, f"seed={seed}", "threads=1"])
     c, trainer = build_all(cfg)
-    live = steps.enter_context(trainer.stepping(trainer.start(c, RunDir(folder / name), stop)))
+    live = steps.enter_context(trainer.stepping(start(c, trainer, RunDir(folder / name), stop)))
     side, engine = Side(name, trainer, live), cast(Any, live.engine)  # engine=pytorch: it has a module
     if engine.module is live.backend.policy:
         raise SystemExit("the engine samples from the trained module itself (engine.merge_lora=false?): its forward "

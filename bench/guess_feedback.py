@@ -104,7 +104,7 @@ def greedy_games(engine, policy, tokenizer, components, max_tokens: int) -> Feed
 def measure(path: Path, overrides: list[str], conf: Path) -> dict[str, dict]:
     """{"warm-up": …, "checkpoint": …} summaries of the warm-up's policy and the checkpoint's."""
     from rlvr.cli.from_checkpoint import load_run_base, open_checkpoint
-    from rlvr.trainer import local_policy
+    from rlvr.start import local_policy
 
     opened = open_checkpoint(path, overrides, conf)
     c, max_tokens = opened.components, opened.trainer.eval_max_tokens

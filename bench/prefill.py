@@ -28,9 +28,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 import rlvr.engine.pytorch as pytorch_engine
-from rlvr.run import build_all
+from rlvr.build import build_all
 from rlvr.seeds import prompt_seeds
-from rlvr.trainer import local_policy
+from rlvr.start import local_policy
 from tests.composing import compose_config
 
 

@@ -117,16 +117,17 @@ def compose(args: argparse.Namespace):
 
 def build_components(cfg):
     """What `rlvr.run.run` builds, without starting `fit` (which would evaluate and checkpoint)."""
-    from rlvr.run import build_all
+    from rlvr.build import build_all
 
     return build_all(cfg)
 
 
 def warmed_up_model(trainer, c, out_dir: Path):
-    """The base model after the (cached) SFT warm-up: `Trainer.warmed_up`, what `Trainer.start` builds on."""
+    """The base model after the (cached) SFT warm-up: rlvr/start.py `warmed_up`, what `start` builds on."""
     from rlvr.outputs import RunDir
+    from rlvr.start import warmed_up
 
-    module, tokenizer, _, info = trainer.warmed_up(c, RunDir(out_dir))
+    module, tokenizer, _, info = warmed_up(c, trainer, RunDir(out_dir))
     return module, tokenizer, info
 
 
@@ -163,13 +164,14 @@ def side_warmup(args: argparse.Namespace) -> dict:
 
 def side_rlvr(args: argparse.Namespace) -> dict:
     from rlvr.outputs import RunDir
+    from rlvr.start import start
     from rlvr.trainer import freeze_startup_heap
 
     set_threads(args.threads)
     c, trainer = build_components(compose(args))
     with tempfile.TemporaryDirectory() as tmp:
         out = RunDir(Path(tmp) / "run")
-        live = trainer.start(c, out)
+        live = start(c, trainer, out)
         freeze_startup_heap()  # as `Trainer.fit` does before its first step
         initial = fingerprint(live.backend.policy)
         profiler = None
@@ -182,7 +184,7 @@ def side_rlvr(args: argparse.Namespace) -> dict:
                     profiler = cProfile.Profile()
                     profiler.enable()
                 t0, c0 = time.perf_counter(), time.process_time()
-                row = trainer.step(live, step)
+                row = trainer.step(live, step).row
                 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
                 out.append("metrics.jsonl", row)
                 if step >= args.warmup:

@@ -124,10 +124,11 @@ def engine_memory(config: DictConfig) -> list[str] | None:
     """What the chosen engine takes of the GPU beside the trainer (engine=vllm: rlvr/engine/vllm.py
     `colocated_memory`, which `engine.sleep_level` changes); None for the others, which hold no GPU memory of their
     own (pytorch samples with the trainer's module; openai and tinker run elsewhere)."""
-    from rlvr.engine.vllm import VLLMEngine, colocated_memory
+    from rlvr.config_check import declared_needs
+    from rlvr.engine.vllm import colocated_memory
 
     engine = config.get("engine")
-    if engine is None or engine.get("_target_") != f"{VLLMEngine.__module__}.{VLLMEngine.__qualname__}":
+    if engine is None or "engine_gpu_memory" not in declared_needs(config, "engine").provides:
         return None
     return colocated_memory(cast(dict[str, Any], OmegaConf.to_container(engine, resolve=True)))  # a DictConfig's
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from rlvr.distributed import ONE_PROCESS, World
+from rlvr.errors import ConfigError
 from rlvr.lazy import lazy_import
 from rlvr.outputs import disk_full
 
@@ -62,6 +63,20 @@ def pending_file(rank: int) -> str:
     """trainer.off_policy_steps ≥ 1: the steps this rank sampled ahead but had not trained (its shares, a list of
     rlvr/overlap.py Jobs); `pending.pt` on rank 0 (one process), `pending.rank<r>.pt` on the others."""
     return "pending.pt" if rank == 0 else f"pending.rank{rank}.pt"
+
+
+def pending_jobs(path: Path, world: World) -> list:
+    """Checkpoint `path`'s steps this rank sampled ahead and had not trained (rlvr/overlap.py Jobs); their shares
+    are per rank, so a checkpoint that holds some continues only on as many processes as wrote it."""
+    import torch
+
+    written = len(list(path.glob("pending*.pt")))
+    if not written:
+        return []
+    if written != world.size:
+        raise ConfigError(f"{path} holds steps sampled ahead of training by {written} process(es), each its "
+                          f"share; continue it on {written} (this run has {world.size})")
+    return torch.load(path / pending_file(world.rank), weights_only=False)
 
 
 def _fault(name: str) -> None:

@@ -80,6 +80,12 @@ CAPABILITIES: dict[str, Capability] = {
                                    "add correction=token_tis algorithm.loss.correction.pi_old=decoupled"),
     "sampled_ahead": Capability("rollouts sampled ahead of training (trainer.off_policy_steps >= 1)",
                                 "set trainer.off_policy_steps=0"),
+    "observes_steps": Capability("a data source whose next prompts depend on the rows scored so far (its state "
+                                 "is checkpointed)", "choose data=discover"),
+    "trainer_module": Capability("sampling with the trainer's own module (a copy of its own when it samples "
+                                 "ahead of training)", "choose engine=pytorch"),
+    "engine_gpu_memory": Capability("an engine holding GPU memory of its own beside the trainer",
+                                    "choose engine=vllm"),
 }
 """Every capability a component may provide or require, by name."""
 

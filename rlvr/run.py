@@ -10,37 +10,29 @@ a second.
 
 from __future__ import annotations
 
-import copy
-import functools
-import hashlib
-import inspect
 import json
 import logging
 import os
 import shutil
 from pathlib import Path
 
-from hydra.errors import InstantiationException
-from hydra.utils import get_class, instantiate
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 
 from rlvr import distributed
+from rlvr.build import build_all
 from rlvr.campaign import record
 from rlvr.checkpoint import Checkpoints
-from rlvr.config_check import check
-from rlvr.distributed import ONE_PROCESS, World
-from rlvr.env.guarded import GuardedEnvironment
+from rlvr.components import Components
+from rlvr.distributed import World
 from rlvr.errors import ConfigError, RunFailed
 from rlvr.folder_lock import FolderLock
-from rlvr.labels import condition_label
 from rlvr.machine_check import check_machine
 from rlvr.outputs import RunDir, disk_full, disk_full_message
 from rlvr.preemption import Preempted, StopSignals
 from rlvr.resume import config_id, differences, holds_a_run, interrupted_run, resume_point
 from rlvr.run_record import accept, drop_log
-from rlvr.seeds import Seeds
 from rlvr.threads import resolve as resolve_threads
-from rlvr.trainer import Components, Trainer
+from rlvr.trainer import Trainer
 
 log = logging.getLogger("rlvr")
 
@@ -252,90 +244,3 @@ def remove_if_fresh(folder: Path) -> None:
                 parent.rmdir()  # only when empty
             except OSError:
                 break
-
-
-def build_all(cfg: DictConfig, campaign_root: Path | None = None, world: World = ONE_PROCESS
-              ) -> tuple[Components, Trainer]:
-    """Check the config, then build every component for this process of `world` (the check has refused several
-    processes without a backend that trains over them); nothing heavy (no model) is loaded yet. In a multirun
-    (`campaign_root` given) a backend that takes `throttle_dir` shares `<campaign root>/tinker_throttle`
-    with the campaign's other jobs (rlvr/backend/throttle.py); a single run gets none."""
-    needs = check(cfg)
-    config = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(config, dict)  # a DictConfig's container
-    seeds = Seeds.from_root(int(cfg.seed))
-    components = Components(
-        preset=build(cfg, "model"),
-        data=build(cfg, "data", seed=seeds.data),
-        reward=build(cfg, "reward"),
-        algorithm=build(cfg, "algorithm"),
-        transform=build(cfg, "transform"),
-        planning=build(cfg, "planning"),
-        logger=build(cfg, "logger"),
-        backpressure=build(cfg, "backpressure"),
-        env=GuardedEnvironment(build_env(cfg)) if cfg.get("env") is not None else None,
-        turn_credit=build(cfg, "turn_credit") if cfg.get("env") is not None else None,
-        echo=build(cfg, "echo") if cfg.get("echo") is not None else None,
-        make_backend=functools.partial(build(cfg, "backend", _partial_=True),
-                                       **backend_runtime_args(cfg, campaign_root, world)),
-        make_engine=build(cfg, "engine", _partial_=True),
-        condition=condition_label(config),
-        uncertainty_kind=cfg.transform.get("uncertainty"),
-        seeds=seeds,
-        config=config,
-        config_sha256=hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
-        needs=needs,
-        world=world,
-    )
-    check_components(cfg, components)
-    return components, build(cfg, "trainer")
-
-
-def backend_runtime_args(cfg: DictConfig, campaign_root: Path | None, world: World) -> dict:
-    """What the chosen backend takes besides its YAML: the run's `world` (backend=fsdp), a campaign's
-    `throttle_dir` (backend=tinker); given to the constructor as they are (Hydra would turn a World into a dict)."""
-    takes = inspect.signature(get_class(cfg.backend._target_)).parameters
-    return ({"world": world} if "world" in takes else {}) | (
-        {"throttle_dir": str(campaign_root / "tinker_throttle")} if campaign_root and "throttle_dir" in takes else {})
-
-
-def build(cfg: DictConfig, group: str, **kwargs):
-    """The `cfg[group]` component; a constructor that rejects its values is a ConfigError naming the group."""
-    log.info("building %-9s <%s>", group, cfg[group]._target_)
-    try:
-        return instantiate(cfg[group], _convert_="all", **kwargs)
-    except InstantiationException as err:
-        cause = err.__cause__ if err.__cause__ is not None else err
-        if isinstance(cause, ConfigError):
-            raise cause from None
-        raise ConfigError(f"invalid config:\n  {group} <{cfg[group]._target_}>: {cause}") from cause
-
-
-def build_env(cfg: DictConfig):
-    """The `env` component: built from its keys less `env.tools` and its siblings, then wrapped with those tools
-    (rlvr/tools/harness.py); `build(cfg, "env")` when it names no tools."""
-    from rlvr.tools import TOOL_KEYS
-    from rlvr.tools.harness import with_tools
-
-    if not any(k in cfg.env for k in TOOL_KEYS):
-        return build(cfg, "env")
-    env = OmegaConf.to_container(cfg.env, resolve=True)
-    assert isinstance(env, dict)  # a DictConfig's container
-    settings = {k: env[k] for k in TOOL_KEYS if k in env}
-    bare = copy.deepcopy(cfg)
-    with open_dict(bare):
-        for k in settings:
-            del bare.env[k]
-    return with_tools(build(bare, "env"), settings)
-
-
-def check_components(cfg: DictConfig, c: Components) -> None:
-    """Checks that need a built (but still light) component: still before any model loads."""
-    games = c.env is not None and c.env.demonstrations is not None  # an environment that plays its own
-    if cfg.trainer.warmup.steps > 0 and not games and not c.data.demonstrations():
-        file = ", or name a JSON-lines file of prompt/completion pairs with data.demonstrations_path=FILE" if (
-            "demonstrations_path" in cfg.data) else ""
-        raise ConfigError(
-            f"invalid config:\n  trainer.warmup.steps={cfg.trainer.warmup.steps} but data <{cfg.data._target_}> has no "
-            f"warm-up demonstrations: set trainer.warmup.steps=0 (or trainer=gpu){file}"
-        )

@@ -21,10 +21,10 @@ import json
 from pathlib import Path
 from typing import TextIO
 
+from rlvr.build import make_rollout
 from rlvr.cli.from_checkpoint import checkpoint_label, open_checkpoint, write_json
 from rlvr.outputs import NONDETERMINISTIC_KEYS
 from rlvr.rollout import Part, evaluate
-from rlvr.trainer import make_rollout
 
 
 def output_name(overrides: list[str]) -> str:

@@ -32,8 +32,9 @@ from rlvr.cli.runs import CliError
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
+    from rlvr.components import Components
     from rlvr.protocols import Backend, Engine
-    from rlvr.trainer import Components, Trainer
+    from rlvr.trainer import Trainer
 
 SWAPPABLE = ("engine", "reward", "data")
 """Groups an override may replace by another option of conf/."""
@@ -147,8 +148,8 @@ def open_checkpoint(path: Path, overrides: list[str], conf: Path) -> Opened:
     the backend, and build the engine around it, exactly as the trainer does."""
     from omegaconf import OmegaConf
 
+    from rlvr.build import build_all
     from rlvr.errors import ConfigError
-    from rlvr.run import build_all
 
     run, checkpoint = find_checkpoint(path)
     state = Checkpoints.read_state(checkpoint)
@@ -168,7 +169,7 @@ def open_checkpoint(path: Path, overrides: list[str], conf: Path) -> Opened:
     if threads is not None:  # as rlvr.run does: the same thread count gives the same bits
         torch.set_num_threads(threads)
     quiet_progress_bars()
-    from rlvr.trainer import local_policy
+    from rlvr.start import local_policy
 
     module, tokenizer = load_run_base(run)
     backend, engine = local_policy(components, module, tokenizer)  # as the trainer builds them

@@ -103,9 +103,9 @@ def replay(capture: Path, manifest: dict, overrides: list[str], conf: Path, thre
     from safetensors.torch import load_file
 
     from rlvr.algorithm.kl import uses_reference
+    from rlvr.build import build_all
     from rlvr.cli.from_checkpoint import load_run_base, quiet_progress_bars, run_config
     from rlvr.errors import ConfigError
-    from rlvr.run import build_all
 
     capture = Path(capture)
     run = capture.parent.parent

@@ -65,7 +65,7 @@ class Discover:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs()
+        return Needs(provides=frozenset({"observes_steps"}))
 
     def __post_init__(self) -> None:
         if self.off_policy_steps:
@@ -115,6 +115,13 @@ class Discover:
             "discover/max_depth": float(max(e.depth for e in self.archive.entries.values())),
         }
 
+    def observe_step(self, batch: StepBatch, out: RunDir) -> dict[str, float]:
+        """A trained step's rows join the archive (the run folder's archive_top.json rewritten); the row's
+        discover/* (rlvr/stages/observe.py `DataObserver`)."""
+        fields = self.observe(batch.completions, batch.rewards_P_G)
+        out.write_json(TOP_FILE, self.top())
+        return fields
+
     def top(self) -> dict:
         """archive_top.json's data: the best entries with their place in the tree."""
         return {"best_reward": self.archive.best_reward, "archive_size": len(self.archive),
@@ -126,28 +133,7 @@ class Discover:
         return self.archive.state_dict()
 
     def load_state(self, state: dict) -> None:
-        self.archive.load_state_dict(state)
-        self._starts = []
-
-
-def observe(data: object, batch: StepBatch, out: RunDir) -> dict[str, float]:
-    """The trainer's hook after a step is scored: with data <discover>, its rows join the archive (the run folder's
-    archive_top.json rewritten) and the row gets discover/*; any other data source: nothing."""
-    if not isinstance(data, Discover):
-        return {}
-    fields = data.observe(batch.completions, batch.rewards_P_G)
-    out.write_json(TOP_FILE, data.top())
-    return fields
-
-
-def data_state(data: object) -> dict:
-    """The data source's checkpoint state: the archive (data <discover>); {} for a dataset (its order is a
-    function of seed and position)."""
-    return data.state() if isinstance(data, Discover) else {}
-
-
-def load_data_state(data: object, state: dict) -> None:
-    if isinstance(data, Discover):
         if not state:
             raise ConfigError("the checkpoint holds no discover archive (written by a run of another data source)")
-        data.load_state(state)
+        self.archive.load_state_dict(state)
+        self._starts = []

@@ -293,7 +293,7 @@ class PyTorchEngine:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs(provides=frozenset({"entropy", "group_seeds"}),
+        return Needs(provides=frozenset({"entropy", "group_seeds", "trainer_module"}),
                      requires={"local_policy": "it samples from the trained module in this process"})
 
     def __init__(self, module: nn.Module, eos_ids: list[int], pad_id: int, max_batch_rows: int, merge_lora: bool,

@@ -209,7 +209,8 @@ class VLLMEngine:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         sleep = settings["sleep_level"]
-        return Needs(requires={"local_policy": "it is started on the policy's files, then given each step's weights"},
+        return Needs(provides=frozenset({"engine_gpu_memory"}),
+                     requires={"local_policy": "it is started on the policy's files, then given each step's weights"},
                      excludes={"sampled_ahead": f"engine.sleep_level={sleep} puts vLLM to sleep while the trainer "
                                                 "trains, when an overlapped run samples: use engine.sleep_level=0"}
                      if sleep else {},

@@ -1,0 +1,82 @@
+"""credit: what the transform reads (token signals), then the rewards turned into token advantages (rlvr/credit.py:
+the algorithm, the transform, a multi-turn run's turn credit), truncated completions filtered out
+(trainer.overlong.filter) and echo's targets on observation tokens (echo=on)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, ClassVar, cast
+
+from rlvr.credit import assign_credit
+from rlvr.echo.echo import Echo
+from rlvr.model.prompt_encoding import token_pieces
+from rlvr.protocols import Algorithm, EntropyBackend, PlanningDetector, Transform, TurnCredit
+from rlvr.reward.overlong import Overlong
+from rlvr.stages import StepState
+from rlvr.telemetry import CORRECT_THRESHOLD
+from rlvr.types import TokenSignals
+
+
+class Signals:
+    """What the transform may read: planning marks only when it needs them; entropies from the backend's no-grad
+    pass when the engine gives none (rlvr/backend/local.py `entropies`)."""
+
+    fields: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, group_size: int, planning: PlanningDetector, wants_planning: bool, wants_entropy: bool
+                 ) -> None:
+        self.group_size, self.planning = group_size, planning
+        self.wants_planning, self.wants_entropy = wants_planning, wants_entropy
+
+    def apply(self, s: StepState) -> None:
+        rollouts, rewards_P_G = s.scored.rollouts, s.scored.rewards_P_G
+        s.pieces_PG = token_pieces(s.live.tokenizer, rollouts) if self.wants_planning else None
+        entropy_PG_T = rollouts.entropy_PG_T
+        if self.wants_entropy and entropy_PG_T is None:
+            entropy_PG_T = cast(EntropyBackend, s.live.backend).entropies(rollouts)
+        s.signals = TokenSignals(
+            logprobs_PG_T=rollouts.logprobs_PG_T, mask_PG_T=rollouts.action_mask_PG_T, group_size=self.group_size,
+            step=s.step, correct_rate=float((rewards_P_G > CORRECT_THRESHOLD).float().mean()),
+            entropy_PG_T=entropy_PG_T,
+            planning_PG_T=None if s.pieces_PG is None else self.planning.mask(s.pieces_PG,
+                                                                             rollouts.mask_PG_T.shape[1]),
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class CreditStage:
+    """Its state: the transform's controller (SEPA's λ, …) and the turn credit's."""
+
+    fields: ClassVar[tuple[str, ...]] = ("adv/*", "transform/*", "overlong/*", "echo/*")
+
+    def __init__(self, algorithm: Algorithm, transform: Transform, turn_credit: TurnCredit | None,
+                 overlong: Overlong, max_tokens: int, echo: Echo | None) -> None:
+        self.algorithm, self.transform, self.turn_credit = algorithm, transform, turn_credit
+        self.overlong, self.max_tokens, self.echo = overlong, max_tokens, echo
+
+    def apply(self, s: StepState) -> None:
+        batch = s.scored
+        assert s.signals is not None and s.rewards_P_G is not None, "signals and shape run first"
+        credit = assign_credit(s.rewards_P_G, s.signals, self.algorithm, self.transform, self.turn_credit,
+                               batch.turns)
+        credit, filtered = self.overlong.mask(credit, batch.rollouts)
+        s.fields.update({**self.overlong.fields(batch.rollouts, self.max_tokens), **filtered})
+        if self.echo is not None:  # its targets, kept before the skip rule: a step of tied groups still trains them
+            echo_PG_T, s.train = self.echo.plan(batch.rollouts)
+            credit = replace(credit, echo_PG_T=echo_PG_T)
+        s.credit = credit
+        s.credit_s = s.clock.lap() + batch.credit_seconds
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"transform": self.transform.state_dict(),
+                "turn_credit": self.turn_credit.state_dict() if self.turn_credit is not None else {}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.transform.load_state_dict(state["transform"])
+        if self.turn_credit is not None:
+            self.turn_credit.load_state_dict(state["turn_credit"])

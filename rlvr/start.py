@@ -1,0 +1,149 @@
+"""A run's start: the policy loaded (or, on a remote backend, its tokenizer), warmed up by SFT (or its warm-up read
+from the cache), the backend and the engine built around it, connected, and the rollout that samples from it:
+the loop's working set (`Live`). The trainer starts a run with it; the checkpoint commands build their policy with
+`local_policy` (rlvr/cli/from_checkpoint.py)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import TYPE_CHECKING, Any
+
+from rlvr.algorithm.kl import uses_reference
+from rlvr.build import make_rollout
+from rlvr.checkpoint import Checkpoints
+from rlvr.components import Components, Live
+from rlvr.model.base_folder import save_base
+from rlvr.model.prompt_encoding import eos_ids
+from rlvr.outputs import RunDir
+from rlvr.preemption import StopSignals
+from rlvr.progress import Progress, duration
+from rlvr.protocols import Backend, Engine
+from rlvr.rollout.chat_turns import check_chat_turns
+from rlvr.tools.render import format_mismatch
+from rlvr.types import Demonstration
+
+if TYPE_CHECKING:
+    from rlvr.trainer import Trainer
+
+log = logging.getLogger("rlvr")
+
+MAX_GAME_DEMONSTRATIONS = 50_000
+"""Games an environment plays for the warm-up at most (each drawn once when steps × batch size ≤ this)."""
+
+
+def start(c: Components, t: Trainer, out: RunDir, stop: StopSignals | None = None) -> Live:
+    """Load the policy, run (or load) the warm-up, build backend and engine around it."""
+    for name, value in c.seeds.as_dict().items():
+        log.info("seed %-8s %d", name, value)
+    if c.remote:  # the policy lives on a service: no weights here, no warm-up (refused at config time)
+        log.info("loading the tokenizer of <%s>; the policy stays on the service", type(c.preset).__name__)
+        tokenizer, stops = c.preset.load_tokenizer()
+        check_chat(c, tokenizer, stops)
+        backend, warmup = c.make_backend(lora=c.preset.lora, lora_seed=c.seeds.lora), None
+        engine = c.make_engine(policy=backend.policy, eos_ids=stops, pad_id=tokenizer.pad_token_id)
+    else:
+        module, tokenizer, _, warmup = warmed_up(c, t, out, stop)
+        if out.writes:
+            save_base(out.path / "base", module, tokenizer, c.preset, warmup["key"] if warmup else None)
+        backend, engine = local_policy(c, module, tokenizer, reference=uses_reference(c.algorithm.loss))
+    engine.connect()
+    log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
+    return Live(c, tokenizer, backend, engine, make_rollout(c, engine, tokenizer, stop), out, warmup,
+                Checkpoints(out.path / "checkpoints", t.keep_last, c.world), stop=stop)
+
+
+def warmed_up(c: Components, t: Trainer, out: RunDir, stop: StopSignals | None = None
+              ) -> tuple[Any, Any, list[int], dict | None]:
+    """(module, tokenizer, EOS ids, warm-up info): the local policy RL starts from, loaded and warmed up (or its
+    warm-up loaded from the cache), before any backend wraps it. `start` builds the backend and engine around
+    it; bench/step.py hands the same module to TRL."""
+    log.info("loading policy <%s>", type(c.preset).__name__)
+    module, tokenizer = c.preset.load(c.seeds.init)
+    stops = eos_ids(tokenizer, module.generation_config.eos_token_id)
+    check_chat(c, tokenizer, stops)
+    return module, tokenizer, stops, warm_up(c, t, module, tokenizer, out, stop)
+
+
+def check_chat(c: Components, tokenizer, stops: list[int]) -> None:
+    """Multi-turn episodes append each observation as the chat template's ids for it (rlvr/rollout/chat_turns.py):
+    a template that cannot is refused here, before the warm-up and any training; one that rewrites earlier turns
+    is said once, its episodes' rows being split where it does (rlvr/rollout/template_rewrites.py)."""
+    if c.env is not None and getattr(tokenizer, "chat_template", None):
+        rewrites = check_chat_turns(tokenizer, c.preset.name, stops)
+        if rewrites is not None:
+            log.info("%s; an episode's row is split there, each part trained after the prompt its actions were "
+                     "sampled from", rewrites)
+        call_format = getattr(c.env.env, "call_format", None)  # env.tools: rlvr/tools/harness.py, in the guard
+        mismatch = call_format and c.env.tool_schemas and format_mismatch(tokenizer, c.env.tool_schemas, call_format)
+        if mismatch:
+            log.warning("%s (model %s)", mismatch, c.preset.name)
+
+
+def warm_up(c: Components, t: Trainer, module, tokenizer, out: RunDir, stop: StopSignals | None) -> dict | None:
+    """trainer.warmup: SFT on the task's demonstrations (or the environment's games), its steps in warmup.jsonl;
+    a stop signal during it stops the run with nothing saved."""
+    if t.warmup.steps <= 0:
+        return None
+    demos = demonstrations(c, t)
+    key = t.warmup.cache_key(c.preset, c.seeds.init, demos)
+    log.info("SFT warm-up: %d steps on %d demonstrations (cache key %s)", t.warmup.steps, len(demos), key)
+    plan = stop.plan if stop is not None else ""
+    if stop is not None:
+        stop.plan = ("stopping the SFT warm-up: nothing is saved before the RL steps start, and the warm-up "
+                     "starts over when the run continues")
+    with Progress("warm-up", total=t.warmup.steps) as progress:
+
+        def on_step(r: dict) -> None:
+            out.append("warmup.jsonl", r)
+            progress.update(1 if "loss" in r else t.warmup.steps - progress.done)
+            if stop is not None and stop.requested and "loss" in r and r["step"] + 1 < t.warmup.steps:
+                raise stop.stopped(f"during the SFT warm-up (step {r['step'] + 1} of {t.warmup.steps}); "
+                                   "nothing was saved: the warm-up starts over when the run continues")
+
+        try:
+            info = t.warmup.run(module, tokenizer, demos, c.seeds.init, key, on_step, out.path / "base")
+        finally:
+            if stop is not None:
+                stop.plan = plan
+    log.info("warm-up %s", f"loaded from {info['loaded_from']}" if info["loaded_from"] else
+             f"done in {duration(info['seconds'])}, final loss {info['final_loss']:.4f}")
+    return info
+
+
+def demonstrations(c: Components, t: Trainer) -> list[Demonstration]:
+    """The warm-up's demonstrations: the environment's games when it plays some (`env=guess`: one per warm-up
+    example drawn), else the data source's."""
+    games = c.env.demonstrations if c.env is not None else None
+    if games is None:
+        return c.data.demonstrations()
+    count = min(t.warmup.steps * t.warmup.batch_size, MAX_GAME_DEMONSTRATIONS)
+    return [Demonstration(g[0], g[1], tuple(g[2:])) for g in games(count, c.seeds.init)]
+
+
+def local_policy(c: Components, module, tokenizer, reference: bool = False) -> tuple[Backend, Engine]:
+    """The backend around `module` (LoRA attached, or all weights trained) and the engine that samples from it, not
+    yet connected: the trainer's, and the checkpoint commands' (rlvr/cli/from_checkpoint.py), built alike. With
+    `reference` (algorithm.kl.coef > 0, the trainer's only) a full fine-tuning backend keeps a frozen copy of `module`,
+    the base, as the reference (rlvr/algorithm/kl.py)."""
+    own = sampling_copy(c, module)
+    backend = c.make_backend(model=module, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tokenizer.pad_token_id,
+                             **({"reference": True} if reference else {}))
+    backend.prepare_sampling()  # on every process (backend=fsdp: a collective)
+    stops = eos_ids(tokenizer, module.generation_config.eos_token_id)
+    if own is not None:
+        own.to(next(backend.policy.parameters()).device)
+    return backend, c.make_engine(module=own if own is not None else backend.policy, eos_ids=stops,
+                                  pad_id=tokenizer.pad_token_id)
+
+
+def sampling_copy(c: Components, module) -> Any:
+    """An engine that samples with the trainer's module (engine=pytorch) sampling ahead of training
+    (trainer.off_policy_steps ≥ 1) samples while the trainer changes its module: it gets a copy of its own, made
+    here before the backend wraps the module (FSDP's cannot be copied) and adapted alike (the same LoRA draw; the
+    global RNG ends as after one); its `sync` copies the trained weights in. None otherwise."""
+    from rlvr.backend.local import prepare
+
+    if not c.config["trainer"].get("off_policy_steps") or "trainer_module" not in c.needs["engine"].provides:
+        return None
+    return prepare(copy.deepcopy(module), c.preset.lora, c.seeds.lora, gradient_checkpointing=False)
