@@ -54,15 +54,15 @@ n from its file monitor, `{output_dir}/metrics.jsonl` (the trainer's `monitors.f
 "filesystem"` (its default is zmq), and its inference server `weight_broadcast.type = "filesystem"` (ZMQ and NCCL
 are not built here: `backend.transport` must be `filesystem`).
 
-What cannot be expressed, and is refused at start (rlvr/config_check.py, by capability): the loss is PRIME-RL's,
-configured in its trainer's `[loss]`, not rlvr's `algorithm.loss`, so this backend provides neither `ratio_clipping`
-(keep algorithm.loss.clip_eps=0, the default: PRIME-RL masks by its own importance-ratio bounds), `local_loss`
-(kl_cov/clip_cov, gspo/cispo forms, entropy bonus, decoupled corrections, echo=on) nor `reference_model`
-(algorithm.kl.coef=0); `algorithm.loss.aggregation` other than token_mean is refused at the first step (PRIME-RL
-normalises each loss component by its token count). The learning rate and optimizer are the trainer's too: `lr` is
-not sent (the row's `lr` is rlvr's schedule's value, which the trainer does not read). LoRA: when the run's model
-preset has `model.lora`, the trainer must have `model.lora` with the same rank and targets (its broadcast is then
-the adapter, which the engine loads by name); rlvr cannot set PRIME-RL's model.
+What cannot be expressed, and is refused at start (rlvr/config_check.py): the loss is PRIME-RL's, configured in its
+trainer's `[loss]`, not rlvr's `algorithm.loss`, so this backend provides neither `ratio_clipping` (keep
+algorithm.loss.clip_eps=0, the default: PRIME-RL masks by its own importance-ratio bounds), `local_loss` (decoupled
+corrections, echo=on) nor `reference_model` (algorithm.kl.coef=0), and its `loss_support` (rlvr/loss/support.py)
+declares the ppo form and aggregation=token_mean alone (PRIME-RL normalises each loss component by its token count):
+no kl_cov/clip_cov, gspo/cispo, entropy bonus or user loss. The learning rate and optimizer are the trainer's
+too: `lr` is not sent (the row's `lr` is rlvr's schedule's value, which the trainer does not read). LoRA: when the
+run's model preset has `model.lora`, the trainer must have `model.lora` with the same rank and targets (its broadcast
+is then the adapter, which the engine loads by name); rlvr cannot set PRIME-RL's model.
 
 Checkpoints: `save` writes `prime_rl_state.json` (the step count and output_dir); the weights and optimizer are
 the PRIME-RL trainer's checkpoints (`ckpt.interval`), so a resumed rlvr run needs the trainer resumed at the same
@@ -88,6 +88,7 @@ from typing import Any
 
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.errors import ConfigError
+from rlvr.loss.support import LossSupport
 from rlvr.protocols import Finding, Needs
 from rlvr.requirements import Setting
 from rlvr.types import LoraSpec, TrainBatch
@@ -377,6 +378,9 @@ class TrainerBroadcasts:
 
 
 class PrimeRLBackend:
+    loss_support = LossSupport(forms=("ppo",), aggregations=("token_mean",))
+    """PRIME-RL's trainer computes its own loss: rlvr's ppo form alone, normalised by its token counts."""
+
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         transport = settings["transport"]
@@ -508,13 +512,11 @@ class PrimeRLBackend:
 
 def check_loss(loss: PolicyLoss) -> None:
     """What rlvr's loss settings ask that PRIME-RL's trainer would not do (config_check refuses them earlier, by
-    capability; this guards a backend built by hand)."""
-    if (loss.selects_tokens or loss.reference_kl.active or loss.entropy_coef or loss.clip_eps
-            or loss.aggregation != "token_mean"):
+    capability and by `PrimeRLBackend.loss_support`; this guards a backend built by hand)."""
+    PrimeRLBackend.loss_support.refuse("backend=prime_rl", loss)
+    if loss.reference_kl.active or loss.clip_eps:
         raise ConfigError(
-            f"algorithm.loss (clip_eps={loss.clip_eps}, mode={loss.mode}, aggregation={loss.aggregation}, kl active="
-            f"{loss.reference_kl.active}, entropy_coef={loss.entropy_coef}) asks for what PRIME-RL's trainer computes "
-            "with its own [loss] settings: backend=prime_rl needs algorithm.loss.clip_eps=0, mode=standard, "
-            "aggregation=token_mean (PRIME-RL normalises by its token counts), algorithm.kl.coef=0 and "
-            "algorithm.entropy_coef=0"
+            f"algorithm.loss.clip_eps={loss.clip_eps}, algorithm.kl.coef={loss.reference_kl.coef}: PRIME-RL's trainer "
+            "clips and regularises with its own [loss] settings: backend=prime_rl needs algorithm.loss.clip_eps=0 "
+            "and algorithm.kl.coef=0"
         )

@@ -28,12 +28,12 @@ empty (a sampled row has at least one token), and a prompt must have at least on
 
 Losses: `backend.loss_fn` is any of the SDK's `LossFnType` but `custom`/`cross_entropy` (RL needs
 advantages). `algorithm.loss.clip_eps` > 0 needs a clipping loss (ppo, cispo): the service gets
-`clip_low_threshold = 1 − ε`, `clip_high_threshold = 1 + ε_high`. `algorithm.loss.mode` kl_cov and clip_cov
-need the local loss (they pick tokens by covariance over the whole step, which no service loss does): the
-loss's `needs` require the `local_loss` capability, which only backend=local provides, so rlvr/config_check.py refuses
-them with backend=tinker before anything starts (and `loss_config` raises should one get here). So are
-`algorithm.kl.coef` > 0 (`reference_model`: the service scores no reference model) and `algorithm.entropy_coef` ≠ 0
-(`local_loss`).
+`clip_low_threshold = 1 − ε`, `clip_high_threshold = 1 + ε_high`. What of `algorithm.loss` the service
+computes, the backend declares (`loss_support`, rlvr/loss/support.py): the ppo form, every aggregation; not
+`algorithm.loss.mode` kl_cov or clip_cov (they pick tokens by covariance over the whole step, which no service loss
+does), gspo or cispo as rlvr computes them, `algorithm.entropy_coef` ≠ 0, or a user's own loss: rlvr/config_check.py
+refuses them before anything starts, naming the key and the supported forms (and `loss_config` raises should one
+get here). So is `algorithm.kl.coef` > 0 (`reference_model`: the service scores no reference model).
 The service computes training log-probabilities at temperature 1, so sample at trainer.sampling.temperature=1
 for an on-policy ratio of 1 (a warning says so otherwise; the predecessor sampled at T = 0.7 against these
 T = 1 log-probabilities).
@@ -78,6 +78,8 @@ from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.throttle import Throttle
 from rlvr.errors import ConfigError
 from rlvr.lazy import lazy_import
+from rlvr.loss.aggregation import AGGREGATIONS
+from rlvr.loss.support import LossSupport
 from rlvr.protocols import Needs
 from rlvr.requirements import EnvVar, Package, Setting, pip_extra
 from rlvr.types import LoraSpec, TrainBatch
@@ -215,6 +217,10 @@ TINKER_PACKAGE = Package("tinker", pip_extra("tinker"))
 
 
 class TinkerBackend:
+    loss_support = LossSupport(forms=("ppo",), aggregations=AGGREGATIONS)
+    """The service's loss_fn computes ppo's per-token ratio (clipped with a clipping loss_fn); every aggregation is
+    sent as the advantages' weights (`datums_of`); no covariance mode, no entropy bonus, no user loss."""
+
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         loss_fn, base_model = settings["loss_fn"], settings["base_model"]
@@ -323,14 +329,12 @@ class TinkerBackend:
         }
 
     def loss_config(self, loss: PolicyLoss) -> dict[str, float] | None:
-        if loss.selects_tokens:
-            raise ConfigError(f"algorithm.loss.mode={loss.mode} needs the local loss (backend=local): the Tinker "
-                              "service computes only its own loss_fn's")
-        if loss.reference_kl.active or loss.entropy_coef:
-            key = (f"algorithm.kl.coef={loss.reference_kl.coef}" if loss.reference_kl.active else
-                   f"algorithm.entropy_coef={loss.entropy_coef}")
-            raise ConfigError(f"{key} needs a reference pass and the local loss (backend=local or fsdp): the Tinker "
-                              "service computes only its own loss_fn's")
+        """The service loss_fn's config for `loss` (its clip thresholds); ConfigError for what the service does not
+        compute (`loss_support`, and the reference KL)."""
+        self.loss_support.refuse("backend=tinker", loss)
+        if loss.reference_kl.active:
+            raise ConfigError(f"algorithm.kl.coef={loss.reference_kl.coef} needs a reference pass and the local loss "
+                              "(backend=local or fsdp): the Tinker service computes only its own loss_fn's")
         if loss.clip_eps == 0:
             return None
         if self.loss_fn not in CLIPPING_LOSSES:

@@ -83,7 +83,7 @@ def test_a_non_finite_entropy_coef_is_refused():
 
 
 def test_a_bad_value_in_the_config_is_a_config_error():
-    from rlvr.run import build
+    from rlvr.build import build
 
     with pytest.raises(ConfigError, match=r"algorithm.kl.coef=-1.0 must be >= 0"):
         build(compose_config(["algorithm.kl.coef=-1.0"]), "algorithm")
