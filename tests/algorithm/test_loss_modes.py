@@ -149,25 +149,24 @@ def test_bad_knobs_fail_naming_the_key(knob, value):
 
 
 def test_the_covariance_modes_need_their_whole_step_mask():
-    with pytest.raises(ValueError, match="algorithm.loss.mode=kl_cov: token_losses needs select_tokens"):
+    with pytest.raises(ValueError, match="algorithm.loss.mode=kl_cov: the loss needs the whole step's selected"):
         loss("kl_cov").token_losses(NEW, NEW, ADV)
 
 
-def test_the_covariance_modes_need_the_local_loss():
+def test_the_covariance_modes_are_refused_by_the_backends_that_do_not_compute_them():
     settings_ = {"clip_eps": 0.0, "clip_eps_high": 0.0, "adv_clip_max": 0.0}
-    assert PolicyLoss.needs(settings_ | {"mode": "standard"}).requires == {}
-    for mode in ("kl_cov", "clip_cov"):
-        assert PolicyLoss.needs(settings_ | {"mode": mode}).requires == {"local_loss": f"algorithm.loss.mode={mode}"}
-    assert "local_loss" in LocalBackend.needs({"device": "cpu"}).provides
+    for mode in ("standard", "kl_cov", "clip_cov"):
+        assert PolicyLoss.needs(settings_ | {"mode": mode}).requires == {}
+    assert getattr(LocalBackend, "loss_support", None) is None  # it calls the loss itself: every form
 
 
 @pytest.mark.parametrize("mode", ["kl_cov", "clip_cov"])
 def test_tinker_refuses_the_covariance_modes_before_anything_starts(mode):
     _, errors = config_problems(compose_config([f"algorithm.loss.mode={mode}", "backend=tinker"]), at_start=False)
-    assert any(f"needs the local loss, computed token by token in this process (algorithm.loss.mode={mode})" in e
-               and "choose backend=local" in e for e in errors), errors
+    assert any(f"algorithm.loss.mode={mode}: backend <rlvr.backend.tinker.TinkerBackend> computes the form(s) ppo "
+               "only" in e for e in errors), errors
     _, local = config_problems(compose_config([f"algorithm.loss.mode={mode}"]), at_start=False)
-    assert not any("local loss" in e for e in local)
+    assert not any("algorithm.loss.mode" in e for e in local)
 
 
 # ---- the local backend on the tiny model ----

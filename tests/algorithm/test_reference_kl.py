@@ -13,6 +13,7 @@ from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.tinker import TinkerBackend
 from rlvr.errors import ConfigError
 from rlvr.labels import condition_label
+from rlvr.loss import LossInputs
 from rlvr.types import Rollouts
 
 LOGP = torch.tensor([-1.0, -2.0, -0.5])
@@ -40,10 +41,9 @@ def test_the_regularized_loss_has_the_formulas_gradient():
     new = torch.tensor([-1.1, -0.9, -2.2, -0.4], requires_grad=True)
     ent = torch.tensor([0.8, 1.1, 0.3, 2.0], requires_grad=True)
     loss = PolicyLoss(0.0, 0.0, 0.0, kl=ReferenceKL(beta, "k3"), entropy_coef=c)
-    tok, _ = loss.token_losses(new, old, adv)
-    tok, kl_t = loss.regularize(tok, new, ref, ent)
     m = adv != 0
-    (tok * m).sum().div(m.sum()).backward()
+    out = loss(LossInputs(new, old, adv, m, int(m.sum()), m, ref_logprobs=ref, entropies=ent))
+    out.loss.backward()
     ours = new.grad.clone(), ent.grad.clone()
 
     new.grad, ent.grad = None, None
@@ -56,12 +56,13 @@ def test_the_regularized_loss_has_the_formulas_gradient():
     r, delta = torch.exp(new.detach() - old), new.detach() - ref
     torch.testing.assert_close(ours[0], torch.where(m, (-r * adv + beta * (1 - torch.exp(-delta))) / 3, 0.0))
     torch.testing.assert_close(ours[1], torch.where(m, torch.tensor(-c / 3), 0.0))
-    torch.testing.assert_close(kl_t.detach(), torch.exp(-delta) - 1 + delta)
+    torch.testing.assert_close(out.metrics["kl_ref"], (torch.exp(-delta) - 1 + delta)[m].sum())
+    torch.testing.assert_close(out.metrics["entropy"], ent.detach()[m].sum())
 
 
 def test_the_defaults_leave_the_loss_untouched():
     loss = PolicyLoss(0.0, 0.0, 0.0)
-    assert loss.reference_kl is NO_KL and not loss.regularized and loss.entropy_coef == 0
+    assert loss.reference_kl is NO_KL and loss.regularizers == () and loss.entropy_coef == 0
     cfg = compose_config([])
     assert cfg.algorithm.kl.coef == 0 and cfg.algorithm.entropy_coef == 0
     assert cfg.algorithm.loss.kl.coef == 0  # the loss reads the algorithm's (an interpolation)
@@ -114,18 +115,20 @@ def test_kl_in_the_reward_subtracts_beta_times_the_sequence_kl():
 
 def test_tinker_refuses_kl_and_entropy_naming_the_key():
     needs = PolicyLoss.needs({"clip_eps": 0.0, "kl": {"coef": 0.1}, "entropy_coef": 0.01})
-    assert needs.requires == {"reference_model": "algorithm.kl.coef=0.1", "local_loss": "algorithm.entropy_coef=0.01"}
+    assert needs.requires == {"reference_model": "algorithm.kl.coef=0.1"}
     tinker = TinkerBackend.needs({"loss_fn": "importance_sampling", "base_model": "x", "api_key_env": "K"})
-    assert not {"reference_model", "local_loss"} & tinker.provides
-    from rlvr.config_check import unmet_needs
+    assert "reference_model" not in tinker.provides and not TinkerBackend.loss_support.entropy_bonus
+    from rlvr.config_check import loss_support_errors, unmet_needs
 
     cfg = compose_config(["backend=tinker", "algorithm.kl.coef=0.1", "algorithm.entropy_coef=0.01"])
-    errors = unmet_needs(cfg, {"algorithm": needs, "backend": tinker})
+    errors = unmet_needs(cfg, {"algorithm": needs, "backend": tinker}) + loss_support_errors(cfg)
     assert any("algorithm.kl.coef=0.1" in e and "reference model" in e for e in errors)
     assert any("algorithm.entropy_coef=0.01" in e and "entropy bonus" in e for e in errors)
     backend = TinkerBackend.__new__(TinkerBackend)  # loss_config alone, should one get past the check
     with pytest.raises(ConfigError, match="algorithm.kl.coef=0.1 needs a reference pass"):
         backend.loss_config(PolicyLoss(0.0, 0.0, 0.0, kl=ReferenceKL(0.1)))
+    with pytest.raises(ConfigError, match="algorithm.entropy_coef=0.01: backend=tinker computes no entropy bonus"):
+        backend.loss_config(PolicyLoss(0.0, 0.0, 0.0, entropy_coef=0.01))
 
 
 @pytest.mark.parametrize(("overrides", "label"), [
