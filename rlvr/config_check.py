@@ -62,8 +62,17 @@ def config_problems(cfg: DictConfig, at_start: bool = True) -> tuple[dict[str, N
     if errors:
         return {}, errors
     needs = {group: declared_needs(cfg, group) for group in chosen_groups(cfg)}
-    errors = value_errors(cfg) + unmet_needs(cfg, needs)
+    errors = value_errors(cfg) + unmet_needs(cfg, needs) + loss_support_errors(cfg)
     return needs, (errors + start_errors(cfg, needs) + world_errors(cfg, needs) if at_start else errors)
+
+
+def loss_support_errors(cfg: DictConfig) -> list[str]:
+    """What of `algorithm.loss` the chosen backend declares it does not compute (rlvr/loss/support.py)."""
+    from rlvr.loss.support import support_errors
+
+    loss = cfg.algorithm.get("loss") if "algorithm" in cfg and cfg.algorithm is not None else None
+    settings = OmegaConf.to_container(loss, resolve=True, throw_on_missing=False) if loss is not None else None
+    return support_errors(get_class(cfg.backend._target_), cfg.backend._target_, settings)
 
 
 def world_errors(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
