@@ -4,7 +4,8 @@
     adv_P_G[uniform groups] = 0                            every reward of the group ties: no signal
               (+ algorithm.advantage_metrics(untied groups): discover_entropic's β, {} for the others)
     base      = adv_P_G.flatten()                          one per completion; multi-turn episodes: per turn,
-              | turn_credit(adv_P_G, rewards_P_G, turns)     [P·G, T] on the action tokens (rlvr/turn_credit/)
+              | turn_credit(adv_P_G, rewards_P_G, turns)     [P·G, T] on the action tokens (rlvr/turn_credit/), `turns`
+                                                             read from the episodes as played
     adv_PG_T  = transform(base, signals)                   token level (none, GTPO, HICRA, SEPA, …)
     adv_PG_T  = algorithm.normalize(adv_PG_T, mask)        batch pass (REINFORCE++'s token z-score)
     adv_PG_T  = algorithm.loss.cap(adv_PG_T)               |advantage| ≤ adv_clip_max when set
@@ -25,12 +26,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rlvr.algorithm.ties import uniform_groups
+from rlvr.turn_credit.played import turn_signals
+from rlvr.types import TurnSignals
 
 if TYPE_CHECKING:
     from torch import Tensor
 
     from rlvr.protocols import Algorithm, Transform, TurnCredit
-    from rlvr.types import TokenSignals, TurnSignals
+    from rlvr.types import Played, TokenSignals
 
 
 @dataclass(frozen=True)
@@ -53,11 +56,12 @@ class Credit:
 
 
 def assign_credit(rewards_P_G: Tensor, signals: TokenSignals, algorithm: Algorithm, transform: Transform,
-                  turn_credit: TurnCredit | None = None, turns: TurnSignals | None = None) -> Credit:
+                  turn_credit: TurnCredit | None = None, turns: Played | TurnSignals | None = None) -> Credit:
     """The chain in the module docstring. `signals` must carry entropies/planning marks when the transform's
-    `needs` require them. Multi-turn episodes pass their `turn_credit` (rlvr/turn_credit/) and what was measured
-    per turn: it turns the episode advantages into per-turn ones on the action tokens, [P·G, T], and the
-    transform weights those token by token instead of one episode advantage per row."""
+    `needs` require them. Multi-turn episodes pass their `turn_credit` (rlvr/turn_credit/) and the episodes as
+    played (`StepBatch.turns`), whose per-turn signals are read here (rlvr/turn_credit/played.py), or those signals
+    themselves (rows built by hand): it turns the episode advantages into per-turn ones on the action tokens,
+    [P·G, T], and the transform weights those token by token instead of one episode advantage per row."""
     tied_P = uniform_groups(rewards_P_G)
     adv_P_G = algorithm.advantages(rewards_P_G).masked_fill(tied_P[:, None], 0.0)
     episode_metrics = algorithm.advantage_metrics(rewards_P_G[~tied_P])
@@ -67,7 +71,8 @@ def assign_credit(rewards_P_G: Tensor, signals: TokenSignals, algorithm: Algorit
     elif turns is None:
         raise ValueError("assign_credit: turn_credit was given without the episodes' turns (TurnSignals)")
     else:
-        base, turn_metrics = turn_credit(adv_P_G, rewards_P_G, turns)
+        signals_of_turns = turns if isinstance(turns, TurnSignals) else turn_signals(turns)
+        base, turn_metrics = turn_credit(adv_P_G, rewards_P_G, signals_of_turns)
     adv_PG_T, transform_metrics = transform(base, signals)
     adv_PG_T, norm_metrics = algorithm.normalize(adv_PG_T, signals.mask_PG_T)
     adv_PG_T, cap_metrics = algorithm.loss.cap(adv_PG_T)

@@ -44,8 +44,7 @@ from rlvr.preemption import StepInterrupted
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from rlvr.env.guarded import EnvFailures
-    from rlvr.types import Played, Rollouts, Scores
+    from rlvr.types import EnvFailures, Played, Rollouts, Scores
 
 torch = lazy_import("torch")
 dist = lazy_import("torch.distributed")
@@ -205,7 +204,7 @@ def gather_played(world: World, played: Played, failures: EnvFailures, pad_id: i
     groups (in a world of one process: as given). Environment time is the slowest rank's."""
     from dataclasses import fields, replace
 
-    from rlvr.env.guarded import EnvFailures
+    from rlvr.types import EnvFailures
 
     if world.size == 1:
         return played, failures

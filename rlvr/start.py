@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from rlvr.algorithm.kl import uses_reference
 from rlvr.build import make_rollout
+from rlvr.chat.check import check_chat_turns
+from rlvr.chat.tools import format_mismatch
 from rlvr.checkpoint import Checkpoints
 from rlvr.components import Components, Live
 from rlvr.model.base_folder import save_base
@@ -19,8 +21,6 @@ from rlvr.outputs import RunDir
 from rlvr.preemption import StopSignals
 from rlvr.progress import Progress, duration
 from rlvr.protocols import Backend, Engine
-from rlvr.rollout.chat_turns import check_chat_turns
-from rlvr.tools.render import format_mismatch
 from rlvr.types import Demonstration
 
 if TYPE_CHECKING:

@@ -8,9 +8,11 @@ says which positions are real.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:  # torch and peft stay out of the composing/submitting process
+    from collections.abc import Callable
+
     from peft import LoraConfig
     from torch import Tensor
 
@@ -63,6 +65,28 @@ class Scores:
         }
 
 
+@dataclass
+class EnvFailures:
+    """Episodes started through one guarded environment (rlvr/env/guarded.py) and how many of them the guard ended,
+    since the last `take`: what a step's `env/error_frac` and `env/timeout_frac` count, gathered over the run's
+    processes (rlvr/distributed.py). Updated on the event loop's thread only."""
+
+    episodes: int = 0
+    errors: int = 0
+    timeouts: int = 0
+
+    def take(self) -> EnvFailures:
+        """The counts so far, and start again from zero (one training step's worth)."""
+        taken = EnvFailures(self.episodes, self.errors, self.timeouts)
+        self.episodes = self.errors = self.timeouts = 0
+        return taken
+
+    def fractions(self, prefix: str = "env/") -> dict[str, float]:
+        """`{prefix}error_frac`, `{prefix}timeout_frac` of the episodes (0.0 when there were none)."""
+        n = max(1, self.episodes)
+        return {f"{prefix}error_frac": self.errors / n, f"{prefix}timeout_frac": self.timeouts / n}
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     temperature: float
@@ -110,7 +134,7 @@ class Rollouts:
     turns."""
 
     segments_PG: list[list[tuple[int, list[int]]]] | None = None
-    """Multi-turn rows that a chat template split (rlvr/rollout/template_rewrites.py): per row, for each sequence after
+    """Multi-turn rows that a chat template split (rlvr/chat/rewrites.py): per row, for each sequence after
     its first, (the completion position it starts at, the prompt ids its first action was sampled from: the template's
     re-render of the conversation so far). The row's tokens from there on followed that prompt, not the row's earlier
     tokens, so the backends train each sequence on its own (`segments`). None: each row is one sequence after its
@@ -239,6 +263,22 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Tool:
+    """A function the policy may call in an episode (`env.tools`, rlvr/tools/schema.py builds them; an environment may
+    offer its own, rlvr/env/verifiers_tools.py), with the schema the prompt shows."""
+
+    name: str
+    fn: Callable[..., object]
+    """Called with the call's arguments as keywords (bound settings already applied)."""
+    schema: dict
+    """The OpenAI/transformers function schema `{"type": "function", "function": {...}}`."""
+
+    @property
+    def parameters(self) -> dict:
+        return self.schema["function"]["parameters"]
+
+
+@dataclass(frozen=True)
 class TurnSignals:  # the checks and the spreading turn credit runs on them: rlvr/turn_credit/signals.py
     """One step's multi-turn rows, as turn credit reads them. All tensors on one device."""
 
@@ -287,18 +327,21 @@ class Played:
     """Wall seconds the branch probes took (sampling alternatives and stepping forks)."""
     rewritten_turns: list[list[int]] | None = None
     """Per row: the turns k after whose observation the chat template's render of the conversation no longer
-    extends the row (rlvr/rollout/template_rewrites.py; where prime-rl would start a new sample, at action k+1);
+    extends the row (rlvr/chat/rewrites.py; where prime-rl would start a new sample, at action k+1);
     None without a chat template (nothing to rewrite)."""
 
 
+Rows = TypeVar("Rows")
+
+
 @dataclass(frozen=True)
-class Sampled:
+class Sampled(Generic[Rows]):
     """A step as this process sampled it, not yet scored nor gathered: `Rollout.sample`'s result, which
     `Rollout.finish` turns into the StepBatch. An overlapped run (trainer.off_policy_steps ≥ 1) holds steps in this
     form between sampling and training, and checkpoints them (rlvr/overlap.py)."""
 
-    rows: Any
-    """The rollout's own: SingleTurn (rollouts, completions, references, P, G); Episodes (played, failures)."""
+    rows: Rows
+    """The rollout's own: `Completions` (rlvr/rollout/single_turn.py) or `PlayedShare` (rlvr/rollout/episodes.py)."""
     seconds: float
     """Wall time of the sampling (an episode's: the environment's turns included)."""
 
@@ -329,10 +372,9 @@ class StepBatch:
     """Scoring time (an episode's: the environment's)."""
     credit_seconds: float = 0.0
     """Work done for the credit while collecting (branch probes)."""
-    turns: TurnSignals | None = None
-    """Multi-turn rows: what turn credit reads; None for single-turn completions."""
-    played: Played | None = field(default=None, repr=False)
-    """Multi-turn: the played episodes (transcripts for samples/)."""
+    turns: Played | None = field(default=None, repr=False)
+    """Multi-turn rows: the episodes as played, whose turns the credit reads (rlvr/credit.py derives their
+    `TurnSignals`) and whose transcripts samples/ shows; None for single-turn completions."""
 
 
 @dataclass(frozen=True)

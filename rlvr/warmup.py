@@ -55,7 +55,7 @@ safetensors_torch = lazy_import("safetensors.torch")
 
 
 TOOL_TURNS_ENCODING = 2
-"""How tool calls and results are encoded (rlvr/tools/render.py `tool_messages`, rlvr/rollout/chat_turns.py
+"""How tool calls and results are encoded (rlvr/chat/tools.py `tool_messages`, rlvr/chat/turns.py
 `after_turn`), in the cache key of demonstrations with tools: raised when that encoding changes, so a warm-up cached
 under the old one is not loaded for the new. 2: a tool turn follows the calling turn's end-of-turn token (Qwen3's
 template rewrites the turn), and a template that does not show the `tool` role gets the results as a user message."""
@@ -175,8 +175,8 @@ class _Encoded:
 
     def row(self, i: int) -> tuple[Tensor, Tensor]:
         if i not in self._rows:
-            from rlvr.rollout.episodes import encode_observation
-            from rlvr.tools.render import tool_prompt_ids
+            from rlvr.chat.observation import encode_observation
+            from rlvr.chat.tools import tool_prompt_ids
 
             d, tokenizer = self.demos[i], self.tokenizer
             ids = (tool_prompt_ids(tokenizer, d.prompt, d.prompt.schemas) if isinstance(d.prompt, ToolPrompt)

@@ -172,14 +172,14 @@ def test_episodes_are_stepped_concurrently_within_the_environments_bound():
 
 
 def test_with_a_chat_template_each_observation_is_the_templates_suffix():
-    """A Qwen2.5-template tokenizer (tests/model/test_chat_turns.py) and a small Llama over its vocabulary: each
+    """A Qwen2.5-template tokenizer (tests/chat/test_chat_turns.py) and a small Llama over its vocabulary: each
     observation segment of a row is `observation_ids` (the template's user message and generation prompt), led
     by <|im_end|> where the action did not end with it (cut by max_tokens)."""
-    from model.test_chat_turns import qwen
+    from chat.test_chat_turns import qwen
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from rlvr.chat.turns import end_of_turn_id, observation_ids
     from rlvr.model.prompt_encoding import encode_prompts
-    from rlvr.rollout.chat_turns import end_of_turn_id, observation_ids
 
     tok = qwen()
     im_end = end_of_turn_id(tok)

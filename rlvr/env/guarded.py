@@ -16,7 +16,7 @@ for a timeout), and a `reset` that fails answers "" with the episode already ove
 without calling the environment. The loop must not generate from such an episode (check `ended` after `reset`)
 and scores it 0 in total: rewards its earlier turns returned are the loop's to zero, the guard cannot take them
 back. `GuardedEnvironment.failures` counts episodes started (forks included) and how many of them ended as
-errors or timeouts, for the metrics `env/error_frac` and `env/timeout_frac` (`EnvFailures.take`); the first
+errors or timeouts, for the metrics `env/error_frac` and `env/timeout_frac` (rlvr/types.py `EnvFailures`); the first
 failure of each kind is logged as a warning, later ones only counted. A `ConfigError` and a KeyboardInterrupt
 still stop the run: they are not an episode's fault. `close` is bounded too, and its failures are logged at
 debug level, not counted: the episode was already scored.
@@ -31,10 +31,10 @@ the process exits (a daemon thread never holds up the exit), and what it returns
 thread per hung call, which is the price of not killing the process; a game that hangs often shows as a high
 `env/timeout_frac` long before threads run out. Pure, quick code (the `guess` game) runs on the loop directly.
 
-Calls that never suspend. A call is first run directly (`started`) until it first awaits something that is not ready:
-an in-process game's `step` returns before that, and then costs no task and no timer (a timer could not have stopped
-it: the event loop had no turn). A call that suspends runs on under `asyncio.wait_for` with what is left of
-`step_timeout_s`. The episode loop gathers a turn's calls the same way (`gather_eagerly`).
+Calls that never suspend. A call is first run directly (rlvr/calls.py `started`) until it first awaits something that
+is not ready: an in-process game's `step` returns before that, and then costs no task and no timer (a timer could not
+have stopped it: the event loop had no turn). A call that suspends runs on under `asyncio.wait_for` with what is left
+of `step_timeout_s`. The episode loop gathers a turn's calls the same way (`gather_eagerly`).
 """
 
 from __future__ import annotations
@@ -45,14 +45,14 @@ import math
 import queue
 import threading
 import time
-import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable
-from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
+from rlvr.calls import describe, finish, settle, started
 from rlvr.errors import ConfigError
+from rlvr.optional import ConcurrencyBound, PlaysDemonstrations, ToolUse
 from rlvr.protocols import Environment, Episode
-from rlvr.types import Example, Step
+from rlvr.types import EnvFailures, Example, Step
 
 log = logging.getLogger("rlvr")
 T = TypeVar("T")
@@ -61,27 +61,6 @@ OBSERVATION_CHARS_PER_TOKEN = 16
 """Default bound on one observation's length: this many characters per token of `max_context_tokens`. Real
 tokenizers average ~4 characters a token, so an observation past it could never fit the context: it is a
 runaway (a server dumping a page), and is refused before it is tokenized."""
-
-
-@dataclass
-class EnvFailures:
-    """Episodes started through one `GuardedEnvironment` and how many of them the guard ended, since the last
-    `take`. Updated on the event loop's thread only."""
-
-    episodes: int = 0
-    errors: int = 0
-    timeouts: int = 0
-
-    def take(self) -> EnvFailures:
-        """The counts so far, and start again from zero (one training step's worth)."""
-        taken = EnvFailures(self.episodes, self.errors, self.timeouts)
-        self.episodes = self.errors = self.timeouts = 0
-        return taken
-
-    def fractions(self, prefix: str = "env/") -> dict[str, float]:
-        """`{prefix}error_frac`, `{prefix}timeout_frac` of the episodes (0.0 when there were none)."""
-        n = max(1, self.episodes)
-        return {f"{prefix}error_frac": self.errors / n, f"{prefix}timeout_frac": self.timeouts / n}
 
 
 class SyncCalls:
@@ -130,20 +109,10 @@ class SyncCalls:
                 return
 
 
-def settle(future: asyncio.Future, outcome: Any, failed: bool) -> None:
-    """Hand a thread's outcome to the coroutine awaiting `future` (in the loop's thread): its result, or its
-    exception when `failed`; nothing when a timeout gave the future up meanwhile."""
-    if future.done():  # cancelled by a timeout meanwhile
-        return
-    if failed:
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
-
-
 class GuardedEnvironment:
     """`env`'s episodes, each call bounded and checked (module docstring). Has the wrapped environment's
-    `max_turns`, `max_context_tokens` and `step_timeout_s`."""
+    `max_turns`, `max_context_tokens` and `step_timeout_s`, and what it can do beyond its protocol, found here once
+    (rlvr/optional.py)."""
 
     def __init__(self, env: Environment, max_observation_chars: int | None = None) -> None:
         if not env.step_timeout_s > 0:
@@ -152,13 +121,15 @@ class GuardedEnvironment:
         self.max_turns = env.max_turns
         self.max_context_tokens = env.max_context_tokens
         self.step_timeout_s = env.step_timeout_s
-        self.max_concurrent: int | None = getattr(env, "max_concurrent", None)
+        self.max_concurrent = env.max_concurrent if isinstance(env, ConcurrencyBound) else None
         """Episodes whose calls may be in flight at once (a server's bound); None: all of them."""
-        self.demonstrations = getattr(env, "demonstrations", None)
+        self.demonstrations = env.demonstrations if isinstance(env, PlaysDemonstrations) else None
         """`demonstrations(count, seed)` of an environment that plays its own games for the warm-up (env=guess:
         transcripts [prompt, action, observation, …]), else None."""
-        self.tool_schemas: list[dict] | None = getattr(env, "tool_schemas", None)
-        """The JSON schemas of an environment with `env.tools` (rlvr/tools/harness.py), shown in the prompt."""
+        self.tools = env if isinstance(env, ToolUse) else None
+        """An environment with `env.tools` (rlvr/tools/harness.py): its tools' schemas and call format."""
+        self.tool_schemas = self.tools.tool_schemas if self.tools is not None else None
+        """Their JSON schemas, shown in the prompt (rlvr/chat/tools.py); None without tools."""
         self.max_observation_chars = max_observation_chars or OBSERVATION_CHARS_PER_TOKEN * env.max_context_tokens
         self.failures = EnvFailures()
         self._warned: set[str] = set()
@@ -302,69 +273,6 @@ class GuardedEpisode:
             log.debug("env %s: close raised %s", type(self.guard.env).__name__, describe(err))
 
 
-def started(coro: Coroutine[Any, Any, T]) -> tuple[bool, Any]:
-    """Run `coro` here until it first suspends: (True, its result) when it returned without suspending (an
-    in-process game's step), else (False, the rest of it, for `finish`). What it raises is raised."""
-    try:
-        yielded = coro.send(None)
-    except StopIteration as stop:
-        return True, stop.value
-    return False, _rest(coro, yielded)
-
-
-@types.coroutine
-def _rest(coro: Coroutine[Any, Any, T], yielded: Any) -> Generator[Any, Any, T]:
-    """What `await coro` does from where `started` left it: hand what it yields to the event loop, and what the
-    loop sends or throws (a cancellation) back to it."""
-    while True:
-        try:
-            sent = yield yielded
-        except GeneratorExit:
-            coro.close()
-            raise
-        except BaseException as err:  # noqa: BLE001 - thrown into the coroutine, as `await` would
-            try:
-                yielded = coro.throw(err)
-            except StopIteration as stop:
-                return stop.value
-        else:
-            try:
-                yielded = coro.send(sent)
-            except StopIteration as stop:
-                return stop.value
-
-
-async def finish(rest: Generator[Any, Any, T]) -> T:
-    """The rest of a coroutine `started` returned unfinished, awaited (`_rest` is a generator-based coroutine)."""
-    return await cast(Awaitable[T], rest)
-
-
-async def gather_eagerly(coros: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
-    """`asyncio.gather`'s results, in order, each coroutine first run here until it suspends (`started`): those that
-    finish without suspending (an in-process game's calls) cost no task, timer or turn of the event loop; the others
-    run on concurrently, as gather runs them. What one raises is raised (the others are closed)."""
-    coros = list(coros)
-    results: list[Any] = [None] * len(coros)
-    pending: dict[int, Generator[Any, Any, T]] = {}
-    try:
-        for i, coro in enumerate(coros):
-            done, outcome = started(coro)
-            if done:
-                results[i] = outcome
-            else:
-                pending[i] = outcome
-    except BaseException:
-        for coro in coros[i + 1 :]:
-            coro.close()
-        for rest in pending.values():
-            rest.close()
-        raise
-    if pending:
-        for i, value in zip(pending, await asyncio.gather(*(finish(r) for r in pending.values())), strict=True):
-            results[i] = value
-    return results
-
-
 def observation_problem(observation: Any, max_chars: int, may_be_none: bool) -> str | None:
     """What is wrong with an observation, or None."""
     if observation is None and may_be_none:
@@ -390,9 +298,3 @@ def step_problem(step: Any, max_chars: int) -> str | None:
     if not isinstance(step.info, dict):
         return f"info of type {type(step.info).__name__} (expected a dict)"
     return None
-
-
-def describe(err: BaseException) -> str:
-    """`TypeName: message`, the message cut to 300 characters."""
-    text = str(err)
-    return f"{type(err).__name__}: {text[:300]}{'…' if len(text) > 300 else ''}" if text else type(err).__name__

@@ -45,7 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr.env.guarded import SyncCalls, describe
+from rlvr.calls import describe
+from rlvr.env.guarded import SyncCalls
 from rlvr.protocols import Needs
 from rlvr.requirements import Package, pip_extra
 from rlvr.types import Example, Step

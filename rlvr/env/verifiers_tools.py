@@ -51,7 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.tools.schema import Tool
+from rlvr.types import Tool
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,13 @@ trained. The trainer (rlvr/trainer.py) never asks which kind it has:
 collective).
 
     single_turn.py  SingleTurn: data → engine → reward; a row is one completion of its prompt
-    episodes.py     Episodes: env → turns → turn signals; a row is one episode (branch_probes.py forks them for
-                    turn_credit=tl_grpo, chat_turns.py renders observations under a chat template)
+    episodes.py     Episodes: env → turns → the played batch; a row is one episode, played by episode_loop.py
+                    (reset, turns, probes; playing.py one episode's state, pack.py the rows), branch_probes.py
+                    forks them for turn_credit=tl_grpo; rlvr/chat/ renders observations under a chat template
     evaluate.py     the held-out evaluation, one function over either, streamed in parts of trainer.eval_rows rows
+
+Each rollout's `Sampled` carries its own rows: `Completions` (single turn) or `PlayedShare` (episodes). Turn credit
+is not the rollout's: the credit step reads the played batch (rlvr/credit.py).
 
 Both shard a step over the processes of a run (`World`, rlvr/distributed.py): each collects its contiguous
 share of whole groups, each group from its own seeds, and the batch is gathered, so every process holds the

@@ -1,9 +1,9 @@
 """Which of an observation's ids are its body: the text's own tokens, not the chat template's around it (ECHO's
 targets, rlvr/echo/echo.py).
 
-An observation adds to a row (rlvr/rollout/episodes.py `encode_observation`) the end-of-turn token when the action
-did not sample it, then the template's suffix for a user message carrying the text (rlvr/rollout/chat_turns.py) or
-for the tool turns carrying an action's tool results (rlvr/tools/render.py); without a template, the text's
+An observation adds to a row (rlvr/chat/observation.py `encode_observation`) the end-of-turn token when the action
+did not sample it, then the template's suffix for a user message carrying the text (rlvr/chat/turns.py) or
+for the tool turns carrying an action's tool results (rlvr/chat/tools.py); without a template, the text's
 encoding. The body is found by difference: the same observation encoded with every text empty (`""`, one empty
 result per tool result) is the template's part alone, and the ids of the real encoding that a longest-matching-
 blocks alignment (difflib, no junk heuristic) does not match to it are the body. With one message that is what lies

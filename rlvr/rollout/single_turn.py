@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from rlvr.distributed import World, gather_step
 from rlvr.lazy import lazy_import
@@ -30,13 +30,27 @@ from rlvr.types import Sampled, SamplingParams, StepBatch
 
 if TYPE_CHECKING:
     from rlvr.protocols import Engine, Reward
-    from rlvr.types import Example
+    from rlvr.types import Example, Rollouts
 
 torch = lazy_import("torch")
 
 
+@dataclass(frozen=True)
+class Completions:
+    """This process's share of a step's completions as sampled (`Sampled.rows` of `SingleTurn`), not yet scored."""
+
+    rollouts: Rollouts
+    completions: list[str]
+    """Each row's decoded text."""
+    references: list[str]
+    """Each row's example's reference, for the reward."""
+    prompts: int
+    """The step's prompts P, over every process (the rows' groups are this process's share of them)."""
+    group_size: int
+
+
 class SingleTurn:
-    def __init__(self, engine: Engine, tokenizer, reward: Reward, guard: RewardGuard, seeds: Seeds, world: World,
+    def __init__(self, engine: Engine, tokenizer: Any, reward: Reward, guard: RewardGuard, seeds: Seeds, world: World,
                  with_entropy: bool = False,
                  interruptible: Callable[[], AbstractContextManager] = nullcontext) -> None:
         self.engine, self.tokenizer, self.reward, self.seeds, self.world = engine, tokenizer, reward, seeds, world
@@ -46,26 +60,27 @@ class SingleTurn:
         self.interruptible = interruptible
 
     def sample(self, examples: list[Example], step: int, position: int, group_size: int,
-               sampling: SamplingParams) -> Sampled:
+               sampling: SamplingParams) -> Sampled[Completions]:
         """This process's share of the step's rollouts of `examples` (the data stream's from `position` on), G
         completions each, decoded; not yet scored."""
         seeds = group_sampling_seeds(self.seeds.sampler, step, position, len(examples))
         return self._sample(examples, group_size, sampling, seeds, self.with_entropy)
 
-    def finish(self, sampled: Sampled) -> StepBatch:
+    def finish(self, sampled: Sampled[Completions]) -> StepBatch:
         """Score this process's share (interruptible by a stop signal), then gather the step."""
         clock = Stopwatch()
-        rollouts, completions, references, P, G = sampled.rows
+        share = sampled.rows
         try:
             with self.interruptible():
-                scores = guarded_score(self.reward, completions, references, self.guard)
+                scores = guarded_score(self.reward, share.completions, share.references, self.guard)
         except StepInterrupted:
             scores = None  # the gather raises it again on every rank: all of them drop this step, none waits
-        rollouts, completions, scores = gather_step(self.world, rollouts, completions, scores,
+        rollouts, completions, scores = gather_step(self.world, share.rollouts, share.completions, scores,
                                                     self.tokenizer.pad_token_id)
         fractions = scores.fractions("reward/")
+        rewards_P_G = torch.tensor(scores.values, dtype=torch.float32).view(share.prompts, share.group_size)
         return StepBatch(
-            rollouts=rollouts, rewards_P_G=torch.tensor(scores.values, dtype=torch.float32).view(P, G),
+            rollouts=rollouts, rewards_P_G=rewards_P_G,
             completions=completions, scores=scores, metrics=fractions, failures=fractions, what="completions",
             check="the verifier, its timeouts and the answer format", sample_seconds=sampled.seconds,
             score_seconds=clock.lap(),
@@ -90,11 +105,11 @@ class SingleTurn:
                                                       samples))
 
     def _sample(self, examples: list[Example], G: int, sampling: SamplingParams, seeds: list[int],
-                with_entropy: bool) -> Sampled:
+                with_entropy: bool) -> Sampled[Completions]:
         clock = Stopwatch()
         mine = self.world.share(len(examples))  # this process's groups (all of them in a world of one)
         rollouts = self.engine.sample(encode_prompts(self.tokenizer, [examples[i].prompt for i in mine]), G, sampling,
                                       seeds=[seeds[i] for i in mine], with_entropy=with_entropy)
         completions = decode_completions(self.tokenizer, rollouts)
         references = [examples[i].reference for i in mine for _ in range(G)]
-        return Sampled((rollouts, completions, references, len(examples), G), clock.lap())
+        return Sampled(Completions(rollouts, completions, references, len(examples), G), clock.lap())

@@ -108,7 +108,7 @@ class Samples(Stateless):
         assert s.credit is not None and s.signals is not None, "credit runs first"
         s.live.out.write_samples(s.step, sample_groups(s.examples[: self.groups], batch.completions,
                                                        batch.rewards_P_G, s.credit, s.signals, s.pieces_PG,
-                                                       batch.played))
+                                                       batch.turns))
 
 
 class SyncGuard(Stateless):

@@ -21,7 +21,7 @@ rlvr/run.py builds the environment from `env` less these keys (`rlvr.tools.TOOL_
                                 the action, and any text beside the calls is not an answer (verl's agent loop
                                 and TRL's do the same).
 
-The rollout loop encodes a Step with `tool_results` as one tool-role turn (rlvr/tools/render.py) instead of a
+The rollout loop encodes a Step with `tool_results` as one tool-role turn (rlvr/chat/tools.py) instead of a
 user message, so the row is: prompt (with the tools' schemas), action, tool turn, action, …; the policy's tokens
 alone are trained, as for every observation.
 
@@ -47,21 +47,22 @@ one action below it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Self
+from dataclasses import dataclass, field
+from typing import Any, Self, cast
 
 from rlvr.errors import ConfigError
+from rlvr.optional import CarriesTools, ConcurrencyBound, OffersTools, PlaysDemonstrations
 from rlvr.protocols import Environment, Episode
 from rlvr.tools.parse import ParsedCall, call_parser
 from rlvr.tools.run import Outcome, run_call
-from rlvr.tools.schema import Tool, build_tools
-from rlvr.types import Example, Step
+from rlvr.tools.schema import build_tools
+from rlvr.types import Example, Step, Tool
 
 
 class ToolEnvironment:
     """`env`'s episodes with tools (module docstring). Has `max_turns`, `max_context_tokens`, `step_timeout_s`
-    (widened as described), `tool_schemas` (for the prompt), `parse` (the `tool_call_format`'s parser), the wrapped
-    one's `max_concurrent`, and its `demonstrations` marked for the warm-up (module docstring)."""
+    (widened as described), `tool_schemas` (for the prompt), `parse` (the `tool_call_format`'s parser) and the
+    wrapped one's `max_concurrent`; over an environment that plays demonstrations, `ToolGames`."""
 
     def __init__(self, env: Environment, tools: list[Tool], max_tool_calls: int, tool_timeout_s: float = 10.0,
                  tool_output_chars: int = 2000, tool_call_format: str = "hermes", tool_call_marker: str = "?") -> None:
@@ -80,15 +81,26 @@ class ToolEnvironment:
         self.max_turns = env.max_turns + max_tool_calls
         self.max_context_tokens = env.max_context_tokens
         self.step_timeout_s = env.step_timeout_s + max_tool_calls * tool_timeout_s
-        self.max_concurrent: int | None = getattr(env, "max_concurrent", None)
+        self.max_concurrent = env.max_concurrent if isinstance(env, ConcurrencyBound) else None
         self.parse = call_parser(tool_call_format, tool_call_marker, self.tool_schemas)
         self.call_format = tool_call_format
-        self.demonstrations = self._demonstrations if getattr(env, "demonstrations", None) else None
 
-    def _demonstrations(self, count: int, seed: int) -> list[list[str]]:
+    def episode(self, example: Example, seed: int) -> ToolEpisode:
+        return ToolEpisode(self, self.env.episode(example, seed))
+
+
+class ToolGames(ToolEnvironment):
+    """A `ToolEnvironment` over an environment that plays its own demonstrations (rlvr/optional.py
+    `PlaysDemonstrations`): they are marked for the warm-up (module docstring)."""
+
+    def __init__(self, env: PlaysDemonstrations, *args: Any, **kwargs: Any) -> None:
+        super().__init__(cast(Environment, env), *args, **kwargs)
+        self.games = env
+
+    def demonstrations(self, count: int, seed: int) -> list[list[str]]:
         """The wrapped environment's demonstrations, marked for the warm-up (module docstring)."""
         marked = []
-        for game in self.env.demonstrations(count, seed):  # type: ignore[attr-defined]
+        for game in self.games.demonstrations(count, seed):
             turns: list[str] = [ToolPrompt(game[0], self.tool_schemas)]
             for k, text in enumerate(game[1:], 1):
                 calls = k % 2 == 0 and self.parse(game[k - 1])  # an observation after an action with a call
@@ -96,17 +108,15 @@ class ToolEnvironment:
             marked.append(turns)
         return marked
 
-    def episode(self, example: Example, seed: int) -> ToolEpisode:
-        return ToolEpisode(self, self.env.episode(example, seed))
-
 
 def with_tools(env: Environment, settings: Mapping[str, Any]) -> Environment:
     """`env` itself when `settings` (the `TOOL_KEYS` of the `env` config) name no tools and `env` offers none, else
     wrapped with the tools of `env.tools` and those `env` offers itself (`offered_tools`: env=verifiers, its
     taskset's toolsets, rlvr/env/verifiers_tools.py; an environment with that attribute may leave it empty and
     still carry the other keys)."""
-    offered = list(getattr(env, "offered_tools", None) or [])
-    if not offered and (not settings or ("tools" not in settings and hasattr(env, "offered_tools"))):
+    offers = isinstance(env, OffersTools)
+    offered = list(env.offered_tools or []) if isinstance(env, OffersTools) else []
+    if not offered and (not settings or ("tools" not in settings and offers)):
         return env
     if ("tools" not in settings and not offered) or "max_tool_calls" not in settings:
         if offered:
@@ -119,8 +129,10 @@ def with_tools(env: Environment, settings: Mapping[str, Any]) -> Environment:
     if clash:
         raise ConfigError(f"invalid config:\n  env.tools: {clash} also name tools the environment offers itself")
     optional = ("tool_timeout_s", "tool_output_chars", "tool_call_format", "tool_call_marker")
-    return ToolEnvironment(env, tools, settings["max_tool_calls"],
-                           **{k: settings[k] for k in optional if k in settings})
+    knobs = {k: settings[k] for k in optional if k in settings}
+    if isinstance(env, PlaysDemonstrations):
+        return ToolGames(env, tools, settings["max_tool_calls"], **knobs)
+    return ToolEnvironment(env, tools, settings["max_tool_calls"], **knobs)
 
 
 class _Marked(str):
@@ -135,14 +147,14 @@ class _Marked(str):
 
 
 class ToolPrompt(_Marked):
-    """A demonstration's prompt, shown with the tools' `schemas` (rlvr/tools/render.py's tool_prompt_ids)."""
+    """A demonstration's prompt, shown with the tools' `schemas` (rlvr/chat/tools.py's tool_prompt_ids)."""
 
     field = "schemas"
     schemas: list[dict]
 
 
 class ToolTurn(_Marked):
-    """A demonstration's observation that is a tool-role turn with `results` (render.py's tool_turn_ids)."""
+    """A demonstration's observation that is a tool-role turn with `results` (rlvr/chat/tools.py's tool_turn_ids)."""
 
     field = "results"
     results: list[str]
@@ -154,6 +166,11 @@ class ToolEpisode:
     inner: Episode
     calls: int = 0
     """Tool-call blocks this episode has sent (run or refused), against `max_tool_calls`."""
+    own: CarriesTools | None = field(init=False)
+    """The wrapped episode where it holds its own instances of the environment's offered tools (env=verifiers)."""
+
+    def __post_init__(self) -> None:
+        self.own = self.inner if isinstance(self.inner, CarriesTools) else None
 
     async def reset(self) -> str:
         return await self.inner.reset()
@@ -174,7 +191,7 @@ class ToolEpisode:
                      "tool_results": [o.text for o in outcomes]})
 
     async def _run(self, call: ParsedCall) -> Outcome:
-        tools = {**self.env.tools, **getattr(self.inner, "tools", {})}  # an episode's own instances (env=verifiers)
+        tools = {**self.env.tools, **(self.own.tools if self.own is not None else {})}
         return await run_call(call, tools, self.env.tool_timeout_s, self.env.tool_output_chars)
 
     def _spent(self) -> Outcome:

@@ -48,9 +48,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rlvr.chat.tools import OPEN
 from rlvr.errors import ConfigError
 
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _TAG = re.compile(r"</?tool_call>")
 
 

@@ -30,9 +30,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from rlvr.env.guarded import describe, settle
+from rlvr.calls import describe, settle
 from rlvr.tools.parse import ParsedCall
-from rlvr.tools.schema import Tool
+from rlvr.types import Tool
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "array": (list,),

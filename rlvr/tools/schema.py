@@ -25,23 +25,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from rlvr.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    fn: Callable[..., Any]
-    """Called with the call's arguments as keywords (bound settings already applied)."""
-    schema: dict
-    """The OpenAI/transformers function schema `{"type": "function", "function": {...}}`."""
-
-    @property
-    def parameters(self) -> dict:
-        return self.schema["function"]["parameters"]
+from rlvr.types import Tool
 
 
 def tool_schema(fn: Callable[..., Any]) -> dict:

@@ -1,5 +1,6 @@
-"""What turn credit reads of a batch of played episodes (rlvr/rollout/episodes.py): the rollout hands turn credit
-its `TurnSignals`, computed here, so that the episode loop does no credit work."""
+"""What turn credit reads of a batch of played episodes (rlvr/rollout/episodes.py): the credit step
+(rlvr/credit.py) computes their `TurnSignals` here from the batch the rollout returns, so that the episode loop does
+no credit work."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ def turn_signals(played: Played) -> TurnSignals:
     """Their action tokens and turns, each turn's reward, the environment's own advantages and the branch probes'
     values."""
     ro = played.rollouts
-    assert ro.turn_PG_T is not None, "played episodes always mark their turns (rlvr/rollout/episodes.py: _pack)"
+    assert ro.turn_PG_T is not None, "played episodes always mark their turns (rlvr/rollout/pack.py)"
     return TurnSignals(actions_PG_T=ro.action_mask_PG_T, turn_PG_T=ro.turn_PG_T, turns_PG=played.turns_PG,
                        group_size=ro.group_size, turn_rewards_PG_K=played.turn_rewards_PG_K,
                        env_adv_PG_K=env_advantages(played.infos, played.turn_rewards_PG_K.shape[1]),

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from rlvr.env.guarded import EnvFailures, GuardedEnvironment, SyncCalls
+from rlvr.env.guarded import GuardedEnvironment, SyncCalls
 from rlvr.errors import ConfigError
-from rlvr.types import Example, Step
+from rlvr.types import EnvFailures, Example, Step
 
 EXAMPLE = Example("prompt", "ref")
 

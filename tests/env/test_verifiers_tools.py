@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from model.test_chat_turns import qwen
+from chat.test_chat_turns import qwen
 from openai_compatible_server import conf_values
 
+from rlvr.chat.turns import end_of_turn_id
 from rlvr.env.guarded import GuardedEnvironment
-from rlvr.rollout.chat_turns import end_of_turn_id
 from rlvr.rollout.episodes import play
 from rlvr.tools.harness import tool_metrics, with_tools
 from rlvr.types import Example, SamplingParams

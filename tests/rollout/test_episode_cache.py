@@ -98,15 +98,15 @@ class ToolTurnsEnv(TryAgainEnv):
 
 @pytest.mark.parametrize(("template", "rewrites"), [("qwen2.5", False), ("qwen3", True)])
 def test_chat_template_episodes_with_tool_turns_are_the_same_with_and_without_the_cache(template, rewrites):
-    """A tiny random Llama over the offline Qwen2.5 and Qwen3 tokenizers (tests/model/test_chat_turns.py) plays
+    """A tiny random Llama over the offline Qwen2.5 and Qwen3 tokenizers (tests/chat/test_chat_turns.py) plays
     episodes whose observations are the template's tool-role turns and user turns: Qwen2.5's extend the row (the cache
     is continued with the template's suffixes); Qwen3's hybrid template rewrites after every turn (each next action is
     sampled from the template's re-render, which does not extend what the cache holds: re-encoded). Both ways the same
     ids, observation bodies (ECHO's candidates), sequences and rewards, log-probabilities to 1e-5."""
-    from model.test_chat_turns import QWEN3, qwen
+    from chat.test_chat_turns import QWEN3, qwen
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from rlvr.rollout.chat_turns import end_of_turn_id
+    from rlvr.chat.turns import end_of_turn_id
 
     tok = qwen(QWEN3) if template == "qwen3" else qwen()
     torch.manual_seed(0)

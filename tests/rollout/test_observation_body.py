@@ -1,11 +1,11 @@
 """Which observation ids are the text's own (rlvr/rollout/observation_body.py): against Qwen2.5's, Qwen3-2507's and
-Llama 3's chat template texts (offline tokenizers of tests/model/test_chat_turns.py) and model=tiny's (no template)."""
+Llama 3's chat template texts (offline tokenizers of tests/chat/test_chat_turns.py) and model=tiny's (no template)."""
 
 import pytest
-from model.test_chat_turns import llama3, qwen, qwen3_2507, text
+from chat.test_chat_turns import llama3, qwen, qwen3_2507, text
 
+from rlvr.chat.observation import encode_observation
 from rlvr.model.tiny import TinyLlama
-from rlvr.rollout.episodes import encode_observation
 from rlvr.rollout.observation_body import observation_body
 
 

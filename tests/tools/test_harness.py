@@ -1,20 +1,15 @@
-"""Episodes with tools (rlvr/tools/harness.py, render.py) through the episode loop (rlvr/rollout/episodes.py): the
-prompt shows the tools under Qwen2.5's chat template, each tool turn is the template's tool-role suffix (after
-Qwen3's rewritten assistant turn too, where the row splits), the row is token in / token out, only the policy's
-tokens are actions, and the `env/tool_*` metrics count the calls."""
+"""Episodes with tools (rlvr/tools/harness.py, rlvr/chat/tools.py) through the episode loop
+(rlvr/rollout/episodes.py): the prompt shows the tools under Qwen2.5's chat template, each tool turn is the
+template's tool-role suffix (after Qwen3's rewritten assistant turn too, where the row splits), the row is token in /
+token out, only the policy's tokens are actions, and the `env/tool_*` metrics count the calls."""
 
 import asyncio
 from types import SimpleNamespace
 
 import torch
-from model.test_chat_turns import QWEN3, build_tokenizer, qwen, qwen3_2507
+from chat.test_chat_turns import QWEN3, build_tokenizer, qwen, qwen3_2507
 
-from rlvr.env.guarded import GuardedEnvironment
-from rlvr.model.prompt_encoding import chat_ids
-from rlvr.rollout.chat_turns import end_of_turn_id
-from rlvr.rollout.episodes import play
-from rlvr.tools.harness import ToolEnvironment, tool_metrics, with_tools
-from rlvr.tools.render import (
+from rlvr.chat.tools import (
     format_mismatch,
     renders_tools,
     shows_tool_role,
@@ -22,6 +17,11 @@ from rlvr.tools.render import (
     tool_turn_ids,
     tools_text,
 )
+from rlvr.chat.turns import end_of_turn_id
+from rlvr.env.guarded import GuardedEnvironment
+from rlvr.model.prompt_encoding import chat_ids
+from rlvr.rollout.episodes import play
+from rlvr.tools.harness import ToolEnvironment, tool_metrics, with_tools
 from rlvr.tools.schema import build_tools
 from rlvr.types import Example, SamplingParams, Step
 
@@ -106,7 +106,7 @@ def test_a_tool_turn_is_the_templates_tool_message_and_the_row_is_what_the_templ
 def test_under_qwen3_a_tool_turn_follows_the_call_the_template_rewrote_and_the_row_splits_there():
     # Qwen3's hybrid template renders a past assistant turn without the empty <think> block its generation prompt
     # opened: the tool turn is what follows that turn's <|im_end|>, and the answer is sampled from the template's own
-    # render of the conversation, a sequence of its own (rlvr/rollout/template_rewrites.py)
+    # render of the conversation, a sequence of its own (rlvr/chat/rewrites.py)
     tok = qwen(QWEN3)
     env = GuardedEnvironment(with_tools(AnswerEnv(), {"tools": CALC, "max_tool_calls": 2}))
     engine = Scripted(tok, [CALL, "579"])

@@ -8,7 +8,8 @@ from sample_tools import add, boom, flood, hang, leave
 
 from rlvr.tools.parse import parse_tool_calls
 from rlvr.tools.run import run_call
-from rlvr.tools.schema import Tool, tool_schema
+from rlvr.tools.schema import tool_schema
+from rlvr.types import Tool
 
 TOOLS = {f.__name__: Tool(f.__name__, f, tool_schema(f)) for f in (add, boom, hang, flood, leave)}
 

@@ -1,4 +1,4 @@
-"""Observation ids of chat templates (rlvr/rollout/chat_turns.py), on real templates with offline tokenizers.
+"""Observation ids of chat templates (rlvr/chat/turns.py), on real templates with offline tokenizers.
 
 No chat tokenizer is cached here and tests never download, so each test builds a byte-level BPE tokenizer
 (Qwen2's pre-tokenizer regex, merges trained on a few sentences) with the model's special tokens, and sets
@@ -9,9 +9,10 @@ The templates are copied verbatim (Qwen3-Instruct-2507's less its tools branch),
 
 import pytest
 
+from rlvr.chat.check import check_chat_turns
+from rlvr.chat.turns import end_of_turn_id, observation_ids
 from rlvr.errors import ConfigError
 from rlvr.model.prompt_encoding import chat_ids, encode_prompts, eos_ids
-from rlvr.rollout.chat_turns import check_chat_turns, end_of_turn_id, observation_ids
 
 tokenizers = pytest.importorskip("tokenizers")
 transformers = pytest.importorskip("transformers")
@@ -327,7 +328,7 @@ def test_prefix_preserving_templates_pass_with_the_engine_stop_ids(build):
 def test_qwen3_template_is_said_to_rewrite_naming_the_model_and_the_dropped_think_block():
     tok = qwen(QWEN3)
     # the first prompt ends with an empty <think></think> (enable_thinking=False) that a past turn no longer shows;
-    # not refused: its episodes' rows split there (rlvr/rollout/template_rewrites.py)
+    # not refused: its episodes' rows split there (rlvr/chat/rewrites.py)
     rewrite = check_chat_turns(tok, "Qwen/Qwen3-0.6B")
     assert rewrite is not None and "'Qwen/Qwen3-0.6B'" in rewrite
     assert "adding turn 2 rewrites turn 1's context" in rewrite

@@ -31,8 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rlvr.chat.tools import renders_tools, tool_messages, tools_text
+from rlvr.chat.turns import has_chat_template
 from rlvr.model.prompt_encoding import chat_text
-from rlvr.tools.render import renders_tools, tool_messages, tools_text
 
 
 @dataclass
@@ -47,8 +48,8 @@ class TemplateView:
     @classmethod
     def start(cls, tokenizer: Any, prompt: str, schemas: list[dict] | None = None) -> TemplateView | None:
         """The view of an episode whose first observation is `prompt` (with `schemas`: a tool episode, whose prompt
-        rlvr/tools/render.py renders); None without a chat template (no template, nothing to rewrite)."""
-        if not getattr(tokenizer, "chat_template", None):
+        rlvr/chat/tools.py renders); None without a chat template (no template, nothing to rewrite)."""
+        if not has_chat_template(tokenizer):
             return None
         tools = schemas if schemas and renders_tools(tokenizer, schemas) else None
         content = tools_text(schemas) + prompt if schemas and tools is None else prompt
@@ -60,7 +61,7 @@ class TemplateView:
         return TemplateView(self.tokenizer, [*self.messages], self.tools, self.rendered)
 
     def extends(self, action: str, observation: str, tool_results: list[str] | None = None) -> bool:
-        """Add the action's text and the observation (one user message, or the tool results as rlvr/tools/render.py
+        """Add the action's text and the observation (one user message, or the tool results as rlvr/chat/tools.py
         gives them to the template: `tool_messages`) and say whether the template's render of the longer conversation
         is its previous render followed by `action` and more (module docstring)."""
         before = self.rendered + action

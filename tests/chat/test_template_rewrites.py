@@ -1,6 +1,6 @@
-"""Where a chat template rewrites an episode's earlier turns (rlvr/rollout/template_rewrites.py), on Qwen2.5's,
+"""Where a chat template rewrites an episode's earlier turns (rlvr/chat/rewrites.py), on Qwen2.5's,
 Qwen3's (hybrid thinking), Qwen3-2507's and Llama 3's template texts with the offline tokenizers of
-tests/model/test_chat_turns.py; in episodes played by a scripted engine, where a turn the template rewrote starts a new
+tests/chat/test_chat_turns.py; in episodes played by a scripted engine, where a turn the template rewrote starts a new
 sequence of the row, sampled from the template's re-render; and on a real tiny model, where the backend reads every
 action token of a split row behind the prompt the engine sampled it from (its log-probabilities equal the engine's),
 which it would not without the split."""
@@ -9,13 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from model.test_chat_turns import QWEN3, STRIPS_THINKING, llama3, qwen, qwen3_2507, text
+from chat.test_chat_turns import QWEN3, STRIPS_THINKING, llama3, qwen, qwen3_2507, text
 from test_episodes import guarded
 
+from rlvr.chat.rewrites import TemplateView
+from rlvr.chat.turns import end_of_turn_id
 from rlvr.model.prompt_encoding import chat_ids
-from rlvr.rollout.chat_turns import end_of_turn_id
 from rlvr.rollout.episodes import play
-from rlvr.rollout.template_rewrites import TemplateView
 from rlvr.telemetry import episode_metrics
 from rlvr.types import Example, SamplingParams
 
@@ -70,7 +70,7 @@ def test_tool_turns_under_qwen2_5_extend():
 
 def test_a_template_that_skips_the_tool_role_sees_the_results_as_the_row_does():
     # qwen3_2507's template here has no tools branch: a tool message renders as nothing; the view, as
-    # rlvr/tools/render.py's tool turn, carries the results as a user message, so a re-render still shows them
+    # rlvr/chat/tools.py's tool turn, carries the results as a user message, so a re-render still shows them
     tok = qwen3_2507()
     view = TemplateView.start(tok, "What is 1 + 2?")
     assert view is not None and view.extends("<tool_call>x</tool_call>", "", ["3"])

@@ -1,4 +1,5 @@
-"""The ids of a tool episode's prompt and of its tool turns, token in and token out (rlvr/rollout/episodes.py).
+"""The ids of a tool episode's prompt and of its tool turns, token in and token out (rlvr/rollout/episodes.py), under
+the model's chat template; the tool harness that runs the calls is rlvr/tools/.
 
 Prompt. With a chat template that renders `tools` (Qwen2.5, Qwen3, Llama 3.1, …: the render with `tools=`
 differs from the render without), the first observation is one user message rendered with
@@ -9,18 +10,18 @@ the prompt instead, in the same words Qwen2.5's template uses (a departure: TRL 
 
 Tool turn. The results of one action's calls are one turn: with a chat template, what it adds after an
 assistant turn for one `{"role": "tool", "content": result}` message per result, through the next generation
-prompt, derived by diffing two renders of a fixed conversation exactly as `chat_turns.observation_ids` derives a
+prompt, derived by diffing two renders of a fixed conversation exactly as `turns.observation_ids` derives a
 user message's (and led by the end-of-turn token when the action did not sample it). For Qwen2.5, two results:
 
     "\\n<|im_start|>user\\n<tool_response>\\nA\\n</tool_response>\\n<tool_response>\\nB\\n</tool_response><|im_end|>
      \\n<|im_start|>assistant\\n"
 
 A template that renders the assistant turn before it differently (Qwen3's hybrid one drops its empty `<think>`
-block) gets what follows that turn's end-of-turn token in the longer render (`chat_turns.after_turn`), and the
-episode's row splits there as after a user turn (rlvr/rollout/template_rewrites.py). A template that does not
+block) gets what follows that turn's end-of-turn token in the longer render (`turns.after_turn`), and the
+episode's row splits there as after a user turn (rlvr/chat/rewrites.py). A template that does not
 render the tool role (it raises on it, or skips it, as one that renders only the roles it knows: `shows_tool_role`)
 gets the results as one user message of `<tool_response>` blocks; no template: the blocks' plain text. The start-up
-check (`chat_turns.check_chat_turns`) covers user turns only; tests/tools/test_harness.py checks Qwen2.5's, Qwen3's
+check (rlvr/chat/check.py) covers user turns only; tests/tools/test_harness.py checks Qwen2.5's, Qwen3's
 and such a template's tool turns.
 """
 
@@ -30,14 +31,14 @@ import json
 import weakref
 from typing import TYPE_CHECKING
 
+from rlvr.chat.turns import REFERENCE, after_turn, end_of_turn_id, has_chat_template, per_template
 from rlvr.model.prompt_encoding import chat_ids, chat_text, encode_prompts
-from rlvr.rollout.chat_turns import after_turn, end_of_turn_id, per_template
-from rlvr.tools.parse import OPEN
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-_REFERENCE = [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": "Hi."}]  # chat_turns'
+OPEN = "<tool_call>"
+"""The tag that opens a Hermes tool call, as Qwen's and Hermes' templates ask for it (rlvr/tools/parse.py reads it)."""
 
 
 def tools_text(schemas: list[dict]) -> str:
@@ -51,7 +52,7 @@ def tools_text(schemas: list[dict]) -> str:
 
 def renders_tools(tokenizer: PreTrainedTokenizerBase, schemas: list[dict]) -> bool:
     """Whether the chat template shows `tools` (its render with them differs from its render without)."""
-    if not getattr(tokenizer, "chat_template", None):
+    if not has_chat_template(tokenizer):
         return False
     messages = [{"role": "user", "content": "Hello."}]
     try:
@@ -89,11 +90,11 @@ def responses_text(results: list[str]) -> str:
 
 def tool_turn_ids(tokenizer: PreTrainedTokenizerBase, results: list[str], row: list[int]) -> list[int]:
     """The ids one action's tool results add to a row whose last tokens are that action (module docstring)."""
-    if not getattr(tokenizer, "chat_template", None):
+    if not has_chat_template(tokenizer):
         return tokenizer.encode(responses_text(results), add_special_tokens=False)
     closing = end_of_turn_id(tokenizer)
     lead = [] if row and row[-1] == closing else [closing]
-    full = chat_ids(tokenizer, [*_REFERENCE, *tool_messages(tokenizer, results)])
+    full = chat_ids(tokenizer, [*REFERENCE, *tool_messages(tokenizer, results)])
     return lead + after_turn(tokenizer, full, "the tool results")
 
 
@@ -117,6 +118,6 @@ def shows_tool_role(tokenizer: PreTrainedTokenizerBase) -> bool:
 
 def _probe_tool_role(tokenizer: PreTrainedTokenizerBase) -> bool:
     try:
-        return _PROBE in tokenizer.decode(chat_ids(tokenizer, [*_REFERENCE, {"role": "tool", "content": _PROBE}]))
+        return _PROBE in tokenizer.decode(chat_ids(tokenizer, [*REFERENCE, {"role": "tool", "content": _PROBE}]))
     except Exception:  # noqa: BLE001 - a template without a tool role raises on it
         return False
