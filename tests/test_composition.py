@@ -7,9 +7,12 @@ from hydra.utils import get_class, get_method, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from composing import CONF_DIR, compose_config, groups, options
+from rlvr.build import build_all, build_env, check_components
+from rlvr.config_check import check
+from rlvr.errors import ConfigError
+from rlvr.labels import condition_label
 from rlvr.protocols import Needs
 from rlvr.requirements import EnvVar
-from rlvr.run import ConfigError, build_all, build_env, check, check_components, condition_label
 from tests.hub_models import answering_hub
 
 GROUPS = groups()  # read from conf/ (nested groups as algorithm/loss), so a new option file is tested here

@@ -15,10 +15,11 @@ from hydra.utils import instantiate
 from test_multiturn_engines import Scripted
 
 from composing import FAST, compose_config
+from rlvr.build import build_all
 from rlvr.env.guarded import GuardedEnvironment
 from rlvr.model.tiny import build_char_tokenizer
 from rlvr.rollout.episodes import play
-from rlvr.run import build_all, run
+from rlvr.run import run
 from rlvr.types import Example, SamplingParams
 
 ENV_KEYS = {"env/turns_mean", "env/action_tokens", "env/observation_tokens", "env/truncated_frac", "env/error_frac",

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from composing import FAST, MIXED, compose_config
+from rlvr.build import build_all
 from rlvr.errors import ConfigError
 from rlvr.outputs import NONDETERMINISTIC_KEYS
-from rlvr.run import build_all, run
+from rlvr.run import run
 
 FIXTURE = Path(__file__).parent / "fixtures" / "single_turn_metrics.jsonl"
 ADDED_SINCE = {"mismatch/kl", "mismatch/ratio_mean", "mismatch/ratio_max", "mismatch/ratio_min",

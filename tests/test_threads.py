@@ -4,8 +4,8 @@ uses 1 thread (bench/threads.py measures why); bad values are config errors."""
 import pytest
 
 from composing import compose_config
+from rlvr.config_check import check
 from rlvr.errors import ConfigError
-from rlvr.run import check
 from rlvr.threads import MAX_AUTO, resolve
 
 

@@ -11,9 +11,9 @@ from composing import compose_config
 from rlvr.algorithm.correction import Correction, mismatch_metrics, mismatch_sums
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.local import LocalBackend
+from rlvr.config_check import check
 from rlvr.errors import ConfigError
 from rlvr.model.tiny import TinyLlama
-from rlvr.run import check
 from rlvr.types import LoraSpec, Rollouts, TrainBatch
 
 LN = math.log

@@ -14,9 +14,11 @@ from safetensors.torch import load_file
 from composing import FAST, MIXED, compose_config
 from rlvr.algorithm.discover_entropic import DiscoverEntropic, boltzmann, kl_to_uniform
 from rlvr.algorithm.loss import PolicyLoss
+from rlvr.config_check import check
 from rlvr.credit import assign_credit
+from rlvr.errors import ConfigError
 from rlvr.outputs import NONDETERMINISTIC_KEYS
-from rlvr.run import ConfigError, check, run
+from rlvr.run import run
 from rlvr.transform.none import NoTransform
 from rlvr.types import TokenSignals
 

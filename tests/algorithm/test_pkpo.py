@@ -12,8 +12,9 @@ from composing import FAST, compose_config
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.algorithm.pkpo import PKPO
 from rlvr.algorithm.rloo import RLOO
+from rlvr.errors import ConfigError
 from rlvr.labels import condition_label
-from rlvr.run import ConfigError, run
+from rlvr.run import run
 
 LOSS = PolicyLoss(clip_eps=0.0, clip_eps_high=0.0, adv_clip_max=0.0)
 

@@ -14,10 +14,11 @@ from tinker import types
 from composing import FAST, compose_config
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.tinker import RL_LOSSES, TinkerBackend, TinkerCallError, datums_of
+from rlvr.build import backend_runtime_args
 from rlvr.distributed import ONE_PROCESS, World
 from rlvr.engine.tinker import TinkerEngine
 from rlvr.errors import ConfigError
-from rlvr.run import backend_runtime_args, run
+from rlvr.run import run
 from rlvr.seeds import prompt_seeds
 from rlvr.types import LoraSpec, Rollouts, SamplingParams, TrainBatch
 

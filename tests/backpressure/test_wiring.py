@@ -12,10 +12,12 @@ import pytest
 
 from composing import FAST, compose_config
 from rlvr.backpressure.usl import USLBackPressure, usl_capacity
+from rlvr.config_check import check
 from rlvr.data.arithmetic import Arithmetic
 from rlvr.data.order import prompts_at
+from rlvr.errors import ConfigError
 from rlvr.outputs import NONDETERMINISTIC_KEYS
-from rlvr.run import ConfigError, check, run
+from rlvr.run import run
 from rlvr.seeds import Seeds
 from rlvr.trainer import Trainer
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from rlvr.discover.memory import Memory
-from rlvr.discover.source import Discover, data_state, load_data_state
+from rlvr.discover.source import Discover
+from rlvr.stages.observe import DataObserver
 from rlvr.errors import ConfigError
 
 TINY = Memory(prompt="{others}{start}", start="{text}=", other="{text}+{percent}+", context_k=1, start_chars=5,
@@ -37,12 +38,12 @@ def test_the_archive_is_its_checkpoint_state():
     data.batch(0, 2)
     data.observe(["4000", "12", "4700", "x"], torch.tensor([[0.4, 0.1], [0.7, 0.0]]))
     again = source()
-    load_data_state(again, data_state(data))
+    DataObserver(again).load_state_dict(DataObserver(data).state_dict())
     assert again.archive.state_dict() == data.archive.state_dict()
     assert [e.prompt for e in again.batch(1, 2)] == [e.prompt for e in data.batch(1, 2)]
-    with pytest.raises(ConfigError, match="holds no discover archive"):
-        load_data_state(source(), {})
-    assert data_state(object()) == {}  # any other data source: no state
+    with pytest.raises(ConfigError, match="holds no discover archive"):  # a checkpoint of another data source
+        DataObserver(source()).load_state_dict({})
+    assert "observes_steps" in Discover.needs({}).provides  # what rlvr/build.py adds the observing stage by
 
 
 @pytest.mark.parametrize(("key", "value", "match"), [

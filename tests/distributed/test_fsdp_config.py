@@ -3,8 +3,8 @@
 import pytest
 
 from composing import compose_config
+from rlvr.config_check import check
 from rlvr.errors import ConfigError
-from rlvr.run import check
 
 TORCHRUN_RANK_0_OF_2 = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}
 

@@ -17,12 +17,12 @@ from hydra.utils import instantiate
 
 from composing import compose_config
 from rlvr.backend.local import LocalBackend
+from rlvr.build import build_all
 from rlvr.engine.max import MaxCommand
 from rlvr.engine.sync_check import StaleEngineError, check_sync
 from rlvr.errors import ConfigError
 from rlvr.model.tiny import TinyLlama
 from rlvr.openai_api import ServerError
-from rlvr.run import build_all
 from rlvr.seeds import prompt_seeds
 from rlvr.types import LoraSpec, SamplingParams
 

@@ -13,11 +13,11 @@ from hydra.utils import instantiate
 
 from composing import compose_config
 from rlvr.backend.local import LocalBackend
+from rlvr.build import build_all
 from rlvr.engine.sync_check import FLOAT32_TOLERANCE, StaleEngineError, check_sync
 from rlvr.engine.vllm_weights import named_weights
 from rlvr.errors import ConfigError
 from rlvr.model.tiny import TinyLlama
-from rlvr.run import build_all
 from rlvr.seeds import prompt_seeds
 from rlvr.types import LoraSpec, SamplingParams
 

@@ -28,11 +28,11 @@ from vllm_server import SERVED_NAME, VllmServer
 
 from composing import CONF_DIR, FAST, MIXED, OVERLAP, compose_config
 from rlvr.backend.local import LocalBackend
+from rlvr.build import build_all
 from rlvr.engine.openai import OpenAIEngine, PolicySyncError, ServerError
 from rlvr.engine.policy_files import folder_bytes
 from rlvr.engine.sync_check import FLOAT32_TOLERANCE, StaleEngineError, check_sync
 from rlvr.errors import ConfigError
-from rlvr.run import build_all
 from rlvr.seeds import Seeds, prompt_seeds
 from rlvr.types import SamplingParams
 

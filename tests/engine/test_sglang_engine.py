@@ -24,12 +24,12 @@ from safetensors.torch import load_file
 
 from composing import compose_config
 from rlvr.backend.local import LocalBackend
+from rlvr.build import build_all
 from rlvr.engine.openai import PolicySyncError
 from rlvr.engine.sglang import SGLangHost, cpu_has_amx
 from rlvr.engine.sync_check import FLOAT32_TOLERANCE, StaleEngineError, check_sync
 from rlvr.errors import ConfigError
 from rlvr.model.tiny import TinyLlama
-from rlvr.run import build_all
 from rlvr.seeds import prompt_seeds
 from rlvr.types import LoraSpec, SamplingParams
 

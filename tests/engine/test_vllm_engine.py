@@ -16,13 +16,13 @@ from hydra.utils import instantiate
 
 from composing import compose_config
 from rlvr.backend.local import LocalBackend
+from rlvr.build import build_all
 from rlvr.engine.policy_files import folder_bytes, save_adapter, save_full
 from rlvr.engine.sync_check import FLOAT32_TOLERANCE, StaleEngineError, check_sync
 from rlvr.engine.vllm_weights import named_weights, repack_embeddings
 from rlvr.errors import ConfigError
 from rlvr.model.tiny import TinyLlama
 from rlvr.requirements import distribution_version
-from rlvr.run import build_all
 from rlvr.seeds import prompt_seeds
 from rlvr.types import LoraSpec, SamplingParams
 

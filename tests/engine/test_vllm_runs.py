@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from composing import OVERLAP, compose_config
+from rlvr.build import build_all
 from rlvr.errors import ConfigError
-from rlvr.run import build_all, run
+from rlvr.run import run
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.vllm  # tests/conftest.py: skipped, saying why, where vLLM is not installed

@@ -6,9 +6,9 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from composing import CONF_DIR, compose_config, options
+from rlvr.build import build_env
 from rlvr.config_check import check, config_problems, declared_needs
 from rlvr.errors import ConfigError
-from rlvr.run import build_env
 from rlvr.types import Example
 
 ENVS = [o for o in options("env") if o != "none"]

@@ -13,9 +13,10 @@ import pytest
 pytest.importorskip("reasoning_gym")
 
 from composing import compose_config  # noqa: E402
+from rlvr.config_check import check  # noqa: E402
 from rlvr.data.reasoning_gym import EntryKey, ReasoningGym  # noqa: E402
+from rlvr.errors import ConfigError  # noqa: E402
 from rlvr.reward.reasoning_gym import ReasoningGymScore  # noqa: E402
-from rlvr.run import ConfigError, check  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
