@@ -45,7 +45,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlvr.reward.boxed import extract_boxed
+from rlvr.data.boxed import extract_boxed
 from rlvr.reward.math import MathVerify, grade, warm_up
 from rlvr.reward.pool import ERROR, OK, PARSE_FAIL, TIMEOUT, GradingPool, available_cores
 

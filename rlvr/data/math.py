@@ -26,11 +26,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from rlvr.data.boxed import extract_boxed
 from rlvr.data.jsonl import check_template, held_out, read_demonstrations
 from rlvr.data.order import ExampleList
 from rlvr.data.tables import read_hub, read_local, table_needs
 from rlvr.protocols import Needs
-from rlvr.reward.boxed import extract_boxed
 from rlvr.types import Example
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rlvr.data.boxed import extract_boxed
 from rlvr.protocols import Needs
-from rlvr.reward.boxed import extract_boxed
 from rlvr.reward.exact import check_pairs
 from rlvr.types import Scores
 

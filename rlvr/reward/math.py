@@ -59,9 +59,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from rlvr.data.boxed import extract_boxed
 from rlvr.protocols import Needs
 from rlvr.requirements import ChildProbe, Package, pip_dependency
-from rlvr.reward.boxed import extract_boxed
 from rlvr.reward.exact import check_pairs
 from rlvr.reward.pool import ERROR, OK, PARSE_FAIL, TIMEOUT, GradingPool, available_cores
 from rlvr.types import Scores

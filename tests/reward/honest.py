@@ -21,7 +21,7 @@ import random
 
 from reward.test_math_equivalence import PAIRS
 
-from rlvr.reward.boxed import extract_boxed
+from rlvr.data.boxed import extract_boxed
 
 
 def _box(answer: str) -> str:

@@ -1,6 +1,6 @@
 import pytest
 
-from rlvr.reward.boxed import extract_boxed
+from rlvr.data.boxed import extract_boxed
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 from reward.honest import ANSWERS
 from reward.hostile import CORPUS, math_settings
 
-from rlvr.reward.boxed import extract_boxed
+from rlvr.data.boxed import extract_boxed
 from rlvr.reward.math import Guards, log10_bound, nesting_depth
 
 CONF = math_settings()
