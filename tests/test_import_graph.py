@@ -1,5 +1,9 @@
-"""The import graph of rlvr/ has no cycle (type-only imports and imports inside functions included), and the seams
-(rlvr/protocols.py, rlvr/types.py) import no implementation module (issue 22, requirement 4)."""
+"""The import graph of rlvr/ has no cycle (type-only imports and imports inside functions included), neither between
+modules nor between folders, and the seams (rlvr/protocols.py, rlvr/types.py) import no implementation module.
+
+A folder is a subpackage of rlvr/ (its subpackages included: rlvr/cli/doctor/ is rlvr/cli/); a top-level module is a
+node of its own at the root. The root as one node would be a loop by construction: it holds both the seams every
+folder imports (types, protocols) and the entry points that import every folder (run, build)."""
 
 from __future__ import annotations
 
@@ -126,11 +130,31 @@ def a_cycle(edges: dict[str, set[str]], component: list[str]) -> list[str]:
     return component
 
 
+def folder(module: str) -> str:
+    """`rlvr.<sub>` for a module anywhere under the subpackage rlvr/<sub>/; a top-level module is its own."""
+    return ".".join(module.split(".")[:2])
+
+
+def folder_graph(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Which folder imports which other folder (module docstring)."""
+    folders: dict[str, set[str]] = {}
+    for module, imported in edges.items():
+        folders.setdefault(folder(module), set()).update(folder(i) for i in imported)
+    return {name: imported - {name} for name, imported in folders.items()}
+
+
 def test_the_import_graph_has_no_cycle():
     edges = graph()
     cycles = [" → ".join(a_cycle(edges, component)) + f"   (component: {', '.join(component)})"
               for component in strongly_connected(edges)]
     assert not cycles, "import cycles in rlvr/:\n" + "\n".join(cycles)
+
+
+def test_no_import_loop_between_folders():
+    edges = folder_graph(graph())
+    loops = [" → ".join(a_cycle(edges, component)) + f"   (folders: {', '.join(component)})"
+             for component in strongly_connected(edges)]
+    assert not loops, "import loops between folders of rlvr/:\n" + "\n".join(loops)
 
 
 def test_the_seams_import_no_implementation():
@@ -143,3 +167,13 @@ def test_the_cycle_finder_finds_a_cycle():
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert strongly_connected(edges) == [["a", "b", "c"]]
     assert a_cycle(edges, ["a", "b", "c"]) == ["a", "b", "c", "a"]
+
+
+def test_the_folder_graph_finds_a_loop_through_a_top_level_module():
+    edges = {"rlvr.tools.render": {"rlvr.rollout.chat_turns"}, "rlvr.rollout.chat_turns": {"rlvr.telemetry"},
+             "rlvr.rollout.episodes": {"rlvr.tools.render", "rlvr.types"}, "rlvr.telemetry": {"rlvr.env.guarded"},
+             "rlvr.env.guarded": {"rlvr.types"}, "rlvr.types": set(), "rlvr.cli.doctor.machine": {"rlvr.cli.main"},
+             "rlvr.cli.main": set()}
+    folders = folder_graph(edges)
+    assert folders["rlvr.cli"] == set() and folders["rlvr.rollout"] == {"rlvr.tools", "rlvr.telemetry", "rlvr.types"}
+    assert strongly_connected(folders) == [["rlvr.rollout", "rlvr.tools"]]
