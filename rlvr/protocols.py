@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -241,6 +241,7 @@ class Reward(Protocol):
         ...
 
 
+@runtime_checkable
 class AnswerReward(Reward, Protocol):
     """A reward that can say which answer a completion gives, as it compares it with the reference (reward=exact,
     match, math, reasoning_gym): a sampled evaluation's majority vote (`eval/maj@k`, rlvr/rollout/sampled_eval.py)

@@ -22,6 +22,7 @@ from rlvr.distributed import World, gather_step
 from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import decode_completions, encode_prompts
 from rlvr.preemption import StepInterrupted
+from rlvr.protocols import AnswerReward
 from rlvr.reward.guarded import RewardGuard, guarded_score
 from rlvr.rollout.sampled_eval import majority_metric
 from rlvr.seeds import Seeds, eval_sampling_seeds, group_sampling_seeds
@@ -54,6 +55,8 @@ class SingleTurn:
                  with_entropy: bool = False,
                  interruptible: Callable[[], AbstractContextManager] = nullcontext) -> None:
         self.engine, self.tokenizer, self.reward, self.seeds, self.world = engine, tokenizer, reward, seeds, world
+        self.answers = reward if isinstance(reward, AnswerReward) else None
+        """The reward, where it reads each completion's answer (a sampled evaluation's maj@k); None otherwise."""
         self.guard = guard
         """The range the rewards must keep (`trainer.reward_max_abs`) and the reward's name (rlvr/reward/guarded.py)."""
         self.with_entropy = with_entropy
@@ -98,11 +101,10 @@ class SingleTurn:
         sampling = SamplingParams(temperature=temperature, top_p=1.0, max_tokens=max_tokens)
         seeds = eval_sampling_seeds(self.seeds.sampler, first + len(examples))[first:]
         batch = self.finish(self._sample(examples, samples, sampling, seeds, False))
-        answer = getattr(self.reward, "answer", None)  # rlvr/protocols.py: AnswerReward
-        if answer is None or samples < 2:
+        if self.answers is None or samples < 2:
             return replace(batch, metrics={})
-        return replace(batch, metrics=majority_metric([answer(c) for c in batch.completions], batch.scores.values,
-                                                      samples))
+        return replace(batch, metrics=majority_metric([self.answers.answer(c) for c in batch.completions],
+                                                      batch.scores.values, samples))
 
     def _sample(self, examples: list[Example], G: int, sampling: SamplingParams, seeds: list[int],
                 with_entropy: bool) -> Sampled[Completions]:
