@@ -47,8 +47,8 @@ packing and the number of processes change memory, never the objective, under ev
 advantage is exactly 0 are left out of both the sums and the counts (a row or prompt without one counts in no
 denominator). Both log-probabilities are of the temperature-scaled distribution the
 sampler drew from (see rlvr/types.py Rollouts), so an on-policy step has r = 1 and the gradient is
-REINFORCE's. With `kl` (algorithm.kl, where=loss, coef β > 0) and `entropy_coef` c ≠ 0, `regularize` adds
-β·kl_t − c·H_t to each token's ℓ (rlvr/algorithm/kl.py: kl_t the k1/k2/k3 estimate against the reference, H_t the
+REINFORCE's. With `kl` (algorithm.kl, where=loss, coef β > 0) and `entropy_coef` c ≠ 0, the regularisers add
+β·kl_t − c·H_t to each token's ℓ (rlvr/loss/regularizers.py: kl_t the k1/k2/k3 estimate against the reference, H_t the
 policy's entropy), on the same tokens and with the same weights w as the policy term (verl and TRL apply them over
 every response token: docs/algorithms.md#reference-kl-and-entropy-bonus); both 0 (the defaults) leave ℓ as above.
 
