@@ -5,7 +5,8 @@ naming the keys, as one ConfigError (rlvr/run.py raises it; `rlvr doctor` report
     condition_errors   a `condition=` contradicted by `algorithm=`/`transform=` (Hydra's choices)
     type_errors        unset `???` values; each YAML value against the `_target_` constructor's annotations,
                        recursively (check_types), and keys the constructor does not take
-    value_errors       ranges and cross-field rules (trainer.*, micro-batches, back pressure, seeds, positions)
+    value_errors       each component's own rules (its `needs(settings).errors`), then the rules between
+                       components (micro-batches, back pressure, positions) and of the top-level keys
     unmet_needs        what a chosen component requires that no other provides (rlvr/protocols.py: Needs)
     start_errors       the machine requirements every run checks at start (keys, model files)
     world_errors       several processes need a backend that trains over them
@@ -32,7 +33,6 @@ from rlvr.distributed import World
 from rlvr.errors import ConfigError
 from rlvr.hydra_errors import TOP_LEVEL_KEYS, renamed, unchosen_group, unknown_top_level_key
 from rlvr.protocols import CAPABILITIES, Needs
-from rlvr.reward.guarded import MAX_ABS
 from rlvr.tools import TOOL_KEYS
 
 
@@ -62,7 +62,7 @@ def config_problems(cfg: DictConfig, at_start: bool = True) -> tuple[dict[str, N
     if errors:
         return {}, errors
     needs = {group: declared_needs(cfg, group) for group in chosen_groups(cfg)}
-    errors = value_errors(cfg) + unmet_needs(cfg, needs) + loss_support_errors(cfg)
+    errors = value_errors(cfg, needs) + unmet_needs(cfg, needs) + loss_support_errors(cfg)
     return needs, (errors + start_errors(cfg, needs) + world_errors(cfg, needs) if at_start else errors)
 
 
@@ -93,37 +93,15 @@ def type_errors(cfg: DictConfig) -> list[str]:
     return missing + [e for group in groups for e in check_types(cfg[group], group)]
 
 
-def value_errors(cfg: DictConfig) -> list[str]:
-    """Value ranges and cross-field rules (the types being right; numbers that are not finite alone, since the rules
-    compare numbers and NaN passes every comparison's `not`)."""
+def value_errors(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
+    """Each component's own rules (its `needs(settings).errors`: the trainer's in rlvr/trainer_rules.py), then
+    the rules between components and the top-level keys (the types being right; numbers that are not finite alone,
+    since the rules compare numbers and NaN passes every comparison's `not`)."""
     errors = nonfinite_errors(cfg)
     if errors:
         return errors
+    errors = [e for group in needs.values() for e in group.errors] + position_errors(cfg) + optimizer_errors(cfg)
     t = cfg.trainer
-    positive = {"batch_size": t.batch_size, "group_size": t.group_size, "lr": t.lr, "log_every": t.log_every,
-                "eval_max_tokens": t.eval_max_tokens, "sampling.max_tokens": t.sampling.max_tokens,
-                "reward_max_abs": t.get("reward_max_abs", MAX_ABS)}  # a config stored before it existed: the default
-    errors += [f"trainer.{k}={v} must be > 0" for k, v in positive.items() if v <= 0]
-    at_least_0 = {"max_steps": t.max_steps, "save_every": t.save_every, "eval_every": t.eval_every,
-                  "max_skipped_steps": t.max_skipped_steps, "max_failed_steps": t.max_failed_steps,
-                  "samples_per_step": t.samples_per_step, "warmup.steps": t.warmup.steps,
-                  "sampling.temperature": t.sampling.temperature}
-    errors += [f"trainer.{k}={v} must be >= 0" for k, v in at_least_0.items() if v < 0]
-    if t.group_size == 1:
-        errors.append("trainer.group_size=1: every group's rewards tie, so no step would train (need >= 2)")
-    if t.sampling.temperature == 0 and t.max_steps > 0:
-        errors.append("trainer.sampling.temperature=0 samples greedily: a group's completions are all alike, their "
-                      "rewards tie, and no RL step would train (need > 0; evaluation is greedy already)")
-    errors += position_errors(cfg)
-    if not 0 < t.sampling.top_p <= 1:
-        errors.append(f"trainer.sampling.top_p={t.sampling.top_p} must be in (0, 1]")
-    if not 0 <= t.reward_warn_frac <= 1:
-        errors.append(f"trainer.reward_warn_frac={t.reward_warn_frac} must be in [0, 1]")
-    errors += eval_errors(cfg)
-    if t.warmup.steps > 0:
-        errors += [f"trainer.warmup.{k}={v} must be > 0 when trainer.warmup.steps > 0"
-                   for k, v in (("batch_size", t.warmup.batch_size), ("lr", t.warmup.lr)) if v <= 0]
-    errors += optimizer_errors(cfg)
     rows = t.batch_size * t.group_size
     mb = cfg.backend.get("micro_batch_size", 0)
     if mb and (mb < 0 or rows % mb):
@@ -135,8 +113,7 @@ def value_errors(cfg: DictConfig) -> list[str]:
                                            and budget > 0):
         errors.append(f"backend.max_tokens_per_micro_batch={budget!r}: backend.packing=true needs a token budget per "
                       "forward/backward > 0 (prompt + completion tokens)")
-    errors += check_backpressure(cfg) + overlap_errors(cfg) + dynamic_sampling_errors(cfg) + echo_errors(cfg)
-    errors += capture_errors(cfg)
+    errors += check_backpressure(cfg) + echo_errors(cfg)
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**63:
         errors.append(f"seed={cfg.seed!r} must be an integer in [0, 2**63)")
     threads = cfg.get("threads")
@@ -203,27 +180,6 @@ def echo_errors(cfg: DictConfig) -> list[str]:
     return errors
 
 
-def eval_errors(cfg: DictConfig) -> list[str]:
-    """trainer.eval_samples and final_eval_samples (0 or 1: greedy; k >= 2: sampled at trainer.eval_temperature,
-    rlvr/rollout/sampled_eval.py), trainer.eval_rows (rows sampled at once). A config stored before they existed
-    has none: greedy, in one part."""
-    t = cfg.trainer
-    temperature, rows = t.get("eval_temperature", 1.0), t.get("eval_rows", 1)
-    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
-        return [f"trainer.eval_rows={rows!r} must be an integer >= 1 (rows sampled at once in an evaluation)"]
-    final = t.get("final_eval_samples")
-    for key, k in (("eval_samples", t.get("eval_samples", 0)), ("final_eval_samples", final)):
-        if key == "final_eval_samples" and k is None:
-            continue
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            return [f"trainer.{key}={k!r} must be an integer >= 0 (0 or 1: greedy evaluation; k >= 2: k samples "
-                    "per held-out example)" + ("; null: trainer.eval_samples" if key == "final_eval_samples" else "")]
-        if k >= 2 and not temperature > 0:
-            return [f"trainer.eval_temperature={temperature} must be > 0 with trainer.{key}={k}: k samples at T=0 "
-                    f"would be k copies of the greedy one (for greedy evaluation leave trainer.{key}=0)"]
-    return []
-
-
 def position_errors(cfg: DictConfig) -> list[str]:
     """A model with a known number of positions (model.max_positions) must hold a prompt token and the longest
     completion, and a multi-turn episode's whole context."""
@@ -242,43 +198,6 @@ def position_errors(cfg: DictConfig) -> list[str]:
                       f"(env.max_context_tokens={positions}, fewer turns with env.max_turns=N, shorter actions with "
                       "trainer.sampling.max_tokens=N) where the environment's first observation still fits")
     return errors
-
-
-def overlap_errors(cfg: DictConfig) -> list[str]:
-    """trainer.off_policy_steps ≥ 1 (rlvr/overlap.py): its values. What it needs of the other components (the
-    decoupled loss) and what refuses it (back pressure, Tinker, a sleeping vLLM) they declare (`unmet_needs`)."""
-    t = cfg.trainer
-    k, mode = t.get("off_policy_steps", 0), t.get("off_policy_mode", "fixed")
-    if not isinstance(k, int) or isinstance(k, bool) or k < 0:
-        return [f"trainer.off_policy_steps={k!r} must be an integer >= 0 (0 = the synchronous loop)"]
-    if mode not in ("fixed", "bounded"):
-        return [f"trainer.off_policy_mode={mode!r}: expected fixed or bounded"]
-    return []
-
-
-def dynamic_sampling_errors(cfg: DictConfig) -> list[str]:
-    """trainer.dynamic_sampling=refill draws its later rounds in the step (that they read single-turn completions,
-    rlvr/trainer.py `Trainer.needs` declares)."""
-    t, errors = cfg.trainer, []
-    mode = t.get("dynamic_sampling", "off")
-    if mode == "refill" and t.get("off_policy_steps", 0):
-        errors.append(f"trainer.dynamic_sampling=refill samples more prompts in the step until batch_size groups "
-                      f"differ; a step sampled ahead (trainer.off_policy_steps={t.off_policy_steps}) cannot know where "
-                      "the data stream will be: use trainer.off_policy_steps=0, or trainer.dynamic_sampling=filter")
-    return errors
-
-
-def capture_errors(cfg: DictConfig) -> list[str]:
-    """trainer.capture_steps (rlvr/capture.py): steps of this run, whose update backend=local writes down (its
-    checkpoint writer saves the exact starting state; FSDP's shards and Tinker's service are not captured)."""
-    steps = cfg.trainer.get("capture_steps") or []
-    if not steps:
-        return []
-    setting, max_steps = f"trainer.capture_steps={list(steps)}", cfg.trainer.max_steps
-    if any(not isinstance(s, int) or isinstance(s, bool) or not 0 <= s < max_steps for s in steps):
-        return [f"{setting}: expected a list of step indices in 0 .. {max_steps - 1} (0-based, as metrics.jsonl's "
-                f"`step`; trainer.max_steps={max_steps})"]
-    return []  # that the backend writes its update down, Trainer.needs requires
 
 
 def check_backpressure(cfg: DictConfig) -> list[str]:

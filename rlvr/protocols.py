@@ -130,6 +130,9 @@ class Needs:
     """Capability name → why this component cannot act with it and what to do instead, said when another chosen
     component provides it (an option that would silently do nothing, or go wrong, beside it)."""
     machine: tuple[Requirement, ...] = ()
+    errors: tuple[str, ...] = ()
+    """What is wrong with the component's own values (`key=value` and what is expected), reported with every other
+    problem of the config before anything is built."""
 
 
 class Component(Protocol):

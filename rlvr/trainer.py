@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr import stages
+from rlvr import stages, trainer_rules
 from rlvr.capture import Capture
 from rlvr.checkpoint import Checkpoints, pending_file, pending_jobs, rng_state, set_rng_state
 from rlvr.components import Components, Live
@@ -92,27 +92,8 @@ class Trainer:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        """The loop's options that act only with another component, or not beside one (rlvr/config_check.py
-        `unmet_needs` names what to change)."""
-        requires, excludes = {}, {}
-        if (steps := settings["warmup"]["steps"]) > 0:
-            requires["local_policy"] = f"trainer.warmup.steps={steps}: the SFT warm-up trains it here"
-        if capture := settings.get("capture_steps"):
-            requires["capture"] = f"trainer.capture_steps={list(capture)} writes down the updates of those steps"
-        overlong = settings.get("overlong") or {}
-        single = [f"trainer.dynamic_sampling={settings.get('dynamic_sampling', 'off')}"] if settings.get(
-            "dynamic_sampling", "off") != "off" else []
-        single += [f"trainer.overlong.{k}={overlong[k]}" for k in ("buffer_frac", "filter") if overlong.get(k)]
-        if single:
-            excludes["episodes"] = (f"{', '.join(single)} read(s) single-turn completions (a group's rewards, a "
-                                    "completion's length and EOS): with an env leave trainer.dynamic_sampling=off "
-                                    "and trainer.overlong off")
-        ahead = settings.get("off_policy_steps", 0)
-        if isinstance(ahead, int) and ahead > 0:
-            requires["decoupled_pi_old"] = f"trainer.off_policy_steps={ahead} trains on rollouts sampled {ahead} " \
-                                           "update(s) behind"
-        return Needs(provides=frozenset({"sampled_ahead"}) if isinstance(ahead, int) and ahead > 0 else frozenset(),
-                     requires=requires, excludes=excludes)
+        """What its options need of the other components, and its values' errors (rlvr/trainer_rules.py)."""
+        return trainer_rules.needs(settings)
 
     def fit(self, c: Components, out: RunDir, resume_from: Path | None = None, stop: StopSignals | None = None):
         """The whole run (or its remainder, from the checkpoint `resume_from`); returns summary.json's data.

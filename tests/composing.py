@@ -140,4 +140,4 @@ FAST = [
 # without the 800-step warm-up that only the learning test needs.
 MIXED = ["trainer.warmup.steps=0", "reward=function", "reward.function=tests.backpressure.mixed_rewards.parity"]
 OVERLAP = ["correction=token_tis", "algorithm.loss.correction.pi_old=decoupled"]
-"""The loss trainer.off_policy_steps ≥ 1 needs (rlvr/config_check.py: overlap_errors)."""
+"""The loss trainer.off_policy_steps ≥ 1 needs (rlvr/trainer_rules.py: overlap_errors)."""
