@@ -136,7 +136,8 @@ def start(name: str, overrides: list[str], seed: int, folder: Path, steps: ExitS
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[*overrides, f"seed={seed}", "threads=1"])
     c, trainer = build_all(cfg)
-    live = steps.enter_context(trainer.stepping(start(c, trainer, RunDir(folder / name), stop)))
+    live = start(c, trainer.warmup, trainer.keep_last, RunDir(folder / name), stop)
+    live = steps.enter_context(trainer.stepping(live))
     side, engine = Side(name, trainer, live), cast(Any, live.engine)  # engine=pytorch: it has a module
     if engine.module is live.backend.policy:
         raise SystemExit("the engine samples from the trained module itself (engine.merge_lora=false?): its forward "

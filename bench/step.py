@@ -127,7 +127,7 @@ def warmed_up_model(trainer, c, out_dir: Path):
     from rlvr.outputs import RunDir
     from rlvr.start import warmed_up
 
-    module, tokenizer, _, info = warmed_up(c, trainer, RunDir(out_dir))
+    module, tokenizer, _, info = warmed_up(c, trainer.warmup, RunDir(out_dir))
     return module, tokenizer, info
 
 
@@ -171,7 +171,7 @@ def side_rlvr(args: argparse.Namespace) -> dict:
     c, trainer = build_components(compose(args))
     with tempfile.TemporaryDirectory() as tmp:
         out = RunDir(Path(tmp) / "run")
-        live = start(c, trainer, out)
+        live = start(c, trainer.warmup, trainer.keep_last, out)
         freeze_startup_heap()  # as `Trainer.fit` does before its first step
         initial = fingerprint(live.backend.policy)
         profiler = None

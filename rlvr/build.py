@@ -1,7 +1,7 @@
 """The one builder: the composed config (checked, rlvr/config_check.py) becomes the run's components, for
 `rlvr.run`, the benches and the CLI alike. Everything built here is light (no model, no torch import): the
 components from their `_target_`s, the trainer, and the step's stages (rlvr/stages/); the policy, its warm-up,
-the backend and the engine are built at start (rlvr/start.py)."""
+the backend, the engine and the rollout are built at start (rlvr/start.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import hashlib
 import inspect
 import json
 import logging
-from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,29 +24,10 @@ from rlvr.distributed import ONE_PROCESS, World
 from rlvr.env.guarded import GuardedEnvironment
 from rlvr.errors import ConfigError
 from rlvr.labels import condition_label
-from rlvr.preemption import StopSignals
-from rlvr.protocols import Engine, Rollout
-from rlvr.reward.guarded import RewardGuard
-from rlvr.rollout import Episodes, SingleTurn
 from rlvr.seeds import Seeds
-from rlvr.stages import Stage
-from rlvr.stages.collect import Collect
-from rlvr.stages.credit import CreditStage, Signals
-from rlvr.stages.observe import (
-    BackPressureStage,
-    DataObserver,
-    FailureWarning,
-    LearningGuard,
-    NonfiniteGuard,
-    Samples,
-    SyncGuard,
-)
-from rlvr.stages.record import Record
-from rlvr.stages.select import Select
-from rlvr.stages.shape import OverlongShaping, RewardKL
-from rlvr.stages.train import Train
 
 if TYPE_CHECKING:
+    from rlvr.stages import Stage
     from rlvr.trainer import Trainer
 
 log = logging.getLogger("rlvr")
@@ -55,11 +35,19 @@ log = logging.getLogger("rlvr")
 
 def build_all(cfg: DictConfig, campaign_root: Path | None = None, world: World = ONE_PROCESS
               ) -> tuple[Components, Trainer]:
+    """The run's components (`build_components`), its trainer, and the step's stages built from both."""
+    components = build_components(cfg, campaign_root, world)
+    trainer = build(cfg, "trainer")
+    components.stages = stages(trainer, components)
+    return components, trainer
+
+
+def build_components(cfg: DictConfig, campaign_root: Path | None = None, world: World = ONE_PROCESS) -> Components:
     """Check the config, then build every component for this process of `world` (the check has refused several
-    processes without a backend that trains over them) and the step's stages; nothing heavy (no model) is loaded
-    yet. In a multirun (`campaign_root` given) a backend that takes `throttle_dir` shares
-    `<campaign root>/tinker_throttle` with the campaign's other jobs (rlvr/backend/throttle.py); a single run gets
-    none."""
+    processes without a backend that trains over them); nothing heavy (no model) is loaded yet, and not the
+    training loop (the checkpoint commands build theirs here). In a multirun (`campaign_root` given) a backend
+    that takes `throttle_dir` shares `<campaign root>/tinker_throttle` with the campaign's other jobs
+    (rlvr/backend/throttle.py); a single run gets none."""
     needs = check(cfg)
     config = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(config, dict)  # a DictConfig's container
@@ -89,13 +77,28 @@ def build_all(cfg: DictConfig, campaign_root: Path | None = None, world: World =
         world=world,
     )
     check_components(cfg, components)
-    trainer = build(cfg, "trainer")
-    components.stages = stages(trainer, components)
-    return components, trainer
+    return components
 
 
 def stages(t: Trainer, c: Components) -> list[Stage]:
-    """The step's stages in the order they run (rlvr/stages/__init__.py), each from its part of the config."""
+    """The step's stages in the order they run (rlvr/stages/__init__.py), each from its part of the config
+    (imported here: a command that builds no trainer, `rlvr eval`, imports no part of the step)."""
+    from rlvr.stages.collect import Collect
+    from rlvr.stages.credit import CreditStage, Signals
+    from rlvr.stages.observe import (
+        BackPressureStage,
+        DataObserver,
+        FailureWarning,
+        LearningGuard,
+        NonfiniteGuard,
+        Samples,
+        SyncGuard,
+    )
+    from rlvr.stages.record import Record
+    from rlvr.stages.select import Select
+    from rlvr.stages.shape import OverlongShaping, RewardKL
+    from rlvr.stages.train import Train
+
     shaping = OverlongShaping(t.overlong, t.sampling.max_tokens)
     observer = [DataObserver(c.data)] if "observes_steps" in c.needs["data"].provides else []  # type: ignore[arg-type]
     return [
@@ -115,16 +118,6 @@ def stages(t: Trainer, c: Components) -> list[Stage]:
         LearningGuard(t.max_skipped_steps, t.max_failed_steps),
         Record(c.condition, c.uncertainty_kind),
     ]
-
-
-def make_rollout(c: Components, engine: Engine, tokenizer, stop: StopSignals | None = None) -> Rollout:
-    """How a run's steps (and evaluations) are collected: single-turn completions, or episodes of its environment
-    (the trainer's, and `rlvr eval`'s on a checkpoint)."""
-    if c.env is None:
-        return SingleTurn(engine, tokenizer, c.reward, RewardGuard.of(c.config), c.seeds, c.world, c.engine_entropy,
-                          stop.interruptible if stop is not None else nullcontext)
-    branching = c.turn_credit.branching if c.turn_credit is not None else None
-    return Episodes(engine, tokenizer, c.env, c.seeds, c.world, c.engine_entropy, branching)
 
 
 def backend_runtime_args(cfg: DictConfig, campaign_root: Path | None, world: World) -> dict:

@@ -1,18 +1,22 @@
 """What a run is made of once built: the light components built from the composed config (`Components`, by
-rlvr/build.py) and the loop's working set once the policy is loaded (`Live`, by rlvr/start.py). Every stage of the
-step (rlvr/stages/) reads them; none builds them."""
+rlvr/build.py), the loop's working set once the policy is loaded (`Live`, by rlvr/start.py), and one step's data as
+it flows through the step's stages (`StepState`, each `Stage`: rlvr/stages/). The stages read them; none builds
+them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from rlvr.distributed import World
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from rlvr.backpressure import BackPressure
     from rlvr.checkpoint import Checkpoints
+    from rlvr.credit import Credit
     from rlvr.echo.echo import Echo
     from rlvr.env.guarded import GuardedEnvironment
     from rlvr.outputs import RunDir
@@ -33,7 +37,8 @@ if TYPE_CHECKING:
         TurnCredit,
     )
     from rlvr.seeds import Seeds
-    from rlvr.stages import Stage
+    from rlvr.telemetry import StepCounts, StepTimes, Stopwatch
+    from rlvr.types import Example, StepBatch, TokenSignals
 
 
 @dataclass
@@ -126,3 +131,65 @@ class Live:
     """Where each step's rollouts come from (rlvr/overlap.py), from the first RL step on."""
     restored_jobs: list[Job] = field(default_factory=list)
     """A checkpoint's steps sampled but not yet trained (trainer.off_policy_steps ≥ 1)."""
+
+
+class Stage(Protocol):
+    fields: ClassVar[tuple[str, ...]]
+    """The row fields this stage writes (a trailing `*`: a family, e.g. `dynamic/*`)."""
+
+    def apply(self, s: StepState) -> None:
+        """Read what the earlier stages left in `s`, add this stage's part."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """This stage's part of the checkpoint (top-level keys of its state), {} when it keeps none."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a checkpoint's state (the whole state: each stage reads its own keys)."""
+        ...
+
+
+@dataclass
+class StepState:
+    """One step's data as it flows through the stages (each field written by the stage named)."""
+
+    live: Live
+    step: int
+    clock: Stopwatch
+    examples: list[Example] = field(default_factory=list)
+    """collect (select: the kept groups' examples)."""
+    prompts: int = 0
+    """collect: the prompts the step drew first (dynamic sampling may keep fewer, or refill more)."""
+    job: Job | None = None
+    """collect: the sampled job (its version: the weights it was sampled from)."""
+    wait_s: float = 0.0
+    """collect: seconds the step waited for its rollouts (syncs and sampling)."""
+    batch: StepBatch | None = None
+    """collect, shaped and selected by the stages after it."""
+    rewards_P_G: Tensor | None = None
+    """shape (RewardKL): the rewards credit reads (the batch's, less the KL when folded in)."""
+    signals: TokenSignals | None = None
+    """credit: what the transform read."""
+    pieces_PG: list[list[str]] | None = None
+    """credit: the token pieces the planning marks were read from (None without them)."""
+    credit: Credit | None = None
+    """credit."""
+    credit_s: float = 0.0
+    train: dict[str, Any] = field(default_factory=dict)
+    """train: the backend's statistics ({} on a skipped step)."""
+    times: StepTimes | None = None
+    """train."""
+    counts: StepCounts | None = None
+    """record (Samples): what the step adds to the running totals."""
+    fields: dict[str, Any] = field(default_factory=dict)
+    """Row fields of the stages, in the order they ran."""
+    failure: str | None = None
+    """observe (LearningGuard): why the run cannot learn, after this step's row is written."""
+    row: dict[str, Any] = field(default_factory=dict)
+    """record: the step's metrics row."""
+
+    @property
+    def scored(self) -> StepBatch:
+        assert self.batch is not None, "collect runs first"
+        return self.batch

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import TYPE_CHECKING, Any
+from contextlib import nullcontext
+from typing import Any
 
 from rlvr.algorithm.kl import uses_reference
-from rlvr.build import make_rollout
 from rlvr.chat.check import check_chat_turns
 from rlvr.chat.tools import format_mismatch
 from rlvr.checkpoint import Checkpoints
@@ -20,11 +20,11 @@ from rlvr.model.prompt_encoding import eos_ids
 from rlvr.outputs import RunDir
 from rlvr.preemption import StopSignals
 from rlvr.progress import Progress, duration
-from rlvr.protocols import Backend, Engine
+from rlvr.protocols import Backend, Engine, Rollout
+from rlvr.reward.guarded import RewardGuard
+from rlvr.rollout import Episodes, SingleTurn
 from rlvr.types import Demonstration
-
-if TYPE_CHECKING:
-    from rlvr.trainer import Trainer
+from rlvr.warmup import Warmup
 
 log = logging.getLogger("rlvr")
 
@@ -32,28 +32,29 @@ MAX_GAME_DEMONSTRATIONS = 50_000
 """Games an environment plays for the warm-up at most (each drawn once when steps × batch size ≤ this)."""
 
 
-def start(c: Components, t: Trainer, out: RunDir, stop: StopSignals | None = None) -> Live:
-    """Load the policy, run (or load) the warm-up, build backend and engine around it."""
+def start(c: Components, warmup: Warmup, keep_last: int, out: RunDir, stop: StopSignals | None = None) -> Live:
+    """Load the policy, run (or load) the warm-up (trainer.warmup), build backend and engine around it; checkpoints
+    keep the last `keep_last` (trainer.keep_last)."""
     for name, value in c.seeds.as_dict().items():
         log.info("seed %-8s %d", name, value)
     if c.remote:  # the policy lives on a service: no weights here, no warm-up (refused at config time)
         log.info("loading the tokenizer of <%s>; the policy stays on the service", type(c.preset).__name__)
         tokenizer, stops = c.preset.load_tokenizer()
         check_chat(c, tokenizer, stops)
-        backend, warmup = c.make_backend(lora=c.preset.lora, lora_seed=c.seeds.lora), None
+        backend, info = c.make_backend(lora=c.preset.lora, lora_seed=c.seeds.lora), None
         engine = c.make_engine(policy=backend.policy, eos_ids=stops, pad_id=tokenizer.pad_token_id)
     else:
-        module, tokenizer, _, warmup = warmed_up(c, t, out, stop)
+        module, tokenizer, _, info = warmed_up(c, warmup, out, stop)
         if out.writes:
-            save_base(out.path / "base", module, tokenizer, c.preset, warmup["key"] if warmup else None)
+            save_base(out.path / "base", module, tokenizer, c.preset, info["key"] if info else None)
         backend, engine = local_policy(c, module, tokenizer, reference=uses_reference(c.algorithm.loss))
     engine.connect()
     log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
-    return Live(c, tokenizer, backend, engine, make_rollout(c, engine, tokenizer, stop), out, warmup,
-                Checkpoints(out.path / "checkpoints", t.keep_last, c.world), stop=stop)
+    return Live(c, tokenizer, backend, engine, make_rollout(c, engine, tokenizer, stop), out, info,
+                Checkpoints(out.path / "checkpoints", keep_last, c.world), stop=stop)
 
 
-def warmed_up(c: Components, t: Trainer, out: RunDir, stop: StopSignals | None = None
+def warmed_up(c: Components, warmup: Warmup, out: RunDir, stop: StopSignals | None = None
               ) -> tuple[Any, Any, list[int], dict | None]:
     """(module, tokenizer, EOS ids, warm-up info): the local policy RL starts from, loaded and warmed up (or its
     warm-up loaded from the cache), before any backend wraps it. `start` builds the backend and engine around
@@ -62,7 +63,7 @@ def warmed_up(c: Components, t: Trainer, out: RunDir, stop: StopSignals | None =
     module, tokenizer = c.preset.load(c.seeds.init)
     stops = eos_ids(tokenizer, module.generation_config.eos_token_id)
     check_chat(c, tokenizer, stops)
-    return module, tokenizer, stops, warm_up(c, t, module, tokenizer, out, stop)
+    return module, tokenizer, stops, warm_up(c, warmup, module, tokenizer, out, stop)
 
 
 def check_chat(c: Components, tokenizer, stops: list[int]) -> None:
@@ -80,29 +81,29 @@ def check_chat(c: Components, tokenizer, stops: list[int]) -> None:
             log.warning("%s (model %s)", mismatch, c.preset.name)
 
 
-def warm_up(c: Components, t: Trainer, module, tokenizer, out: RunDir, stop: StopSignals | None) -> dict | None:
+def warm_up(c: Components, w: Warmup, module, tokenizer, out: RunDir, stop: StopSignals | None) -> dict | None:
     """trainer.warmup: SFT on the task's demonstrations (or the environment's games), its steps in warmup.jsonl;
     a stop signal during it stops the run with nothing saved."""
-    if t.warmup.steps <= 0:
+    if w.steps <= 0:
         return None
-    demos = demonstrations(c, t)
-    key = t.warmup.cache_key(c.preset, c.seeds.init, demos)
-    log.info("SFT warm-up: %d steps on %d demonstrations (cache key %s)", t.warmup.steps, len(demos), key)
+    demos = demonstrations(c, w)
+    key = w.cache_key(c.preset, c.seeds.init, demos)
+    log.info("SFT warm-up: %d steps on %d demonstrations (cache key %s)", w.steps, len(demos), key)
     plan = stop.plan if stop is not None else ""
     if stop is not None:
         stop.plan = ("stopping the SFT warm-up: nothing is saved before the RL steps start, and the warm-up "
                      "starts over when the run continues")
-    with Progress("warm-up", total=t.warmup.steps) as progress:
+    with Progress("warm-up", total=w.steps) as progress:
 
         def on_step(r: dict) -> None:
             out.append("warmup.jsonl", r)
-            progress.update(1 if "loss" in r else t.warmup.steps - progress.done)
-            if stop is not None and stop.requested and "loss" in r and r["step"] + 1 < t.warmup.steps:
-                raise stop.stopped(f"during the SFT warm-up (step {r['step'] + 1} of {t.warmup.steps}); "
+            progress.update(1 if "loss" in r else w.steps - progress.done)
+            if stop is not None and stop.requested and "loss" in r and r["step"] + 1 < w.steps:
+                raise stop.stopped(f"during the SFT warm-up (step {r['step'] + 1} of {w.steps}); "
                                    "nothing was saved: the warm-up starts over when the run continues")
 
         try:
-            info = t.warmup.run(module, tokenizer, demos, c.seeds.init, key, on_step, out.path / "base")
+            info = w.run(module, tokenizer, demos, c.seeds.init, key, on_step, out.path / "base")
         finally:
             if stop is not None:
                 stop.plan = plan
@@ -111,13 +112,13 @@ def warm_up(c: Components, t: Trainer, module, tokenizer, out: RunDir, stop: Sto
     return info
 
 
-def demonstrations(c: Components, t: Trainer) -> list[Demonstration]:
+def demonstrations(c: Components, w: Warmup) -> list[Demonstration]:
     """The warm-up's demonstrations: the environment's games when it plays some (`env=guess`: one per warm-up
     example drawn), else the data source's."""
     games = c.env.demonstrations if c.env is not None else None
     if games is None:
         return c.data.demonstrations()
-    count = min(t.warmup.steps * t.warmup.batch_size, MAX_GAME_DEMONSTRATIONS)
+    count = min(w.steps * w.batch_size, MAX_GAME_DEMONSTRATIONS)
     return [Demonstration(g[0], g[1], tuple(g[2:])) for g in games(count, c.seeds.init)]
 
 
@@ -147,3 +148,13 @@ def sampling_copy(c: Components, module) -> Any:
     if not c.config["trainer"].get("off_policy_steps") or "trainer_module" not in c.needs["engine"].provides:
         return None
     return prepare(copy.deepcopy(module), c.preset.lora, c.seeds.lora, gradient_checkpointing=False)
+
+
+def make_rollout(c: Components, engine: Engine, tokenizer, stop: StopSignals | None = None) -> Rollout:
+    """How a run's steps (and evaluations) are collected: single-turn completions, or episodes of its environment
+    (the trainer's, and `rlvr eval`'s on a checkpoint)."""
+    if c.env is None:
+        return SingleTurn(engine, tokenizer, c.reward, RewardGuard.of(c.config), c.seeds, c.world, c.engine_entropy,
+                          stop.interruptible if stop is not None else nullcontext)
+    branching = c.turn_credit.branching if c.turn_credit is not None else None
+    return Episodes(engine, tokenizer, c.env, c.seeds, c.world, c.engine_entropy, branching)

@@ -18,7 +18,6 @@ from rlvr.progress import duration
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from rlvr.components import Live
     from rlvr.credit import Credit
     from rlvr.types import EnvFailures, Example, Played, Rollouts, Scores, TokenSignals
 
@@ -228,26 +227,3 @@ def closing_line(summary: dict, evals: list[dict], folder: Path) -> str:
     best = max(evals, key=lambda e: e["eval/accuracy"])
     return (f"done: held-out accuracy {summary['eval_accuracy_initial']:.3f} -> {summary['eval_accuracy_final']:.3f} "
             f"(best {best['eval/accuracy']:.3f} at step {best['step']}) | {tail}")
-
-
-def run_summary(live: Live, steps: int, resumed_from: int | None, wall_seconds: float, rl_seconds: float) -> dict:
-    """summary.json's data (the times cover every segment of a resumed run)."""
-    import torch
-
-    accuracy = [e["eval/accuracy"] for e in live.evals] or [None]  # trainer.evaluate=false: none
-    return {
-        "condition": live.c.condition,
-        "steps": steps,
-        "resumed_from_step": resumed_from,
-        "eval_accuracy_initial": accuracy[0],
-        "eval_accuracy_final": accuracy[-1],
-        "eval_accuracy_best": None if accuracy == [None] else max(accuracy),
-        "wall_seconds": wall_seconds,
-        "rl_seconds": rl_seconds,
-        "tokens_per_second": live.totals["tokens"] / rl_seconds if rl_seconds > 0 else 0.0,
-        "running_correct_rate": live.totals["correct"] / max(live.totals["completions"], 1),
-        "trainable_parameters": live.backend.trainable_parameters,
-        "seeds": live.c.seeds.as_dict(),
-        "torch_threads": torch.get_num_threads(),
-        "warmup": live.warmup,
-    }

@@ -25,12 +25,11 @@ from typing import Any
 from rlvr import stages, trainer_rules
 from rlvr.capture import Capture
 from rlvr.checkpoint import Checkpoints, pending_file, pending_jobs, rng_state, set_rng_state
-from rlvr.components import Components, Live
+from rlvr.components import Components, Live, StepState
 from rlvr.engine.sync_check import SyncCheck
 from rlvr.errors import RunFailed
 from rlvr.lazy import lazy_import
 from rlvr.outputs import RunDir
-from rlvr.overlap import open_sampler
 from rlvr.preemption import Preempted, StepInterrupted, StopSignals
 from rlvr.progress import Progress
 from rlvr.protocols import Needs
@@ -40,9 +39,10 @@ from rlvr.reward.overlong import Overlong
 from rlvr.rollout import EVAL_ROWS
 from rlvr.rollout import evaluate as held_out
 from rlvr.rollout.dynamic_sampling import DynamicSampling
-from rlvr.stages import StepState
+from rlvr.stages.collect import open_sampler
+from rlvr.stages.record import run_summary
 from rlvr.start import start
-from rlvr.telemetry import Stopwatch, closing_line, console_line, eval_line, run_summary
+from rlvr.telemetry import Stopwatch, closing_line, console_line, eval_line
 from rlvr.types import SamplingParams
 from rlvr.warmup import Warmup
 
@@ -101,7 +101,7 @@ class Trainer:
         t_start = time.perf_counter()
         if resume_from is None:
             out.truncate(0, keep_initial_eval=False)  # rows an earlier attempt wrote before its first checkpoint
-        live = start(c, self, out, stop)
+        live = start(c, self.warmup, self.keep_last, out, stop)
         live.clock["t_start"] = t_start
         first = self._restore(live, resume_from) if resume_from else 0
         seed = c.seeds.root

@@ -21,10 +21,10 @@ import json
 from pathlib import Path
 from typing import TextIO
 
-from rlvr.build import make_rollout
 from rlvr.cli.from_checkpoint import checkpoint_label, open_checkpoint, write_json
 from rlvr.outputs import NONDETERMINISTIC_KEYS
-from rlvr.rollout import Part, evaluate
+from rlvr.rollout import EVAL_ROWS, Part, evaluate
+from rlvr.start import make_rollout
 
 
 def output_name(overrides: list[str]) -> str:
@@ -43,14 +43,16 @@ def same_numbers(a: dict, b: dict) -> bool:
 def run(path: Path, overrides: list[str], conf: Path, as_json: bool) -> str:
     opened = open_checkpoint(path, overrides, conf)
     name = output_name(overrides)
-    k = max(opened.trainer.eval_samples, 1)
+    t = opened.config["trainer"]  # a config stored before a key existed: evaluate's default, as the trainer's
+    samples, temperature = t.get("eval_samples", 0), t.get("eval_temperature", 1.0)
+    k = max(samples, 1)
     try:
         c, state = opened.components, opened.state
         rollout = make_rollout(c, opened.engine, opened.tokenizer)
         with open(opened.checkpoint / f"{name}.completions.jsonl", "w") as f:
-            row = evaluate(rollout, opened.engine, opened.backend.policy, c.data, opened.trainer.eval_max_tokens,
-                           state["step"], opened.trainer.eval_samples, opened.trainer.eval_temperature,
-                           opened.trainer.eval_rows, each=lambda part: write_completions(f, part, k))
+            row = evaluate(rollout, opened.engine, opened.backend.policy, c.data, t["eval_max_tokens"],
+                           state["step"], samples, temperature, t.get("eval_rows", EVAL_ROWS),
+                           each=lambda part: write_completions(f, part, k))
     finally:
         opened.close()
     logged = next((e for e in reversed(state.get("evals", [])) if e["step"] == state["step"]), None)
@@ -66,9 +68,9 @@ def run(path: Path, overrides: list[str], conf: Path, as_json: bool) -> str:
     write_json(opened.checkpoint / f"{name}.json", record)
     if as_json:
         return json.dumps(record, indent=2)
-    how = (f"{k} samples each at temperature {opened.trainer.eval_temperature:g}" if k > 1 else "greedy")
+    how = (f"{k} samples each at temperature {temperature:g}" if k > 1 else "greedy")
     return render(record, opened.checkpoint / f"{name}.json", checkpoint_label(opened.checkpoint, state),
-                  opened.trainer.eval_max_tokens, how)
+                  t["eval_max_tokens"], how)
 
 
 def write_completions(f: TextIO, part: Part, k: int) -> None:

@@ -15,8 +15,8 @@ The config is the one the checkpoint stored (`trainer_state.json` → `config`),
 
 Refused, with the reason: `model.*` and a model or backend swap (the weights are the run's), swaps of the
 groups that only shape training (algorithm, transform, trainer, condition, …), `+key`/`~key`, sweeps. The
-result goes through rlvr.run's checks and builders (`build_all`), so a bad value gets the error a training
-run would get. A run on a remote backend (Tinker) has no local weights and is refused.
+result goes through a run's checks and builder (rlvr/build.py `build_components`), so a bad value gets the error a
+training run would get. A run on a remote backend (Tinker) has no local weights and is refused.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
     from rlvr.components import Components
     from rlvr.protocols import Backend, Engine
-    from rlvr.trainer import Trainer
 
 SWAPPABLE = ("engine", "reward", "data")
 """Groups an override may replace by another option of conf/."""
@@ -125,7 +124,8 @@ def swapped_groups(swaps: dict[str, str], conf: Path) -> dict[str, dict]:
 
 @dataclass
 class Opened:
-    """A checkpoint's policy, ready to sample: as Trainer.start builds it, with the checkpoint's weights."""
+    """A checkpoint's policy, ready to sample: as a run's start builds it (rlvr/start.py), with the checkpoint's
+    weights."""
 
     run: Path
     checkpoint: Path
@@ -134,7 +134,6 @@ class Opened:
     config: dict
     """The config used (stored + overrides), resolved."""
     components: Components
-    trainer: Trainer
     tokenizer: object
     backend: Backend
     engine: Engine
@@ -148,14 +147,14 @@ def open_checkpoint(path: Path, overrides: list[str], conf: Path) -> Opened:
     the backend, and build the engine around it, exactly as the trainer does."""
     from omegaconf import OmegaConf
 
-    from rlvr.build import build_all
+    from rlvr.build import build_components
     from rlvr.errors import ConfigError
 
     run, checkpoint = find_checkpoint(path)
     state = Checkpoints.read_state(checkpoint)
     cfg = run_config(state["config"], overrides, conf)
     try:
-        components, trainer = build_all(cfg)
+        components = build_components(cfg)
     except ConfigError as err:
         raise CliError(str(err)) from None
     if components.remote:
@@ -179,7 +178,7 @@ def open_checkpoint(path: Path, overrides: list[str], conf: Path) -> Opened:
         raise CliError(f"{checkpoint}: the checkpoint's weights do not load onto {run / 'base'}: {err}") from None
     engine.connect()
     config = cast(dict, OmegaConf.to_container(cfg, resolve=True))  # a DictConfig's container is a dict
-    return Opened(run, checkpoint, state, config, components, trainer, tokenizer, backend, engine)
+    return Opened(run, checkpoint, state, config, components, tokenizer, backend, engine)
 
 
 def load_run_base(run: Path):

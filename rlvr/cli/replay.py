@@ -103,7 +103,7 @@ def replay(capture: Path, manifest: dict, overrides: list[str], conf: Path, thre
     from safetensors.torch import load_file
 
     from rlvr.algorithm.kl import uses_reference
-    from rlvr.build import build_all
+    from rlvr.build import build_components
     from rlvr.cli.from_checkpoint import load_run_base, quiet_progress_bars, run_config
     from rlvr.errors import ConfigError
 
@@ -111,14 +111,14 @@ def replay(capture: Path, manifest: dict, overrides: list[str], conf: Path, thre
     run = capture.parent.parent
     cfg = run_config(json.loads((capture / CONFIG).read_text()), overrides, conf)
     try:
-        c, _ = build_all(cfg)
+        c = build_components(cfg)
     except ConfigError as err:
         raise CliError(str(err)) from None
     quiet_progress_bars()
     module, tokenizer = load_run_base(run)
     reference = uses_reference(c.algorithm.loss)
     backend = c.make_backend(model=module, lora=c.preset.lora, lora_seed=c.seeds.lora, pad_id=tokenizer.pad_token_id,
-                             **({"reference": True} if reference else {}))  # as rlvr/trainer.py local_policy
+                             **({"reference": True} if reference else {}))  # as rlvr/start.py local_policy
     backend.load(capture / START)
     with safe_open(str(capture / PAYLOAD), framework="pt") as f:
         metadata = f.metadata()

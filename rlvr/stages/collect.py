@@ -3,9 +3,14 @@ sampler, rlvr/overlap.py) and scored."""
 
 from __future__ import annotations
 
+import time
 from typing import ClassVar
 
+from rlvr.components import Live
+from rlvr.data.order import prompts_at
+from rlvr.overlap import Job, SampleAhead, SampleInline
 from rlvr.stages import Stateless, StepState
+from rlvr.types import Example, Sampled, SamplingParams
 
 
 class Collect(Stateless):
@@ -21,3 +26,32 @@ class Collect(Stateless):
         s.prompts = len(examples)
         s.job, s.examples, s.batch = job, examples, live.rollout.finish(job.sampled)
         s.fields.update(synced)
+
+
+def open_sampler(live: Live, batch_size: int, group_size: int, sampling: SamplingParams, ahead: int, mode: str,
+                 max_steps: int, first: int) -> SampleInline | SampleAhead:
+    """A run's steps sampled in the step (`ahead` = trainer.off_policy_steps = 0) or ahead of it in a sampler
+    thread, from step `first` on: each step's examples drawn from the data stream (in the main thread) at its
+    position, sampled by the run's rollout, the engine synced to the trainer's weights before."""
+    c, base = live.c, live.totals["prompts"]
+
+    def work(step: int) -> tuple[list[Example], int]:
+        P = c.backpressure.batch_size(step, batch_size)  # fixed under k ≥ 1 (refused otherwise at start)
+        position = base + (step - first) * P if ahead else live.totals["prompts"]
+        return prompts_at(c.data, step, position, P), position
+
+    def sample(job: Job) -> Sampled:
+        examples, position = job.work
+        return live.rollout.sample(examples, job.step, position, group_size, sampling)
+
+    def sync(step: int) -> dict:
+        live.backend.prepare_sampling()  # on every process (backend=fsdp: a collective)
+        synced = time.perf_counter()
+        written = live.engine.sync(live.backend.policy)
+        synced = time.perf_counter() - synced
+        return {"engine/sync_s": synced, "engine/sync_bytes_written": written}
+
+    if not ahead:
+        return SampleInline(work, sample, sync)
+    live.engine.sample_beside_training(True)
+    return SampleAhead(ahead, mode, max_steps, work, sample, sync, everywhere=lambda holds: all(c.world.gather(holds)))

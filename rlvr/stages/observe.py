@@ -119,7 +119,8 @@ class SyncGuard(Stateless):
     fields: ClassVar[tuple[str, ...]] = ("engine/sync_*",)
 
     def __init__(self, check: SyncCheck) -> None:
-        self.check, self.watch = check, None
+        self.check = check
+        self.watch: SyncWatch | None = None
 
     def apply(self, s: StepState) -> None:
         delta = s.train.get("mismatch/abs_log_ratio")

@@ -1,10 +1,11 @@
 """record: the step's metrics row (rlvr/telemetry.py `step_row`, then the stages' fields in the order they ran),
-with the running totals it adds to, written to metrics.jsonl and the run's logger."""
+with the running totals it adds to, written to metrics.jsonl and the run's logger; and the run's summary.json."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from rlvr.components import Live
 from rlvr.stages import Stateless, StepState
 from rlvr.telemetry import step_row
 
@@ -27,3 +28,26 @@ class Record(Stateless):
             s.row.update(live.sampler.meter())
         live.out.append("metrics.jsonl", s.row)
         live.c.logger.log(s.row)
+
+
+def run_summary(live: Live, steps: int, resumed_from: int | None, wall_seconds: float, rl_seconds: float) -> dict:
+    """summary.json's data (the times cover every segment of a resumed run)."""
+    import torch
+
+    accuracy = [e["eval/accuracy"] for e in live.evals] or [None]  # trainer.evaluate=false: none
+    return {
+        "condition": live.c.condition,
+        "steps": steps,
+        "resumed_from_step": resumed_from,
+        "eval_accuracy_initial": accuracy[0],
+        "eval_accuracy_final": accuracy[-1],
+        "eval_accuracy_best": None if accuracy == [None] else max(accuracy),
+        "wall_seconds": wall_seconds,
+        "rl_seconds": rl_seconds,
+        "tokens_per_second": live.totals["tokens"] / rl_seconds if rl_seconds > 0 else 0.0,
+        "running_correct_rate": live.totals["correct"] / max(live.totals["completions"], 1),
+        "trainable_parameters": live.backend.trainable_parameters,
+        "seeds": live.c.seeds.as_dict(),
+        "torch_threads": torch.get_num_threads(),
+        "warmup": live.warmup,
+    }

@@ -6,8 +6,8 @@ import torch
 
 from rlvr.discover.memory import Memory
 from rlvr.discover.source import Discover
-from rlvr.stages.observe import DataObserver
 from rlvr.errors import ConfigError
+from rlvr.stages.observe import DataObserver
 
 TINY = Memory(prompt="{others}{start}", start="{text}=", other="{text}+{percent}+", context_k=1, start_chars=5,
               other_chars=5)

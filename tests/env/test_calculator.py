@@ -8,9 +8,10 @@ import json
 import pytest
 
 from composing import FAST, compose_config
+from rlvr.build import build_env
 from rlvr.env.calculator import CalculatorEnvironment
 from rlvr.errors import ConfigError
-from rlvr.run import build_env, run
+from rlvr.run import run
 from rlvr.tools.calculator import calculate
 from rlvr.tools.harness import ToolEnvironment, ToolPrompt, ToolTurn
 from rlvr.tools.parse import MarkerCalls, ParsedCall, call_parser, parse_tool_calls

@@ -4,9 +4,9 @@ the environment without them, wrapped in the tool harness (rlvr/tools/harness.py
 import pytest
 
 from composing import compose_config
+from rlvr.build import build_env
 from rlvr.config_check import check
 from rlvr.errors import ConfigError
-from rlvr.run import build_env
 from rlvr.tools.harness import ToolEnvironment
 
 TOOLS = ["+env.tools=[{_target_:rlvr.tools.calculator.calculate}]", "+env.max_tool_calls=2",
