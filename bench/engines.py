@@ -61,7 +61,7 @@ def policy(c: Components) -> tuple[torch.nn.Module, object]:
 
 
 def engine(c: Components, module: torch.nn.Module, pad_id: int, **knobs):
-    return c.make_engine(module=module, eos_ids=[], pad_id=pad_id, **knobs)
+    return c.make_engine(policy=module, eos_ids=[], pad_id=pad_id, **knobs)
 
 
 def time_call(eng, prompts: list[list[int]], params: SamplingParams, seed: int) -> float:

@@ -81,7 +81,7 @@ def qwen3(layers: int) -> tuple[torch.nn.Module, int]:
 
 def engine_for(model: torch.nn.Module, eos: int, **knobs):
     make = instantiate(compose_config(["engine=vllm"]).engine, _partial_=True, _convert_="all", **knobs)
-    return make(module=model, eos_ids=[eos], pad_id=0)
+    return make(policy=model, eos_ids=[eos], pad_id=0)
 
 
 def folder_sync(engine, model: torch.nn.Module, n: int) -> tuple[float, int]:

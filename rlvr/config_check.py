@@ -25,7 +25,7 @@ import types
 import typing
 from pathlib import Path
 
-from hydra.utils import get_class
+from hydra.utils import get_class, get_object
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlvr.config_sources import REPO_CONF, config_dirs, option_file
@@ -68,11 +68,14 @@ def config_problems(cfg: DictConfig, at_start: bool = True) -> tuple[dict[str, N
 
 def loss_support_errors(cfg: DictConfig) -> list[str]:
     """What of `algorithm.loss` the chosen backend declares it does not compute (rlvr/loss/support.py)."""
+    from rlvr.algorithm.loss import PolicyLoss
     from rlvr.loss.support import support_errors
 
     loss = cfg.algorithm.get("loss") if "algorithm" in cfg and cfg.algorithm is not None else None
     settings = OmegaConf.to_container(loss, resolve=True, throw_on_missing=False) if loss is not None else None
-    return support_errors(get_class(cfg.backend._target_), cfg.backend._target_, settings)
+    target = settings.get("_target_") if isinstance(settings, dict) else None
+    custom = target is not None and get_object(target) is not PolicyLoss
+    return support_errors(get_class(cfg.backend._target_), cfg.backend._target_, settings, custom)
 
 
 def world_errors(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
@@ -300,10 +303,6 @@ def chosen_groups(cfg: DictConfig) -> list[str]:
     """The groups this config has a component for (`env=none` composes `env: null`: single turn). `turn_credit` is
     one even without an env, so that a choice that needs episodes says so (`unmet_needs`); then it is not built."""
     return [g for g in GROUPS if g in cfg and cfg[g] is not None]
-RUNTIME_ARGS = {"seed", "model", "lora", "lora_seed", "pad_id", "module", "policy", "eos_ids", "throttle_dir"}
-"""Constructor arguments the runner or the trainer supplies, not the YAML."""
-
-
 def check_types(node: DictConfig, key: str) -> list[str]:
     """Each YAML value against the type annotation of the `_target_` parameter it feeds, recursively;
     YAML keys the target does not take are errors too."""
@@ -322,7 +321,7 @@ def check_types(node: DictConfig, key: str) -> list[str]:
         if name.startswith("_") or (key == "env" and name in TOOL_KEYS):  # the tool harness's (rlvr/tools/)
             continue
         if name not in params:
-            expected = ", ".join(p for p in params if p not in RUNTIME_ARGS)
+            expected = ", ".join(p for p in params if p in node)  # what the builder passes besides is not YAML
             errors.append(f"{key}.{name}: <{node._target_}> takes no such argument (it takes: {expected})"
                           f"{moved(node, key, name)}")
             continue

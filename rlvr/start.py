@@ -11,8 +11,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from rlvr.algorithm.kl import uses_reference
-from rlvr.chat.check import check_chat_turns
-from rlvr.chat.tools import format_mismatch
+from rlvr.chat.check import check_chat
 from rlvr.checkpoint import Checkpoints
 from rlvr.components import Components, Live
 from rlvr.model.base_folder import save_base
@@ -40,7 +39,7 @@ def start(c: Components, warmup: Warmup, keep_last: int, out: RunDir, stop: Stop
     if c.remote:  # the policy lives on a service: no weights here, no warm-up (refused at config time)
         log.info("loading the tokenizer of <%s>; the policy stays on the service", type(c.preset).__name__)
         tokenizer, stops = c.preset.load_tokenizer()
-        check_chat(c, tokenizer, stops)
+        check_template(c, tokenizer, stops)
         backend, info = c.make_backend(lora=c.preset.lora, lora_seed=c.seeds.lora), None
         engine = c.make_engine(policy=backend.policy, eos_ids=stops, pad_id=tokenizer.pad_token_id)
     else:
@@ -62,23 +61,14 @@ def warmed_up(c: Components, warmup: Warmup, out: RunDir, stop: StopSignals | No
     log.info("loading policy <%s>", type(c.preset).__name__)
     module, tokenizer = c.preset.load(c.seeds.init)
     stops = eos_ids(tokenizer, module.generation_config.eos_token_id)
-    check_chat(c, tokenizer, stops)
+    check_template(c, tokenizer, stops)
     return module, tokenizer, stops, warm_up(c, warmup, module, tokenizer, out, stop)
 
 
-def check_chat(c: Components, tokenizer, stops: list[int]) -> None:
-    """Multi-turn episodes append each observation as the chat template's ids for it (rlvr/rollout/chat_turns.py):
-    a template that cannot is refused here, before the warm-up and any training; one that rewrites earlier turns
-    is said once, its episodes' rows being split where it does (rlvr/rollout/template_rewrites.py)."""
-    if c.env is not None and getattr(tokenizer, "chat_template", None):
-        rewrites = check_chat_turns(tokenizer, c.preset.name, stops)
-        if rewrites is not None:
-            log.info("%s; an episode's row is split there, each part trained after the prompt its actions were "
-                     "sampled from", rewrites)
-        call_format = getattr(c.env.env, "call_format", None)  # env.tools: rlvr/tools/harness.py, in the guard
-        mismatch = call_format and c.env.tool_schemas and format_mismatch(tokenizer, c.env.tool_schemas, call_format)
-        if mismatch:
-            log.warning("%s (model %s)", mismatch, c.preset.name)
+def check_template(c: Components, tokenizer, stops: list[int]) -> None:
+    """A multi-turn run's chat template, checked before the warm-up and any training (rlvr/chat/check.py)."""
+    if c.env is not None:
+        check_chat(tokenizer, c.preset.name, stops, c.env.tools)
 
 
 def warm_up(c: Components, w: Warmup, module, tokenizer, out: RunDir, stop: StopSignals | None) -> dict | None:
@@ -134,7 +124,7 @@ def local_policy(c: Components, module, tokenizer, reference: bool = False) -> t
     stops = eos_ids(tokenizer, module.generation_config.eos_token_id)
     if own is not None:
         own.to(next(backend.policy.parameters()).device)
-    return backend, c.make_engine(module=own if own is not None else backend.policy, eos_ids=stops,
+    return backend, c.make_engine(policy=own if own is not None else backend.policy, eos_ids=stops,
                                   pad_id=tokenizer.pad_token_id)
 
 

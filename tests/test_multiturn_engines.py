@@ -122,7 +122,7 @@ def vllm_setup():
     make = instantiate(compose_config(["engine=vllm"]).engine, _partial_=True, _convert_="all",
                        kv_cache_memory_bytes=128 << 20)
     t0 = time.perf_counter()
-    engine = make(module=backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
+    engine = make(policy=backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
     print(f"in-process vLLM started in {time.perf_counter() - t0:.1f} s")
     yield backend, tok, engine
     engine.close()
@@ -184,7 +184,7 @@ def test_openai_action_logprobs_equal_the_backends_on_packed_rows(server):
     backend, tok = nudged_lora_backend(preset, preset.lora, INIT_SEED)
     make = instantiate(compose_config(FAST + openai_overrides(server.base_url)).engine, _partial_=True,
                        _convert_="all")
-    engine = make(module=backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
+    engine = make(policy=backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
     engine.connect()
     try:
         recording = Recording(engine)

@@ -27,7 +27,8 @@ RUNS = {
                 "algorithm.loss.correction.pi_old=decoupled", "trainer.max_steps=60"],
     "fsdp2": ["backend=fsdp", "trainer.max_steps=30"],
 }
-TIMING = re.compile(r"(_s$|_share$|_seconds$|per_second|_time$|^time/|^async/.*_frac$|throughput|memory|_mb$|_gb$|rss|wall)")
+TIMING = re.compile(r"(_s$|_share$|_seconds$|per_second|_time$|^time/|^async/.*_frac$|throughput|memory|_mb$|_gb$"
+                    r"|rss|wall)")
 
 
 def run(folder: Path) -> None:

@@ -128,7 +128,7 @@ class PolicyLoss:
     entropy_coef: float = 0.0
     """`algorithm.entropy_coef` c: ℓ_t −= c·H_t (an entropy bonus for c > 0); 0 = off."""
     custom: Form | None = None
-    """A user's own loss (rlvr/loss/custom.py), called instead of the composition; None: the built-in one."""
+    """A user's own loss (rlvr/algorithm/custom_loss.py), called instead of the composition; None: the built-in one."""
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:

@@ -90,7 +90,7 @@ class MAXEngine(OpenAIEngine):
 
     def __init__(
         self,
-        module: nn.Module,
+        policy: nn.Module,
         eos_ids: list[int],
         pad_id: int,
         command: str,
@@ -108,21 +108,21 @@ class MAXEngine(OpenAIEngine):
         probe_tokens: int,
         probe_tolerance: float,
     ) -> None:
-        if is_lora(module) and devices.startswith("cpu"):
+        if is_lora(policy) and devices.startswith("cpu"):
             raise ConfigError(f"invalid config:\n  engine.devices={devices!r} with a LoRA policy: {LORA_ON_CPU}; use "
                               "engine.devices=gpu, full fine-tuning (model.lora=null), or another engine")
         if not 0 <= port < 65536 or startup_timeout_s <= 0:
             raise ConfigError(f"invalid config:\n  engine.port={port} must be in [0, 65535] (0: a free one) and "
                               f"engine.startup_timeout_s={startup_timeout_s} > 0")
         self.port = port or free_port()
-        super().__init__(module, eos_ids, pad_id, f"http://127.0.0.1:{self.port}/v1", SERVED_NAME, None, workdir,
+        super().__init__(policy, eos_ids, pad_id, f"http://127.0.0.1:{self.port}/v1", SERVED_NAME, None, workdir,
                          "raw_logprobs", max_concurrency, retries, backoff_s, timeout_s, verify_sync, probe_tokens,
                          probe_tolerance, weight_transfer="files", nccl_host="127.0.0.1")
         self.command, self.devices, self.startup_timeout_s = command, devices, startup_timeout_s
         self.cache_dir = Path(cache_dir) if cache_dir else DEFAULT_CACHE
-        self.tokenizer = load_tokenizer(tokenizer or getattr(module.config, "name_or_path", "") or None)
+        self.tokenizer = load_tokenizer(tokenizer or getattr(policy.config, "name_or_path", "") or None)
         self.vocabulary = vocabulary(self.tokenizer)
-        self.vocab_size = int(cast("Any", module).config.vocab_size)
+        self.vocab_size = int(cast("Any", policy).config.vocab_size)
         self.process: subprocess.Popen | None = None
         self.serving: Path | None = None
         """The folder the server was started on."""

@@ -91,7 +91,7 @@ class MLXEngine:
         return Needs(requires={"local_policy": "it loads the policy's weights into MLX and is given each step's"},
                      machine=(*MLX_PACKAGES, MLXBuild()))
 
-    def __init__(self, module: nn.Module, eos_ids: list[int], pad_id: int, workdir: str | None,
+    def __init__(self, policy: nn.Module, eos_ids: list[int], pad_id: int, workdir: str | None,
                  dtype: str | None) -> None:
         if dtype not in DTYPES:
             raise ConfigError(f"invalid config:\n  engine.dtype={dtype!r} must be one of {list(DTYPES)} (null: the "
@@ -100,25 +100,25 @@ class MLXEngine:
         from mlx_lm.utils import load_model
 
         self.eos_ids, self.pad_id = list(eos_ids), pad_id
-        self.lora = is_lora(module)
-        self.policy = module
-        own = str(next(module.parameters()).dtype).removeprefix("torch.")
+        self.lora = is_lora(policy)
+        self.policy = policy
+        own = str(next(policy.parameters()).dtype).removeprefix("torch.")
         self.dtype = getattr(mx, dtype or own)
         if workdir is not None:
             Path(workdir).mkdir(parents=True, exist_ok=True)
         root = workdir or ("/dev/shm" if Path("/dev/shm").is_dir() else None)
         folder = Path(tempfile.mkdtemp(prefix="rlvr-mlx-", dir=root))
         try:
-            self.model, self.config = load_model(save_base(module, folder / "base"), strict=True)
+            self.model, self.config = load_model(save_base(policy, folder / "base"), strict=True)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         self.model.set_dtype(self.dtype)
         self.lora_layers: dict[str, Any] = {}
         """MLX module path → its LoRALinear, under LoRA."""
         if self.lora:
-            self._attach_lora(module)
+            self._attach_lora(policy)
         self.last_sync_s = 0.0
-        self.sync(module)
+        self.sync(policy)
 
     # ---- weights --------------------------------------------------------------------------------------------
 

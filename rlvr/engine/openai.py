@@ -178,7 +178,7 @@ class OpenAIEngine:
 
     def __init__(
         self,
-        module: nn.Module,
+        policy: nn.Module,
         eos_ids: list[int],
         pad_id: int,
         base_url: str,
@@ -206,7 +206,7 @@ class OpenAIEngine:
         errors = [f"engine.{key}={value!r} must be {rule}" for key, value, ok, rule in rules if not ok]
         if errors:
             raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
-        self.module, self.eos_ids, self.pad_id = module, list(eos_ids), pad_id
+        self.module, self.eos_ids, self.pad_id = policy, list(eos_ids), pad_id
         self.client = OpenAIClient(base_url, api_key_env, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,
                                    max_concurrency=max_concurrency, owner="engine=openai", config="engine")
         self.client.read_key()  # a missing key fails at construction, before any model work
@@ -215,7 +215,7 @@ class OpenAIEngine:
         self.model, self.api_key_env, self.logprobs_mode = model, api_key_env, logprobs_mode
         self.workdir = workdir
         self.verify_sync, self.probe_tokens, self.probe_tolerance = verify_sync, probe_tokens, probe_tolerance
-        self.lora = is_lora(module)
+        self.lora = is_lora(policy)
         self.weight_transfer, self.nccl_host = weight_transfer, nccl_host
         self.nccl: NcclSender | None = None
         """The NCCL weight transfer (`weight_transfer: nccl`), opened by `connect`."""

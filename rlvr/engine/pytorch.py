@@ -296,7 +296,7 @@ class PyTorchEngine:
         return Needs(provides=frozenset({"entropy", "group_seeds", "trainer_module"}),
                      requires={"local_policy": "it samples from the trained module in this process"})
 
-    def __init__(self, module: nn.Module, eos_ids: list[int], pad_id: int, max_batch_rows: int, merge_lora: bool,
+    def __init__(self, policy: nn.Module, eos_ids: list[int], pad_id: int, max_batch_rows: int, merge_lora: bool,
                  max_batch_mb: int | None = None):
         if max_batch_rows < 1 or (max_batch_mb is not None and max_batch_mb <= 0):
             raise ValueError(f"engine.max_batch_rows={max_batch_rows} must be >= 1 and engine.max_batch_mb="
@@ -307,15 +307,15 @@ class PyTorchEngine:
         """The most rows decoded together."""
         self.max_batch_mb = max_batch_mb
         """The activation budget of one chunk in MiB (`Activations.bytes`); None: auto (module docstring)."""
-        self.activations = Activations.of(module)
-        self.caches_continue = holes_are_exact(module)
+        self.activations = Activations.of(policy)
+        self.caches_continue = holes_are_exact(policy)
         """Whether `Turns` may continue a cache with holes in it (module docstring "Turns")."""
-        self.source = module
+        self.source = policy
         """The module sampled from: the trainer's own, or a copy of it the engine was given (`sync`)."""
-        self.merged = MergedLora.of(module) if merge_lora else None
+        self.merged = MergedLora.of(policy) if merge_lora else None
         self.synced = 0
         """How many `sync`s: a `Turns`' caches hold keys and values of the weights of one."""
-        self.sync(module)
+        self.sync(policy)
         self.worker: SamplerProcess | None = None
         """Where `sample` runs once sampling runs beside training on a CPU (`sample_beside_training`)."""
 

@@ -108,7 +108,7 @@ class SGLangEngine(OpenAIEngine):
 
     def __init__(
         self,
-        module: nn.Module,
+        policy: nn.Module,
         eos_ids: list[int],
         pad_id: int,
         base_url: str,
@@ -124,7 +124,7 @@ class SGLangEngine(OpenAIEngine):
         probe_tokens: int,
         probe_tolerance: float,
     ) -> None:
-        super().__init__(module, eos_ids, pad_id, base_url, model, api_key_env, workdir, logprobs_mode,
+        super().__init__(policy, eos_ids, pad_id, base_url, model, api_key_env, workdir, logprobs_mode,
                          max_concurrency, retries, backoff_s, timeout_s, verify_sync, probe_tokens, probe_tolerance,
                          weight_transfer="files", nccl_host="127.0.0.1")
 

@@ -220,7 +220,7 @@ class VLLMEngine:
 
     def __init__(
         self,
-        module: nn.Module,
+        policy: nn.Module,
         eos_ids: list[int],
         pad_id: int,
         gpu_memory_utilization: float,
@@ -247,7 +247,7 @@ class VLLMEngine:
         self.sleep_level = sleep_level
         self.chunk_bytes = max(1, int(sync_chunk_mb * 2**20))
         self.asleep = False
-        self.lora = is_lora(module)
+        self.lora = is_lora(policy)
         root = Path(workdir) if workdir else Path("/dev/shm") if Path("/dev/shm").is_dir() else None
         if root is not None:
             root.mkdir(parents=True, exist_ok=True)
@@ -256,10 +256,10 @@ class VLLMEngine:
         self._ids = itertools.count(1)
         self._lora_request: LoRARequest | None = None
         self._pushed: Path | None = None
-        self.policy = module
-        base = save_base(module, self.workdir / "base")
+        self.policy = policy
+        base = save_base(policy, self.workdir / "base")
         # vLLM's "auto" downcasts a float32 checkpoint to bfloat16: default to the policy's own dtype instead
-        dtype = dtype or str(next(module.parameters()).dtype).removeprefix("torch.")
+        dtype = dtype or str(next(policy.parameters()).dtype).removeprefix("torch.")
         self.llm = self._start(base, gpu_memory_utilization, tensor_parallel_size, max_model_len, dtype,
                                kv_cache_memory_bytes, enforce_eager, max_lora_rank, multiprocessing)
         from vllm.v1.engine.core_client import InprocClient
@@ -268,7 +268,7 @@ class VLLMEngine:
         """False: the engine core (and its worker) run in a child process, so chunks travel packed."""
         self.dtype = cast("TorchDtype", self.llm.llm_engine.model_config.dtype)  # resolved from "auto" etc. at start
         if self.lora:  # under full fine-tuning vLLM has just loaded these very weights from `base`
-            self.sync(module)
+            self.sync(policy)
 
     def _start(self, base: Path, gpu_memory_utilization, tensor_parallel_size, max_model_len, dtype,
                kv_cache_memory_bytes, enforce_eager, max_lora_rank, multiprocessing) -> LLM:

@@ -9,13 +9,13 @@ engine/trainer mismatch as `importance_weights` and `loss_mask` (rlvr/algorithm/
 
 The built-in terms (rlvr/loss/forms.py, rlvr/loss/regularizers.py) have one signature, `(inputs, settings) ->
 LossOutputs`, and return per-token values, [N, T], which the whole loss adds and aggregates once; the whole loss
-(rlvr/algorithm/loss.py `PolicyLoss`, or a user's own, rlvr/loss/custom.py) returns the micro-batch's scalar.
+(rlvr/algorithm/loss.py `PolicyLoss`, or a user's own, rlvr/algorithm/custom_loss.py) returns the micro-batch's scalar.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -65,3 +65,46 @@ class Loss(Protocol):
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         ...
+
+
+class LossSettings(Protocol):
+    """What the built-in terms read of `algorithm.loss` (rlvr/algorithm/loss.py `PolicyLoss` gives it): this
+    package depends on no algorithm."""
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def clip_eps(self) -> float: ...
+
+    @property
+    def clip_eps_high(self) -> float: ...
+
+    @property
+    def cispo_max(self) -> float: ...
+
+    @property
+    def kl_cov_percent(self) -> float: ...
+
+    @property
+    def kl_cov_coef(self) -> float: ...
+
+    @property
+    def clip_cov_ratio(self) -> float: ...
+
+    @property
+    def clip_cov_min(self) -> float: ...
+
+    @property
+    def clip_cov_max(self) -> float: ...
+
+    @property
+    def entropy_coef(self) -> float: ...
+
+    @property
+    def reference_kl(self) -> Any: ...
+
+    @property
+    def selects_tokens(self) -> bool: ...
+
+    def clip_cov_bounds(self) -> tuple[float, float]: ...

@@ -5,15 +5,10 @@ tokens (rlvr/echo/echo.py), whose sum the whole loss adds after."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from rlvr.loss.contract import LossInputs, LossOutputs
-
-if TYPE_CHECKING:
-    from rlvr.algorithm.loss import PolicyLoss
+from rlvr.loss.contract import LossInputs, LossOutputs, LossSettings
 
 
-def reference_kl(inputs: LossInputs, settings: PolicyLoss) -> LossOutputs:
+def reference_kl(inputs: LossInputs, settings: LossSettings) -> LossOutputs:
     """β·kl_t, kl_t the k1/k2/k3 estimate of KL(π_θ ‖ π_ref) at the token (`algorithm.kl`, where=loss)."""
     kl = settings.reference_kl
     if inputs.ref_logprobs is None:
@@ -22,14 +17,14 @@ def reference_kl(inputs: LossInputs, settings: PolicyLoss) -> LossOutputs:
     return LossOutputs(kl.coef * kl_t, {"kl_ref": kl_t})
 
 
-def entropy_bonus(inputs: LossInputs, settings: PolicyLoss) -> LossOutputs:
+def entropy_bonus(inputs: LossInputs, settings: LossSettings) -> LossOutputs:
     """−c·H_t (`algorithm.entropy_coef` c; a bonus for c > 0)."""
     if inputs.entropies is None:
         raise ValueError(f"algorithm.entropy_coef={settings.entropy_coef}: the loss needs the entropies")
     return LossOutputs(-(settings.entropy_coef * inputs.entropies), {"entropy": inputs.entropies})
 
 
-def echo(inputs: LossInputs, settings: PolicyLoss) -> LossOutputs:
+def echo(inputs: LossInputs, settings: LossSettings) -> LossOutputs:
     """ECHO's −w·log π on each observation token (`echo_weights`, already normalised over the whole step)."""
     if inputs.echo_weights is None:
         raise ValueError("echo=on: the loss needs the ECHO weights (LossInputs.echo_weights)")

@@ -7,16 +7,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rlvr.lazy import lazy_import
+from rlvr.loss.contract import LossSettings
 
 if TYPE_CHECKING:
     from torch import Generator, Tensor
 
-    from rlvr.algorithm.loss import PolicyLoss
 
 torch = lazy_import("torch")
 
 
-def select_tokens(settings: PolicyLoss, new_lp_N_T: Tensor, old_lp_N_T: Tensor, adv_N_T: Tensor, mask_N_T: Tensor,
+def select_tokens(settings: LossSettings, new_lp_N_T: Tensor, old_lp_N_T: Tensor, adv_N_T: Tensor, mask_N_T: Tensor,
                   generator: Generator | None = None) -> Tensor:
     """bool [N, T]: the tokens kl_cov penalises or clip_cov zeroes, chosen among `mask_N_T`'s (the valid tokens of
     the WHOLE step) by the covariance score; all False in standard. `generator` (CPU) draws clip_cov's pick; the

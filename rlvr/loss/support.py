@@ -51,15 +51,10 @@ class LossSupport:
             raise ConfigError("; ".join(errors))
 
 
-def support_errors(backend_class: type, backend_target: str, loss_settings: Any) -> list[str]:
-    """At start: what of `algorithm.loss` (its resolved node) the chosen backend declares it does not compute."""
+def support_errors(backend_class: type, backend_target: str, loss_settings: Any, custom: bool) -> list[str]:
+    """At start: what of `algorithm.loss` (its resolved node; `custom`: a user's own loss) the chosen backend
+    declares it does not compute."""
     support = getattr(backend_class, "loss_support", None)
     if support is None or not loss_settings:
         return []
-    from hydra.utils import get_object
-
-    from rlvr.algorithm.loss import PolicyLoss
-
-    target = loss_settings.get("_target_")
-    custom = target is not None and get_object(target) is not PolicyLoss
     return support.problems(f"backend <{backend_target}>", loss_settings, custom)

@@ -3,9 +3,9 @@ my_losses.my_loss`), as docs/algorithms.md#your-own-loss shows."""
 
 import torch
 
+from rlvr.algorithm.custom_loss import loss_function
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.loss import LossInputs, LossOutputs, agg_loss
-from rlvr.loss.custom import loss_function
 
 
 @loss_function

@@ -1,5 +1,6 @@
-"""A user's own loss by import path (`algorithm.loss._target_=my_losses.my_loss`, rlvr/loss/custom.py): built from
-the composed config, trained with in a real local train step, and refused by a backend that computes its own loss."""
+"""A user's own loss by import path (`algorithm.loss._target_=my_losses.my_loss`, rlvr/algorithm/custom_loss.py):
+built from the composed config, trained with in a real local train step, and refused by a backend that computes
+its own loss."""
 
 import pytest
 import torch

@@ -39,7 +39,7 @@ def setup(lora: bool, tmp_path, *overrides: str):
     make = instantiate(compose_config(["engine=max", f"engine.tokenizer={tmp_path / 'tokenizer'}",
                                        f"engine.workdir={tmp_path}", *overrides]).engine, _partial_=True,
                        _convert_="all")
-    return backend, tok, make(module=backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
+    return backend, tok, make(policy=backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
 
 
 def test_lora_on_a_cpu_is_refused_before_any_server_starts(tmp_path):

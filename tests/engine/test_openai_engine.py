@@ -84,7 +84,7 @@ def build_engine(module, eos_id: int, pad_id: int, base_url: str, **knobs) -> Op
     overrides = [f"engine.base_url={base_url}", f"engine.model={SERVED_NAME}", f"engine.api_key_env={KEY_ENV}"]
     overrides += [f"engine.{k}={v}" for k, v in knobs.items()]
     make = instantiate(compose_config(FAST + ["engine=openai", *overrides]).engine, _partial_=True, _convert_="all")
-    return make(module=module, eos_ids=[eos_id], pad_id=pad_id)
+    return make(policy=module, eos_ids=[eos_id], pad_id=pad_id)
 
 
 def engine_for(backend, tok, base_url: str, **knobs) -> OpenAIEngine:

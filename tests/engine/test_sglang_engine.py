@@ -187,7 +187,7 @@ def backend_for(lora: bool) -> tuple[LocalBackend, object]:
 def engine_for(backend, tok, base_url: str, *overrides: str):
     make = instantiate(compose_config(["engine=sglang", f"engine.base_url={base_url}", *overrides]).engine,
                        _partial_=True, _convert_="all")
-    return make(module=backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
+    return make(policy=backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
 
 
 @pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])

@@ -49,7 +49,7 @@ def engine_for(backend: LocalBackend, tok, **knobs):
     weight chunks)."""
     make = instantiate(compose_config(["engine=vllm"]).engine, _partial_=True, _convert_="all",
                        kv_cache_memory_bytes=128 << 20, sync_chunk_mb=CHUNK_MB, **knobs)
-    return make(module=backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
+    return make(policy=backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
 
 
 @pytest.fixture(scope="module")
