@@ -173,3 +173,13 @@ def test_readme_maze_table_is_the_measured_pages():
     assert len(readme) == 5 and readme.keys() == measured.keys()
     for method, cells in readme.items():
         assert cells == [measured[method][3], measured[method][4], measured[method][6]], method
+
+
+def test_stage_table_is_what_the_stages_declare():
+    """docs/metrics.md's table of the step's stages and their row fields is the stages' own declaration
+    (tools/stage_table.py; tests/test_trainer.py holds a real run's rows to it)."""
+    spec = importlib.util.spec_from_file_location("tools_stage_table", ROOT / "tools" / "stage_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    current = (ROOT / "docs" / "metrics.md").read_text()
+    assert module.rewrite(current) == current, f"docs/metrics.md's stage table is stale: run `{module.COMMAND}`"

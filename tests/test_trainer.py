@@ -4,14 +4,17 @@ and the `from_pretrained` + MATH + math-verify composition on a tiny saved model
 import json
 import logging
 import string
+from fnmatch import fnmatch
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from composing import FAST, MIXED, compose_config
+from rlvr.build import build_all
 from rlvr.outputs import NONDETERMINISTIC_KEYS
 from rlvr.run import run
+from rlvr.stages import declared_fields
 
 STEP_KEYS = {
     "step", "condition", "loss", "mean_reward", "correct_rate", "running_correct_rate", "reward_tie_groups",
@@ -30,8 +33,10 @@ def test_two_step_smoke_run(tmp_path):
     steps = [r for r in rows(tmp_path) if "loss" in r]
     evals = [r for r in rows(tmp_path) if "eval/accuracy" in r]
     assert [r["step"] for r in steps] == [0, 1] and [r["step"] for r in evals] == [0, 2]
+    declared = declared_fields(build_all(compose_config(FAST + MIXED))[0].stages)  # what docs/metrics.md lists
     for r in steps:
         assert STEP_KEYS <= r.keys(), STEP_KEYS - r.keys()
+        assert not [k for k in r if not any(fnmatch(k, name) for name in declared)], "a field no stage declares"
     summary_keys = {"steps", "eval_accuracy_initial", "eval_accuracy_final", "eval_accuracy_best", "wall_seconds"}
     assert summary_keys <= summary.keys()
     assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 2

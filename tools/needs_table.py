@@ -1,6 +1,6 @@
 """docs/configuration.md's table of which options each backend and engine honours and which it refuses, generated
-by the rule a run applies at start (rlvr/config_check.py `unmet_needs`: what the chosen components declare in
-their `needs`).
+by the rules a run applies at start (rlvr/config_check.py `unmet_needs`: what the chosen components declare in
+their `needs`; `loss_support_errors`: what of the loss a backend declares it computes).
 
     python -m tools.needs_table            # rewrite the table in docs/configuration.md, between its two markers
     python -m tools.needs_table --check    # exit 1, saying so, when the page's table is not what the rule gives
@@ -55,11 +55,11 @@ def columns() -> list[tuple[str, str]]:
 
 def refused(compose, overrides: list[str]) -> list[str]:
     """What the rule says of the run composed with `overrides`: [] when it passes."""
-    from rlvr.config_check import chosen_groups, declared_needs, unmet_needs
+    from rlvr.config_check import chosen_groups, declared_needs, loss_support_errors, unmet_needs
 
     cfg = compose(overrides)
     needs = {group: declared_needs(cfg, group) for group in chosen_groups(cfg)}
-    return unmet_needs(cfg, needs)
+    return unmet_needs(cfg, needs) + loss_support_errors(cfg)
 
 
 def cells() -> dict[str, dict[tuple[str, str], bool]]:

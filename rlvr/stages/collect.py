@@ -14,7 +14,9 @@ from rlvr.types import Example, Sampled, SamplingParams
 
 
 class Collect(Stateless):
-    fields: ClassVar[tuple[str, ...]] = ("engine/sync_s", "engine/sync_bytes_written", "reward/*_frac", "env/*")
+    fields: ClassVar[tuple[str, ...]] = ("engine/sync_s", "engine/sync_bytes_written", "reward/timeout_frac",
+                                         "reward/error_frac", "reward/parse_fail_frac", "env/*")
+    """The sync's, and the rollout's own (a single turn's scoring failures, an episode's `env/*`)."""
 
     def apply(self, s: StepState) -> None:
         live = s.live

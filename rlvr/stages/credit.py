@@ -52,7 +52,10 @@ class Signals:
 class CreditStage:
     """Its state: the transform's controller (SEPA's λ, …) and the turn credit's."""
 
-    fields: ClassVar[tuple[str, ...]] = ("adv/*", "transform/*", "overlong/*", "echo/*")
+    fields: ClassVar[tuple[str, ...]] = ("adv_cap_*", "batch_adv_*", "turn_credit/*", "train/tl_grpo_ema_baseline",
+                                         "overlong/*", "echo/*")
+    """The credit's (the cap, the batch pass, turn credit; the transform's own metrics besides: docs/metrics.md),
+    the overlong filter's and echo's."""
 
     def __init__(self, algorithm: Algorithm, transform: Transform, turn_credit: TurnCredit | None,
                  overlong: Overlong, max_tokens: int, echo: Echo | None) -> None:

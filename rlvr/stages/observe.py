@@ -73,6 +73,7 @@ class NonfiniteGuard(Stateless):
                     "in float16 divides by its eps, 0 in float16).")
         else:
             self.in_a_row = 0
+        s.fields["train/nonfinite_skips"] = float(totals["nonfinite"])
 
 
 class FailureWarning(Stateless):
@@ -116,7 +117,7 @@ class SyncGuard(Stateless):
     sampled tokens with its own (`mismatch/abs_log_ratio`): the row's `engine/sync_*`, or StaleEngineError
     (rlvr/engine/sync_check.py)."""
 
-    fields: ClassVar[tuple[str, ...]] = ("engine/sync_*",)
+    fields: ClassVar[tuple[str, ...]] = ("engine/sync_delta", "engine/sync_allowed")
 
     def __init__(self, check: SyncCheck) -> None:
         self.check = check

@@ -11,7 +11,15 @@ from rlvr.telemetry import step_row
 
 
 class Record(Stateless):
-    fields: ClassVar[tuple[str, ...]] = ("step", "condition", "reward/*", "completion/*", "totals/*", "async/*")
+    fields: ClassVar[tuple[str, ...]] = (
+        "step", "condition", "uncertainty_kind", "skipped", "loss", "mean_reward", "correct_rate",
+        "running_correct_rate", "reward_tie_*", "reward_uniform_*", "reward_unique_fraction_mean", "num_datums",
+        "batch_size", "group_size", "mean_completion_length", "max_token_hit_rate", "rl/completion_tokens",
+        "rl/completion_surprisal_mean", "rl/nonzero_advantage_action_tokens", "tokens_per_step", "step_time_s",
+        "sample_time_s", "score_time_s", "advantage_time_s", "train_time_s", "tokens_per_second", "sample_share",
+        "train_share", "process_max_rss_mb", "gpu_max_allocated_mb", "async/*")
+    """rlvr/telemetry.py `step_row`'s fields (the credit's and the update's besides, which their stages declare),
+    and the sampler's `async/*` when it samples ahead."""
 
     def __init__(self, condition: str, uncertainty_kind: str | None) -> None:
         self.condition, self.uncertainty_kind = condition, uncertainty_kind
@@ -23,7 +31,7 @@ class Record(Stateless):
             live.totals[key] += value
         row = step_row(s.step, self.condition, self.uncertainty_kind, batch.rollouts, batch.rewards_P_G, s.credit,
                        s.train, s.times, counts, live.totals)
-        s.row = {**row, **batch.metrics, **s.fields, "train/nonfinite_skips": float(live.totals["nonfinite"])}
+        s.row = {**row, **batch.metrics, **s.fields}
         if live.sampler is not None:
             s.row.update(live.sampler.meter())
         live.out.append("metrics.jsonl", s.row)

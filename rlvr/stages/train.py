@@ -14,7 +14,10 @@ from rlvr.types import TrainBatch
 
 
 class Train(Stateless):
-    fields: ClassVar[tuple[str, ...]] = ("loss", "grad_norm", "train/*", "policy/*", "mismatch/*")
+    fields: ClassVar[tuple[str, ...]] = ("grad_norm", "clip_fraction", "lr", "local_train_rows", "local_train_wall_s",
+                                         "policy/*", "mismatch/*", "rl/optimizer_nonzero_advantage_action_tokens",
+                                         "train/nonfinite_skip", "train/nonfinite_weights", "tinker/*", "prime_rl/*")
+    """The backend's statistics of the update (`loss` is the record's, 0.0 on a skipped step)."""
 
     def __init__(self, algorithm: Algorithm, capture: Capture, lr: float, sampled_ahead: bool) -> None:
         self.algorithm, self.capture, self.lr, self.sampled_ahead = algorithm, capture, lr, sampled_ahead
