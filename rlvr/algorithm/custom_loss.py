@@ -1,4 +1,5 @@
-"""A user's own loss, by import path: `algorithm.loss._target_=my_losses.my_loss` (docs/algorithms.md#the-loss-contract-and-your-own-loss).
+"""A user's own loss, by import path: `algorithm.loss._target_=my_losses.my_loss`
+(docs/algorithms.md#the-loss-contract-and-your-own-loss).
 
 `my_loss` is a function of the forms' signature `(inputs: LossInputs, settings: PolicyLoss) -> LossOutputs` that
 returns the whole micro-batch's scalar (aggregated with `agg_loss`, or its own way), marked with `@loss_function`:
