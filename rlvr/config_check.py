@@ -103,7 +103,7 @@ def value_errors(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
     errors = nonfinite_errors(cfg)
     if errors:
         return errors
-    errors = [e for group in needs.values() for e in group.errors] + position_errors(cfg) + optimizer_errors(cfg)
+    errors = [e for group in needs.values() for e in group.errors] + position_errors(cfg)
     t = cfg.trainer
     rows = t.batch_size * t.group_size
     mb = cfg.backend.get("micro_batch_size", 0)
@@ -112,10 +112,6 @@ def value_errors(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
             f"backend.micro_batch_size={mb} does not divide trainer.batch_size × trainer.group_size "
             f"= {t.batch_size} × {t.group_size} = {rows}"
         )
-    if cfg.backend.get("packing") and not (isinstance(budget := cfg.backend.get("max_tokens_per_micro_batch"), int)
-                                           and budget > 0):
-        errors.append(f"backend.max_tokens_per_micro_batch={budget!r}: backend.packing=true needs a token budget per "
-                      "forward/backward > 0 (prompt + completion tokens)")
     errors += check_backpressure(cfg) + echo_errors(cfg)
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**63:
         errors.append(f"seed={cfg.seed!r} must be an integer in [0, 2**63)")
@@ -149,22 +145,6 @@ def leaves(node: object, key: str = "") -> collections.abc.Iterator[tuple[str, o
             yield from leaves(value, f"{key}[{i}]")
     else:
         yield key, node
-
-
-def optimizer_errors(cfg: DictConfig) -> list[str]:
-    """The backend's AdamW settings (backend=local, fsdp, tinker), refused before any model loads (torch checks some
-    only when the optimizer is built, after it): eps must be > 0, since at 0 a weight whose gradient is 0 (LoRA's A
-    at the first step, an embedding row no token of the step used) gets 0/0 = NaN."""
-    b, errors = cfg.backend, []
-    betas = b.get("betas")
-    if betas is not None and not (len(betas) == 2 and all(
-            isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x < 1 for x in betas)):
-        errors.append(f"backend.betas={list(betas)} must be two numbers in [0, 1) (AdamW's β1, β2)")
-    if "eps" in b and not b.eps > 0:
-        errors.append(f"backend.eps={b.eps} must be > 0 (AdamW divides by sqrt(v) + eps, and v is 0 where every "
-                      "gradient so far was 0)")
-    errors += [f"backend.{k}={b[k]} must be >= 0" for k in ("weight_decay", "grad_clip_norm") if k in b and b[k] < 0]
-    return errors
 
 
 def echo_errors(cfg: DictConfig) -> list[str]:

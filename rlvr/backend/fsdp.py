@@ -97,7 +97,8 @@ class FSDPBackend:
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         local = LocalBackend.needs(settings)  # what backend=local gives and asks of the machine, and more
         return Needs(provides=(local.provides - {"entropy", "capture"}) | {"distributed"}, machine=local.machine,
-                     requires={"group_seeds": "backend=fsdp: each rank samples its own share of the groups"})
+                     requires={"group_seeds": "backend=fsdp: each rank samples its own share of the groups"},
+                     errors=local.errors)
 
     def __init__(
         self,

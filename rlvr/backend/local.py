@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 from rlvr.algorithm.correction import EMPTY_SUMS, merge_sums, mismatch_metrics, mismatch_sums
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.logprobs import padded_logprobs, padded_rows, position_logprobs, scatter
+from rlvr.backend.optimizer_rules import optimizer_errors, packing_errors
 from rlvr.lazy import lazy_import, no_grad
 from rlvr.loss.contract import LossInputs
 from rlvr.protocols import Needs
@@ -532,7 +533,7 @@ class LocalBackend:
         machine = (CudaDevice(device),) if device == "auto" or device.startswith("cuda") else ()
         return Needs(provides=frozenset({"local_policy", "ratio_clipping", "local_loss", "entropy", "reference_model",
                                          "capture"}),
-                     machine=machine)
+                     machine=machine, errors=tuple(optimizer_errors(settings) + packing_errors(settings)))
 
     def __init__(
         self,

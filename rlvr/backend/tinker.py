@@ -75,6 +75,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlvr.algorithm.loss import PolicyLoss
+from rlvr.backend.optimizer_rules import optimizer_errors
 from rlvr.backend.throttle import Throttle
 from rlvr.errors import ConfigError
 from rlvr.lazy import lazy_import
@@ -227,6 +228,7 @@ class TinkerBackend:
         clipping = frozenset({"ratio_clipping"}) if loss_fn in CLIPPING_LOSSES else frozenset()
         return Needs(
             provides=frozenset({"remote_policy"}) | clipping,
+            errors=tuple(optimizer_errors(settings)),
             requires={"lora": "it trains LoRA adapters only"},
             excludes={"sampled_ahead": "backend=tinker samples on the service from saved weights; overlapping it "
                                        "through the SDK's asynchronous calls is not built"},
