@@ -33,14 +33,11 @@ beta_max ≤ 0 or beta_search_steps < 1 are errors too (the predecessor clamped 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rlvr.algorithm.kl import ReferenceKL
-from rlvr.algorithm.loss import PolicyLoss
+from rlvr.algorithm.policy_gradient import PolicyGradient
 from rlvr.lazy import lazy_import
-from rlvr.protocols import Needs
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -54,8 +51,7 @@ FLAT_RANGE = 1e-12
 
 
 @dataclass(frozen=True)
-class DiscoverEntropic:
-    loss: PolicyLoss
+class DiscoverEntropic(PolicyGradient):
     beta: float | None
     """Fixed β (clamped at 0), or null to solve for it per group from target_kl."""
     target_kl: float = 0.2
@@ -64,14 +60,6 @@ class DiscoverEntropic:
     """beta: null: the largest β searched, used as is when even it meets target_kl."""
     beta_search_steps: int = 24
     """beta: null: bisection steps on [0, beta_max] (the bracket shrinks to beta_max / 2^steps)."""
-    kl: ReferenceKL | None = None
-    """`algorithm.kl`: the loss's (algorithm.loss.kl interpolates it; rlvr/algorithm/kl.py)."""
-    entropy_coef: float = 0.0
-    """`algorithm.entropy_coef`: the loss's (algorithm.loss.entropy_coef interpolates it)."""
-
-    @classmethod
-    def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return PolicyLoss.needs(settings["loss"])
 
     def __post_init__(self) -> None:
         def number(value: object) -> bool:

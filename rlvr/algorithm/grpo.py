@@ -17,13 +17,10 @@ processes. The loss is the shared importance-sampled policy gradient (rlvr/algor
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rlvr.algorithm.kl import ReferenceKL
-from rlvr.algorithm.loss import PolicyLoss
-from rlvr.protocols import Needs
+from rlvr.algorithm.policy_gradient import PolicyGradient
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -32,18 +29,9 @@ SCALES = ("none", "std", "batch_std")
 
 
 @dataclass(frozen=True)
-class GRPO:
-    loss: PolicyLoss
+class GRPO(PolicyGradient):
     scale: str = "none"
     scale_eps: float = 1e-6
-    kl: ReferenceKL | None = None
-    """`algorithm.kl`: the loss's (algorithm.loss.kl interpolates it; rlvr/algorithm/kl.py)."""
-    entropy_coef: float = 0.0
-    """`algorithm.entropy_coef`: the loss's (algorithm.loss.entropy_coef interpolates it)."""
-
-    @classmethod
-    def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return PolicyLoss.needs(settings["loss"])
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:

@@ -11,14 +11,11 @@ cap (`loss.adv_clip_max`, rlvr/algorithm/loss.py) exists.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rlvr.algorithm.kl import ReferenceKL
-from rlvr.algorithm.loss import PolicyLoss
+from rlvr.algorithm.policy_gradient import PolicyGradient
 from rlvr.lazy import lazy_import
-from rlvr.protocols import Needs
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -27,17 +24,8 @@ torch = lazy_import("torch")
 
 
 @dataclass(frozen=True)
-class MaxRL:
-    loss: PolicyLoss
+class MaxRL(PolicyGradient):
     eps: float
-    kl: ReferenceKL | None = None
-    """`algorithm.kl`: the loss's (algorithm.loss.kl interpolates it; rlvr/algorithm/kl.py)."""
-    entropy_coef: float = 0.0
-    """`algorithm.entropy_coef`: the loss's (algorithm.loss.entropy_coef interpolates it)."""
-
-    @classmethod
-    def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return PolicyLoss.needs(settings["loss"])
 
     def advantages(self, rewards_P_G: Tensor) -> Tensor:
         mean_P_1 = rewards_P_G.mean(-1, keepdim=True)

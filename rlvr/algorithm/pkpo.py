@@ -18,16 +18,13 @@ O(P·G²) per step, in float64.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rlvr.algorithm.kl import ReferenceKL
-from rlvr.algorithm.loss import PolicyLoss
+from rlvr.algorithm.policy_gradient import PolicyGradient
 from rlvr.algorithm.rloo import leave_one_out
 from rlvr.lazy import lazy_import
-from rlvr.protocols import Needs
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -43,20 +40,11 @@ def max_weights(G: int, k: int) -> tuple[float, ...]:
 
 
 @dataclass(frozen=True)
-class PKPO:
-    loss: PolicyLoss
+class PKPO(PolicyGradient):
     k: int
     """`algorithm.k` (the MaxRL paper's T): the k of the pass@k optimised."""
     group_size: int
     """trainer.group_size (G), interpolated: k ≤ G is checked before the run starts."""
-    kl: ReferenceKL | None = None
-    """`algorithm.kl`: the loss's (algorithm.loss.kl interpolates it; rlvr/algorithm/kl.py)."""
-    entropy_coef: float = 0.0
-    """`algorithm.entropy_coef`: the loss's (algorithm.loss.entropy_coef interpolates it)."""
-
-    @classmethod
-    def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return PolicyLoss.needs(settings["loss"])
 
     def __post_init__(self) -> None:
         if self.k < 1:

@@ -18,14 +18,11 @@ Metrics: batch_adv_count, batch_adv_mean, batch_adv_std (before normalisation).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rlvr.algorithm.kl import ReferenceKL
-from rlvr.algorithm.loss import PolicyLoss
+from rlvr.algorithm.policy_gradient import PolicyGradient
 from rlvr.lazy import lazy_import
-from rlvr.protocols import Needs
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -36,17 +33,8 @@ STD_EPS = 1e-8
 
 
 @dataclass(frozen=True)
-class ReinforcePP:
-    loss: PolicyLoss
+class ReinforcePP(PolicyGradient):
     batch_norm: bool
-    kl: ReferenceKL | None = None
-    """`algorithm.kl`: the loss's (algorithm.loss.kl interpolates it; rlvr/algorithm/kl.py)."""
-    entropy_coef: float = 0.0
-    """`algorithm.entropy_coef`: the loss's (algorithm.loss.entropy_coef interpolates it)."""
-
-    @classmethod
-    def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return PolicyLoss.needs(settings["loss"])
 
     def advantages(self, rewards_P_G: Tensor) -> Tensor:
         return rewards_P_G - rewards_P_G.mean(-1, keepdim=True)

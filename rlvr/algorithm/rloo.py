@@ -11,13 +11,10 @@ group mean includes r_i: the same direction, shrunk by (G − 1)/G). The second 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rlvr.algorithm.kl import ReferenceKL
-from rlvr.algorithm.loss import PolicyLoss
-from rlvr.protocols import Needs
+from rlvr.algorithm.policy_gradient import PolicyGradient
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -32,16 +29,7 @@ def leave_one_out(rewards_P_G: Tensor) -> Tensor:
 
 
 @dataclass(frozen=True)
-class RLOO:
-    loss: PolicyLoss
-    kl: ReferenceKL | None = None
-    """`algorithm.kl`: the loss's (algorithm.loss.kl interpolates it; rlvr/algorithm/kl.py)."""
-    entropy_coef: float = 0.0
-    """`algorithm.entropy_coef`: the loss's (algorithm.loss.entropy_coef interpolates it)."""
-
-    @classmethod
-    def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return PolicyLoss.needs(settings["loss"])
+class RLOO(PolicyGradient):
 
     def advantages(self, rewards_P_G: Tensor) -> Tensor:
         return leave_one_out(rewards_P_G)
