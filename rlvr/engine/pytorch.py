@@ -56,7 +56,7 @@ forward; the price is a second copy of the adapted weights (all other weights ar
 With `merge_lora: false`, under full fine-tuning, or from a policy sharded by backend=fsdp (which cannot be
 copied), the engine samples from the backend's module itself and `sync` has nothing to copy. When the trainer
 samples ahead of training (trainer.off_policy_steps ≥ 1, docs/overlap.md) the engine is built on a copy of the
-policy made before the backend wrapped it (`rlvr/trainer.py` local_policy), and `sync` copies the trainable
+policy made before the backend wrapped it (`rlvr/start.py` local_policy), and `sync` copies the trainable
 weights into it: sampling then never reads a module the trainer is changing.
 """
 

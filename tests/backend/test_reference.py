@@ -88,7 +88,7 @@ def test_a_resumed_full_fine_tuning_run_rebuilds_the_reference_from_the_base(tmp
     ro = rollouts(engine)
     backend.train_step(TrainBatch(ro, advantages(ro)), KL_ENT, lr=1e-2)
     backend.save(tmp_path / "ckpt")
-    resumed, _ = make(lora=None, model=copy.deepcopy(base))  # the run's base, as Trainer.start loads it
+    resumed, _ = make(lora=None, model=copy.deepcopy(base))  # the run's base, as a run's start loads it
     resumed.load(tmp_path / "ckpt")
     for (name, ref), (_, b) in zip(resumed.trainee.reference.named_parameters(), base.named_parameters(), strict=True):
         assert torch.equal(ref, b), name  # the base, not the checkpoint

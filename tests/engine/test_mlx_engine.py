@@ -36,7 +36,7 @@ def backend_for(lora: LoraSpec | None) -> tuple[LocalBackend, object]:
 
 
 def engine_for(backend: LocalBackend, tok, *overrides: str):
-    """As Trainer.start builds it: conf/engine/mlx.yaml, then the runtime arguments."""
+    """As a run's start builds it (rlvr/start.py): conf/engine/mlx.yaml, then the runtime arguments."""
     make = instantiate(compose_config(["engine=mlx", *overrides]).engine, _partial_=True, _convert_="all")
     return make(policy=backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
 

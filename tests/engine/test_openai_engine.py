@@ -80,7 +80,8 @@ def backend_for(lora: bool, seed: int = 1) -> tuple[LocalBackend, object]:
 
 
 def build_engine(module, eos_id: int, pad_id: int, base_url: str, **knobs) -> OpenAIEngine:
-    """As Trainer.start builds it: conf/engine/openai.yaml plus overrides, then the runtime arguments."""
+    """As a run's start builds it (rlvr/start.py): conf/engine/openai.yaml plus overrides, then the runtime
+    arguments."""
     overrides = [f"engine.base_url={base_url}", f"engine.model={SERVED_NAME}", f"engine.api_key_env={KEY_ENV}"]
     overrides += [f"engine.{k}={v}" for k, v in knobs.items()]
     make = instantiate(compose_config(FAST + ["engine=openai", *overrides]).engine, _partial_=True, _convert_="all")
@@ -88,7 +89,7 @@ def build_engine(module, eos_id: int, pad_id: int, base_url: str, **knobs) -> Op
 
 
 def engine_for(backend, tok, base_url: str, **knobs) -> OpenAIEngine:
-    """Built, then connected, as Trainer.start does."""
+    """Built, then connected, as a run's start does."""
     engine = build_engine(backend.policy, tok.eos_token_id, tok.pad_token_id, base_url, **knobs)
     engine.connect()
     return engine

@@ -45,8 +45,8 @@ CHUNK_MB = 0.05
 
 
 def engine_for(backend: LocalBackend, tok, **knobs):
-    """As Trainer.start builds it: conf/engine/vllm.yaml, then the runtime arguments (a smaller KV cache, small
-    weight chunks)."""
+    """As a run's start builds it (rlvr/start.py): conf/engine/vllm.yaml, then the runtime arguments (a smaller KV
+    cache, small weight chunks)."""
     make = instantiate(compose_config(["engine=vllm"]).engine, _partial_=True, _convert_="all",
                        kv_cache_memory_bytes=128 << 20, sync_chunk_mb=CHUNK_MB, **knobs)
     return make(policy=backend.policy, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
