@@ -93,7 +93,8 @@ def greedy_games(engine, policy, tokenizer, components, max_tokens: int) -> Feed
 
     engine.sync(policy)
     rollout = Episodes(engine, tokenizer, components.env, components.seeds, World.single())
-    played = rollout.evaluate(components.data.eval_examples(), max_tokens).played
+    played = rollout.evaluate(components.data.eval_examples(), max_tokens).turns
+    assert played is not None, "episodes are played"
     game = components.env.env
     counts = FeedbackCounts()
     for transcript, reward in zip(played.transcripts, played.rewards_P_G.view(-1).tolist(), strict=True):
@@ -107,7 +108,7 @@ def measure(path: Path, overrides: list[str], conf: Path) -> dict[str, dict]:
     from rlvr.start import local_policy
 
     opened = open_checkpoint(path, overrides, conf)
-    c, max_tokens = opened.components, opened.trainer.eval_max_tokens
+    c, max_tokens = opened.components, opened.config["trainer"]["eval_max_tokens"]
     if c.env is None or not hasattr(c.env.env, "higher"):
         raise SystemExit(f"{opened.run} did not train on env=guess (its env is {type(c.env and c.env.env).__name__})")
     try:

@@ -83,11 +83,11 @@ def _sample(opened, pairs, n, temperature, top_p, max_tokens, seed):
     from rlvr.reward.guarded import RewardGuard, guarded_score
     from rlvr.types import SamplingParams
 
-    run_params = opened.trainer.sampling
+    run_params = opened.config["trainer"]["sampling"]  # the run's trainer.sampling, as composed
     params = SamplingParams(
-        temperature=run_params.temperature if temperature is None else temperature,
-        top_p=run_params.top_p if top_p is None else top_p,
-        max_tokens=run_params.max_tokens if max_tokens is None else max_tokens,
+        temperature=run_params["temperature"] if temperature is None else temperature,
+        top_p=run_params["top_p"] if top_p is None else top_p,
+        max_tokens=run_params["max_tokens"] if max_tokens is None else max_tokens,
     )
     prompt_ids = encode_prompts(opened.tokenizer, [p for p, _ in pairs])
     unreadable = [problem for (prompt, _), ids in zip(pairs, prompt_ids, strict=True)

@@ -385,7 +385,7 @@ def test_every_setting_comes_from_the_yaml():
     params = inspect.signature(OpenAIEngine).parameters
     assert all(p.default is inspect.Parameter.empty for p in params.values())
     keys = set(OmegaConf.load(CONF_DIR / "engine" / "openai.yaml")) - {"_target_"}
-    assert set(params) - keys == {"module", "eos_ids", "pad_id"} and keys <= set(params)
+    assert set(params) - keys == {"policy", "eos_ids", "pad_id"} and keys <= set(params)
 
 
 def test_bad_knobs_are_named():
