@@ -53,8 +53,9 @@ log = logging.getLogger("rlvr")
 
 @dataclass
 class Trainer:
-    """The `trainer` config node (conf/trainer/cpu.yaml documents each key). The loop reads the first group; the
-    step's stages are built from the rest (rlvr/build.py `stages`)."""
+    """The `trainer` config node (conf/trainer/cpu.yaml documents each key, rlvr/trainer_rules.py checks them). The
+    loop reads its steps, evaluation and checkpoint keys; the step's stages are built from the others
+    (rlvr/build.py `stages`)."""
 
     max_steps: int
     batch_size: int  # prompts per step (back pressure may move it)

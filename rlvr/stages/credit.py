@@ -12,12 +12,12 @@ from rlvr.echo.echo import Echo
 from rlvr.model.prompt_encoding import token_pieces
 from rlvr.protocols import Algorithm, EntropyBackend, PlanningDetector, Transform, TurnCredit
 from rlvr.reward.overlong import Overlong
-from rlvr.stages import StepState
+from rlvr.stages import Stateless, StepState
 from rlvr.telemetry import CORRECT_THRESHOLD
 from rlvr.types import TokenSignals
 
 
-class Signals:
+class Signals(Stateless):
     """What the transform may read: planning marks only when it needs them; entropies from the backend's no-grad
     pass when the engine gives none (rlvr/backend/local.py `entropies`)."""
 
@@ -41,12 +41,6 @@ class Signals:
             planning_PG_T=None if s.pieces_PG is None else self.planning.mask(s.pieces_PG,
                                                                              rollouts.mask_PG_T.shape[1]),
         )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
 
 
 class CreditStage:
