@@ -33,6 +33,7 @@ from rlvr.distributed import World
 from rlvr.errors import ConfigError
 from rlvr.hydra_errors import TOP_LEVEL_KEYS, renamed, unchosen_group, unknown_top_level_key
 from rlvr.protocols import CAPABILITIES, Needs
+from rlvr.providers import how
 from rlvr.tools import TOOL_KEYS
 
 
@@ -412,7 +413,7 @@ def unmet_needs(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
             if not any(name in other.provides for g, other in needs.items() if g != group):
                 capability = CAPABILITIES[name]
                 errors.append(f"{group} <{cfg[group]._target_}> needs {capability.meaning} ({why}), which no chosen "
-                              f"component gives: {capability.how}")
+                              f"component gives: {how(name, capability)}")
         for name, why in declared.excludes.items():
             for other in [g for g, n in needs.items() if g != group and name in n.provides]:
                 errors.append(f"{group} <{cfg[group]._target_}> does not work with {CAPABILITIES[name].meaning}, "

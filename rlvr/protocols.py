@@ -40,52 +40,52 @@ class Capability:
     """Something one chosen component gives the others."""
 
     meaning: str
-    how: str
-    """Which choices provide it (said when nothing chosen does)."""
+    how: str = ""
+    """What to do when nothing chosen gives it: after the options that do (`groups`), or alone when they depend on
+    values (a setting to change)."""
+    groups: tuple[str, ...] = ()
+    """The config groups whose options may give it by their own values: the options that do are read from their
+    files when it is missing (rlvr/providers.py), so an option added to conf/ or a search-path folder is named."""
 
 
 CAPABILITIES: dict[str, Capability] = {
     "entropy": Capability("full-distribution entropy at each sampled position",
-                          "choose engine=pytorch, or backend=local (it computes them in a no-grad pass)"),
-    "local_policy": Capability("the policy as a module in this process",
-                               "choose backend=local (and a local engine: pytorch, vllm or openai)"),
-    "remote_policy": Capability("a policy held by a service to sample from", "use backend=tinker with engine=tinker"),
+                          "(the backend computes them in a no-grad pass)", ("engine", "backend")),
+    "local_policy": Capability("the policy as a module in this process", "(and an engine that samples from it)",
+                               ("backend",)),
+    "remote_policy": Capability("a policy held by a service to sample from", "(with its engine of the same name)",
+                                ("backend",)),
     "lora": Capability("a LoRA adapter to train", "choose a model preset with model.lora set"),
     "ratio_clipping": Capability("PPO ratio clipping in the loss",
-                                 "choose backend=local, or backend=tinker with backend.loss_fn=ppo or cispo"),
+                                 "(or backend=tinker with backend.loss_fn=ppo or cispo)", ("backend",)),
     "local_loss": Capability("the local loss, computed token by token in this process",
-                             "choose backend=local (backend=tinker computes its loss on the service with its own "
-                             "loss_fn: no kl_cov or clip_cov, no gspo, no entropy bonus; its own cispo is "
-                             "backend.loss_fn=cispo)"),
+                             "(a service computes its loss with its own loss_fn: no kl_cov or clip_cov, no gspo, no "
+                             "entropy bonus; Tinker's own cispo is backend.loss_fn=cispo)", ("backend",)),
     "reference_model": Capability("the reference model's log-probabilities (the base: the policy with its LoRA "
                                   "adapter disabled, or a frozen copy under full fine-tuning)",
-                                  "choose backend=local or fsdp (backend=tinker's service scores no reference model: "
-                                  "set algorithm.kl.coef=0)"),
-    "distributed": Capability("training over several processes (torchrun, SLURM tasks)", "choose backend=fsdp"),
+                                  "(a service scores no reference model: set algorithm.kl.coef=0)", ("backend",)),
+    "distributed": Capability("training over several processes (torchrun, SLURM tasks)", groups=("backend",)),
     "group_seeds": Capability("sampling that draws each prompt group from its own seeded generator",
-                              "choose engine=pytorch"),
-    "planning_mask": Capability("which completion tokens are planning tokens", "choose planning=regex"),
-    "fork": Capability("episodes that copy themselves mid-play (branch probes)",
-                       "choose an environment whose episodes fork (env=guess, env=retry, env=textarena)"),
+                              groups=("engine",)),
+    "planning_mask": Capability("which completion tokens are planning tokens", groups=("planning",)),
+    "fork": Capability("episodes that copy themselves mid-play (branch probes)", groups=("env",)),
     "legal_actions": Capability("episodes that list the actions legal in their state",
-                                "choose env=guess, or turn_credit.branch_mode=llm (alternatives sampled from "
-                                "the policy)"),
+                                "(or turn_credit.branch_mode=llm: alternatives sampled from the policy)", ("env",)),
     "reasoning_gym_entries": Capability("references that name each example's reasoning-gym entry",
-                                        "choose data=reasoning_gym"),
-    "episodes": Capability("multi-turn episodes (turns, observations between them)",
-                           "choose a multi-turn env (env=guess, retry, calculator, textarena, openenv, verifiers)"),
+                                        groups=("data",)),
+    "episodes": Capability("multi-turn episodes (turns, observations between them)", groups=("env",)),
     "capture": Capability("an update written down exactly (its starting state and its result, for rlvr replay)",
-                          "choose backend=local"),
+                          groups=("backend",)),
     "decoupled_pi_old": Capability("the decoupled loss (π_old recomputed by the trainer, weighted by π_old/π_engine)",
                                    "add correction=token_tis algorithm.loss.correction.pi_old=decoupled"),
     "sampled_ahead": Capability("rollouts sampled ahead of training (trainer.off_policy_steps >= 1)",
                                 "set trainer.off_policy_steps=0"),
     "observes_steps": Capability("a data source whose next prompts depend on the rows scored so far (its state "
-                                 "is checkpointed)", "choose data=discover"),
+                                 "is checkpointed)", groups=("data",)),
     "trainer_module": Capability("sampling with the trainer's own module (a copy of its own when it samples "
-                                 "ahead of training)", "choose engine=pytorch"),
+                                 "ahead of training)", groups=("engine",)),
     "engine_gpu_memory": Capability("an engine holding GPU memory of its own beside the trainer",
-                                    "choose engine=vllm"),
+                                    groups=("engine",)),
 }
 """Every capability a component may provide or require, by name."""
 

@@ -157,8 +157,8 @@ def test_what_a_component_declares_is_checked_before_anything_is_built(monkeypat
         build_all(cfg)
     assert str(err.value).splitlines()[1:] == [
         f"  transform <{__name__}.EntropyHungry> needs full-distribution entropy at each sampled position (it reads "
-        "the whole distribution), which no chosen component gives: choose engine=pytorch, or backend=local (it "
-        "computes them in a no-grad pass)",
+        "the whole distribution), which no chosen component gives: choose engine=pytorch, or backend=local (the "
+        "backend computes them in a no-grad pass)",
         "  backend <rlvr.backend.fsdp.FSDPBackend> needs sampling that draws each prompt group from its own seeded "
         "generator (backend=fsdp: each rank samples its own share of the groups), which no chosen component gives: "
         "choose engine=pytorch",

@@ -103,7 +103,7 @@ CASES = [
      "read(s) single-turn completions"),
     (["turn_credit=reward_to_go"], "turn_credit <rlvr.turn_credit.reward_to_go.RewardToGo> needs multi-turn episodes "
      "(turns, observations between them) (turn_credit=reward_to_go gives each turn the rewards of the turns from it "
-     "on), which no chosen component gives: choose a multi-turn env (env=guess, retry,"),
+     "on), which no chosen component gives: choose env=calculator, or env=guess, or env=openenv, or env=retry"),
     (["turn_credit=env"], "turn_credit <rlvr.turn_credit.env.EnvAdvantages> needs multi-turn episodes"),
     (["echo=on"], "echo <rlvr.echo.echo.Echo> needs multi-turn episodes (turns, observations between them) (echo=on "
                   "trains on observation tokens, which single-turn completions have none of)"),

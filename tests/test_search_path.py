@@ -139,3 +139,11 @@ def test_a_condition_of_ones_own_is_refused_beside_another_algorithm(outside, tm
     assert proc.returncode == CONFIG_ERROR, proc.stderr[-3000:]
     assert ("condition=maxrl_halve trains algorithm=maxrl, but algorithm=grpo was chosen too: drop one of them, or "
             "say condition=none to train algorithm=grpo") in proc.stderr
+
+
+def test_an_environment_of_ones_own_is_named_where_its_capability_is_missing(outside, tmp_path):
+    """The options that give a missing capability are read from the option files (rlvr/providers.py): echo=on
+    needs episodes, and the refusal names every environment that plays them, this folder's own included."""
+    proc = train(outside, tmp_path, "echo=on")
+    assert proc.returncode == CONFIG_ERROR, proc.stderr[-3000:]
+    assert "which no chosen component gives: choose env=calculator, or env=coin, or env=guess" in proc.stderr

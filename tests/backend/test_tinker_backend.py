@@ -255,8 +255,8 @@ def test_missing_key_fails_before_anything_is_built(monkeypatch, tmp_path):
                           "adapters only), which no chosen component gives: choose a model preset with model.lora set"),
     (["backend.base_model=null"], "backend.base_model is null"),
     (["algorithm.loss.clip_eps=0.2"], "needs PPO ratio clipping in the loss (algorithm.loss.clip_eps=0.2), which no "
-                                      "chosen component gives: choose backend=local, or backend=tinker with "
-                                      "backend.loss_fn=ppo or cispo"),
+                                      "chosen component gives: choose backend=fsdp, or backend=local (or "
+                                      "backend=tinker with backend.loss_fn=ppo or cispo)"),
 ])
 def test_tinker_config_mistakes_fail_before_anything_is_built(overrides, message, tmp_path):
     with pytest.raises(ConfigError) as err:
@@ -267,7 +267,8 @@ def test_tinker_config_mistakes_fail_before_anything_is_built(overrides, message
 
 def test_a_tinker_engine_with_the_local_backend_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="engine <rlvr.engine.tinker.TinkerEngine> needs a policy held by a service "
-                                          "to sample from .*: use backend=tinker with engine=tinker"):
+                                          "to sample from .*: choose backend=prime_rl, or backend=tinker \\(with its "
+                                          "engine of the same name\\)"):
         run(compose_config(FAST + ["engine=tinker"]), tmp_path / "run")
 
 
