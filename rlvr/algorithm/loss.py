@@ -73,6 +73,7 @@ docs/algorithms.md#advantage-cap). Metrics: adv_cap_fraction (capped / non-zero)
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -120,7 +121,8 @@ class PolicyLoss:
     aggregation_norm: int = 0
     """seq_mean_token_sum_norm's constant divisor of each row's sum (Dr. GRPO: the longest completion allowed)."""
     form: str = "ppo"
-    """The ratio and loss form (module docstring): ppo, gspo (sequence ratio), cispo (clipped weight × log π)."""
+    """The ratio and loss form (module docstring): ppo, gspo (sequence ratio), cispo (clipped weight × log π), or the
+    import path of a form of one's own (`form_function`)."""
     cispo_max: float = 5.0
     """cispo: the cap of the stop-gradient importance weight (ScaleRL's ε_max)."""
     kl: ReferenceKL | None = None
@@ -177,7 +179,11 @@ class PolicyLoss:
 
     def check_forms(self) -> None:
         if self.form not in FORM_NAMES:
-            raise ValueError(f"algorithm.loss.form={self.form!r} must be one of {', '.join(FORM_NAMES)}")
+            try:
+                self.form_function  # noqa: B018 - a form of one's own, imported now: a wrong path fails at start
+            except (ImportError, ValueError, AttributeError) as err:
+                raise ValueError(f"algorithm.loss.form={self.form!r} must be one of {', '.join(FORM_NAMES)}, or the "
+                                 f"import path of a form function (my_forms.my_form): {err}") from None
         if self.form != "ppo" and self.mode != "standard":
             raise ValueError(f"algorithm.loss.mode={self.mode} selects tokens by a per-token covariance and replaces "
                              f"the per-token ratio; it applies to algorithm.loss.form=ppo only (now {self.form})")
@@ -201,7 +207,7 @@ class PolicyLoss:
         regularisers' terms, aggregated (`agg_loss`), plus ECHO's term; with the sums the backend reports."""
         if self.custom is not None:
             return self.custom(inputs, self)
-        form = FORMS[self.kind](inputs, self)
+        form = self.form_function(inputs, self)
         token_loss = form.loss if inputs.importance_weights is None else form.loss * inputs.importance_weights
         per_token = dict(form.metrics)
         for term in self.regularizers:
@@ -219,6 +225,17 @@ class PolicyLoss:
     def kind(self) -> str:
         """The form's name in rlvr/loss/forms.py `FORMS`: the covariance mode, or `form` in standard."""
         return self.form if self.mode == "standard" else self.mode
+
+    @property
+    def form_function(self) -> Form:
+        """The form's unit: a built-in one by name (rlvr/loss/forms.py `FORMS`), or one of one's own by import path
+        (`algorithm.loss.form=my_forms.my_form`, a function of the forms' signature)."""
+        if self.kind in FORMS:
+            return FORMS[self.kind]
+        module, _, name = self.form.rpartition(".")
+        if not module:
+            raise ValueError("not a module.function path")
+        return getattr(importlib.import_module(module), name)
 
     @property
     def reference_kl(self) -> ReferenceKL:
@@ -269,5 +286,5 @@ class PolicyLoss:
         is the whole-step pick (kl_cov, clip_cov), `sampled` the rows' sampled tokens (gspo; default: every token)."""
         inputs = LossInputs(new_lp, old_lp, adv, torch.ones_like(adv, dtype=torch.bool), 1,
                             torch.ones_like(adv, dtype=torch.bool) if sampled is None else sampled, selected=selected)
-        out = FORMS[self.kind](inputs, self)
+        out = self.form_function(inputs, self)
         return out.loss, out.metrics["clipped"]

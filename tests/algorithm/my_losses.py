@@ -6,6 +6,7 @@ import torch
 from rlvr.algorithm.custom_loss import loss_function
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.loss import LossInputs, LossOutputs, agg_loss
+from rlvr.loss.forms import ppo
 
 
 @loss_function
@@ -21,3 +22,10 @@ def doubled(inputs: LossInputs, settings: PolicyLoss) -> LossOutputs:
     """Twice `my_loss`: twice its loss and its gradient."""
     out = my_loss.__wrapped__(inputs, settings)  # the function `loss_function` marked
     return LossOutputs(2 * out.loss, {"loss": 2 * out.metrics["loss"]})
+
+
+def doubled_ppo(inputs: LossInputs, settings: PolicyLoss) -> LossOutputs:
+    """A form of one's own (`algorithm.loss.form=my_losses.doubled_ppo`): twice ppo's per-token ℓ; the whole loss
+    weighs, regularises and aggregates it as it does a built-in form."""
+    out = ppo(inputs, settings)
+    return LossOutputs(2 * out.loss, out.metrics)

@@ -52,6 +52,17 @@ def test_a_user_loss_by_import_path_trains_as_the_built_in_it_rewrites():
     assert twice["grad_norm"] == pytest.approx(2 * ours["grad_norm"])
 
 
+def test_a_form_of_ones_own_by_import_path_is_weighed_and_aggregated_as_a_built_in():
+    """`algorithm.loss.form=my_losses.doubled_ppo`: twice ppo's per-token loss, so twice the step's loss and
+    gradient (ppo's clipping inside); a path that imports nothing is refused when the loss is built."""
+    ours = step(built("rlvr.algorithm.loss.PolicyLoss"))
+    theirs = step(built("rlvr.algorithm.loss.PolicyLoss", "algorithm.loss.form=my_losses.doubled_ppo"))
+    assert theirs["loss"] == pytest.approx(2 * ours["loss"])
+    assert theirs["grad_norm"] == pytest.approx(2 * ours["grad_norm"])
+    with pytest.raises(Exception, match="my_losses.nothing.* must be one of ppo, gspo, cispo, or the import path"):
+        built("rlvr.algorithm.loss.PolicyLoss", "algorithm.loss.form=my_losses.nothing")
+
+
 @pytest.mark.parametrize("backend", ["tinker", "prime_rl"])
 def test_a_backend_that_computes_its_own_loss_refuses_a_user_loss_at_start(backend):
     cfg = compose_config(["algorithm.loss._target_=my_losses.my_loss", f"backend={backend}"])
