@@ -12,7 +12,7 @@ import inspect
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
@@ -91,6 +91,7 @@ def stages(t: Trainer, c: Components) -> list[Stage]:
         FailureWarning,
         LearningGuard,
         NonfiniteGuard,
+        ObservingSource,
         Samples,
         SyncGuard,
     )
@@ -100,7 +101,8 @@ def stages(t: Trainer, c: Components) -> list[Stage]:
     from rlvr.stages.train import Train
 
     shaping = OverlongShaping(t.overlong, t.sampling.max_tokens)
-    observer = [DataObserver(c.data)] if "observes_steps" in c.needs["data"].provides else []  # type: ignore[arg-type]
+    observes = "observes_steps" in c.needs["data"].provides  # its class declares it (data=discover)
+    observer = [DataObserver(cast(ObservingSource, c.data))] if observes else []
     return [
         Collect(),
         shaping,
