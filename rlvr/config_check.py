@@ -113,7 +113,7 @@ def value_errors(cfg: DictConfig, needs: dict[str, Needs]) -> list[str]:
             f"backend.micro_batch_size={mb} does not divide trainer.batch_size × trainer.group_size "
             f"= {t.batch_size} × {t.group_size} = {rows}"
         )
-    errors += check_backpressure(cfg) + echo_errors(cfg)
+    errors += check_backpressure(cfg)
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**63:
         errors.append(f"seed={cfg.seed!r} must be an integer in [0, 2**63)")
     threads = cfg.get("threads")
@@ -146,22 +146,6 @@ def leaves(node: object, key: str = "") -> collections.abc.Iterator[tuple[str, o
             yield from leaves(value, f"{key}[{i}]")
     else:
         yield key, node
-
-
-def echo_errors(cfg: DictConfig) -> list[str]:
-    """echo=on's term is added to gradients that a masking correction rescales under token_mean once the kept
-    tokens are counted (rlvr/backend/local.py `kept_scale`), which would rescale ECHO's too (that echo needs
-    episodes, Echo.needs declares)."""
-    if cfg.get("echo") is None:
-        return []
-    errors = []
-    loss = cfg.algorithm.get("loss") or {}
-    kind = (loss.get("correction") or {}).get("kind", "none")
-    if kind in ("token_mask", "seq_geo_mask") and loss.get("aggregation", "token_mean") == "token_mean":
-        errors.append(f"echo=on with correction={kind} under algorithm.loss.aggregation=token_mean is not supported: "
-                      "the tokens the correction masks rescale the step's gradients, ECHO's with them; choose "
-                      "another correction (token_tis, seq_tis, none) or aggregation")
-    return errors
 
 
 def position_errors(cfg: DictConfig) -> list[str]:

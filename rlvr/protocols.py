@@ -78,6 +78,9 @@ CAPABILITIES: dict[str, Capability] = {
                           groups=("backend",)),
     "decoupled_pi_old": Capability("the decoupled loss (π_old recomputed by the trainer, weighted by π_old/π_engine)",
                                    "add correction=token_tis algorithm.loss.correction.pi_old=decoupled"),
+    "masked_token_mean": Capability("a correction that masks tokens under algorithm.loss.aggregation=token_mean "
+                                    "(the kept tokens rescale the step's gradients, rlvr/backend/local.py "
+                                    "`kept_scale`)"),
     "sampled_ahead": Capability("rollouts sampled ahead of training (trainer.off_policy_steps >= 1)",
                                 "set trainer.off_policy_steps=0"),
     "observes_steps": Capability("a data source whose next prompts depend on the rows scored so far (its state "

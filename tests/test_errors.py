@@ -105,6 +105,8 @@ CASES = [
      "(turns, observations between them) (turn_credit=reward_to_go gives each turn the rewards of the turns from it "
      "on), which no chosen component gives: choose env=calculator, or env=guess, or env=openenv, or env=retry"),
     (["turn_credit=env"], "turn_credit <rlvr.turn_credit.env.EnvAdvantages> needs multi-turn episodes"),
+    (["env=guess", "echo=on", "correction=token_mask"], "echo <rlvr.echo.echo.Echo> does not work with a correction "
+     "that masks tokens under algorithm.loss.aggregation=token_mean"),
     (["echo=on"], "echo <rlvr.echo.echo.Echo> needs multi-turn episodes (turns, observations between them) (echo=on "
                   "trains on observation tokens, which single-turn completions have none of)"),
     (["trainer.off_policy_steps=1"], "trainer <rlvr.trainer.Trainer> needs the decoupled loss (π_old recomputed by the "

@@ -143,7 +143,9 @@ class PolicyLoss:
         coef = (settings.get("kl") or {}).get("coef", 0.0)  # its values are checked when it is built
         if isinstance(coef, (int, float)) and coef > 0:
             requires["reference_model"] = f"algorithm.kl.coef={coef}"
-        return Needs(provides=correction.provides, requires=requires)
+        kind = (settings.get("correction") or {}).get("kind", "none")
+        masked = kind in ("token_mask", "seq_geo_mask") and settings.get("aggregation", "token_mean") == "token_mean"
+        return Needs(provides=correction.provides | ({"masked_token_mean"} if masked else set()), requires=requires)
 
     def __post_init__(self) -> None:
         self.check_clipping()

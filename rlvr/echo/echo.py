@@ -68,7 +68,9 @@ class Echo:
         return Needs(requires={"local_loss": "echo=on (its cross-entropy on observation tokens is added to the local "
                                             "loss in the same forward pass)",
                                "episodes": "echo=on trains on observation tokens, which single-turn completions have "
-                                           "none of"})
+                                           "none of"},
+                     excludes={"masked_token_mean": "ECHO's term would be rescaled with the policy loss's: choose "
+                                                    "another correction (token_tis, seq_tis, none) or aggregation"})
 
     def __post_init__(self) -> None:
         if not 0 < self.weight <= 1:
