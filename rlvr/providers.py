@@ -34,14 +34,22 @@ def option_settings(dirs: Sequence[Path], group: str, option: str) -> dict[str, 
     return settings
 
 
-def with_groups(dirs: Sequence[Path], settings: dict[str, Any]) -> dict[str, Any]:
-    """`settings` with each value that is a whole group (`reward: ${reward}`, env=retry's verifier) read as that
-    group's default option in train.yaml."""
+def default_options(dirs: Sequence[Path]) -> dict[str, str]:
+    """Each group's default option, from train.yaml's defaults list (`reward: exact`)."""
     train = next((d / "train.yaml" for d in dirs if (d / "train.yaml").is_file()), None)
-    chosen = {k: v for entry in (yaml.safe_load(train.read_text()) or {}).get("defaults", []) if isinstance(entry, dict)
-              for k, v in entry.items()} if train is not None else {}
-    return {k: option_settings(dirs, v[2:-1], chosen[v[2:-1]]) if isinstance(v, str) and v.startswith("${")
-            and v.endswith("}") and isinstance(chosen.get(v[2:-1]), str) else v for k, v in settings.items()}
+    entries = (yaml.safe_load(train.read_text()) or {}).get("defaults", []) if train is not None else []
+    return {k: v for entry in entries if isinstance(entry, dict) for k, v in entry.items() if isinstance(v, str)}
+
+
+def with_groups(dirs: Sequence[Path], defaults: dict[str, str], settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` with each value that is a whole group (`reward: ${reward}`, env=retry's verifier) read as that
+    group's default option."""
+
+    def group(value: Any) -> str | None:
+        name = value[2:-1] if isinstance(value, str) and value.startswith("${") and value.endswith("}") else None
+        return name if name in defaults else None
+
+    return {k: option_settings(dirs, g, defaults[g]) if (g := group(v)) else v for k, v in settings.items()}
 
 
 def providers(name: str, capability: Capability) -> list[str]:
@@ -49,9 +57,10 @@ def providers(name: str, capability: Capability) -> list[str]:
     from hydra.utils import get_class
 
     dirs, found = config_dirs(), []
+    defaults = default_options(dirs)
     for group in capability.groups:
         for option in group_options(dirs, group):
-            settings = with_groups(dirs, option_settings(dirs, group, option))
+            settings = with_groups(dirs, defaults, option_settings(dirs, group, option))
             try:
                 component: type[Component] = get_class(settings["_target_"])  # every component has `needs`
                 provides = component.needs(settings).provides
