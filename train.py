@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import NoReturn
 
@@ -43,7 +44,7 @@ def main(cfg: DictConfig) -> float:
             from rlvr.run import run
 
             accuracy = run(cfg)["eval_accuracy_final"]  # the value a Hydra sweeper would optimise
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # finished: a time-limit warning now must not kill the exit
+        ignore(signal.SIGUSR1)  # finished: a time-limit warning now must not kill the exit
         return accuracy
     except ConfigError as err:  # the user's input, not a bug: the message names the keys, a traceback adds nothing
         print(f"rlvr.errors.ConfigError: {err}", file=sys.stderr)
@@ -55,10 +56,16 @@ def main(cfg: DictConfig) -> float:
         # Checkpointed: the exit status is decided. A signal now must not change it; in a job of several tasks
         # the first task to exit makes srun SIGTERM the others, and Python's shutdown puts back the default
         # (fatal) action of a signal it handled, so a task still exiting would die of it (143, not requeued).
-        for signum in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(signum, signal.SIG_IGN)
+        ignore(signal.SIGTERM, signal.SIGUSR1)
         print(f"rlvr: {stopped}; exit status {exit_code(stopped.signum)}", file=sys.stderr)
         sys.exit(exit_code(stopped.signum))
+
+
+def ignore(*signums: int) -> None:
+    """Ignore these signals from now on; in a packed grid's cell (a thread, rlvr/pack/) the main thread decides."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in signums:
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def leave(code: int | str | None) -> NoReturn:

@@ -28,6 +28,11 @@ INTERRUPT_EXIT_CODE = 130
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
+LISTENERS: set[StopSignals] = set()
+"""The StopSignals entered outside the main thread (the cells of a packed grid, rlvr/pack/cells.py): signals reach
+the main thread's handler only, which passes each on to them."""
+
+
 def exit_code(signum: int) -> int:
     return INTERRUPT_EXIT_CODE if signum == signal.SIGINT else REQUEUE_EXIT_CODE
 
@@ -61,7 +66,8 @@ class StopSignals:
 
     Nested, the inner one takes over a request the outer one already holds: `train.py` listens from the
     moment the job starts, so a signal that comes while it is still importing or loading the model is
-    remembered (not fatal) and the trainer acts on it at its first step boundary.
+    remembered (not fatal) and the trainer acts on it at its first step boundary. Entered outside the main thread
+    (a packed grid's cell) it sets no handler: the main thread's passes each signal on to it (`LISTENERS`).
     """
 
     def __init__(self) -> None:
@@ -77,14 +83,17 @@ class StopSignals:
         if self.requested is not None:
             reason = f"second stop signal ({signal_name(signum)}): exited at once, without a checkpoint"
             log.error(reason)
-            if self.on_forced_exit is not None:
-                try:
-                    self.on_forced_exit(reason)
-                except Exception:  # noqa: BLE001 - exiting regardless: the signal asked for it
-                    log.exception("could not record the forced exit")
+            for stop in [self, *LISTENERS]:
+                if stop.on_forced_exit is not None:
+                    try:
+                        stop.on_forced_exit(reason)
+                    except Exception:  # noqa: BLE001 - exiting regardless: the signal asked for it
+                        log.exception("could not record the forced exit")
             logging.shutdown()
             os._exit(exit_code(self.requested))
         self.requested = signum
+        for listener in list(LISTENERS):
+            listener.requested = listener.requested or signum
         if self._interruptible:
             warn_from_handler("%s received while scoring: dropping this step, then checkpoint the steps done and exit "
                               "(%s again: exit at once)", signal_name(signum), signal_name(signum))
@@ -109,13 +118,16 @@ class StopSignals:
         return Preempted(f"stopped by {signal_name(self.requested)} {where}", self.requested)
 
     def __enter__(self) -> StopSignals:
+        outer = getattr(signal.getsignal(SIGNALS[0]), "__self__", None)
+        if isinstance(outer, StopSignals):
+            self.requested = outer.requested
         if threading.current_thread() is threading.main_thread():  # handlers can only be set there
-            outer = getattr(signal.getsignal(SIGNALS[0]), "__self__", None)
-            if isinstance(outer, StopSignals):
-                self.requested = outer.requested
             self._previous = {s: signal.signal(s, self._handle) for s in SIGNALS}
+        else:  # a packed grid's cell (rlvr/pack/cells.py): the main thread's handler tells it
+            LISTENERS.add(self)
         return self
 
     def __exit__(self, *exc) -> None:
+        LISTENERS.discard(self)
         for s, handler in self._previous.items():
             signal.signal(s, handler)

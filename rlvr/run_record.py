@@ -21,6 +21,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -38,13 +39,18 @@ class HeldFileHandler(logging.Handler):
     """A file handler that holds its records until `open_in` names the accepted folder (then appends them to
     `<folder>/<file name>` and every later one), or `drop` says the command was refused."""
 
-    def __init__(self, filename: str, mode: str = "a", encoding: str | None = None, delay: bool = True) -> None:
+    def __init__(self, filename: str, mode: str = "a", encoding: str | None = None, delay: bool = True,
+                 owner: int | None = None) -> None:
         super().__init__()
         self.name_in_folder = Path(filename).name
         self._held: list[logging.LogRecord] | None = []
         self._file: logging.FileHandler | None = None
+        self.owner = owner
+        """A packed grid's cell (rlvr/pack/cells.py): the ident of its thread, whose records alone are its run's."""
 
     def emit(self, record: logging.LogRecord) -> None:
+        if self.owner is not None and record.thread != self.owner:
+            return
         if self._file is not None:
             self._file.emit(record)
         elif self._held is not None and len(self._held) < MAX_HELD:
@@ -71,7 +77,9 @@ class HeldFileHandler(logging.Handler):
 
 
 def held_handlers() -> list[HeldFileHandler]:
-    return [h for h in logging.getLogger().handlers if isinstance(h, HeldFileHandler)]
+    """This run's: in a packed grid, the handler of the cell whose thread asks."""
+    me = threading.get_ident()
+    return [h for h in logging.getLogger().handlers if isinstance(h, HeldFileHandler) and h.owner in (None, me)]
 
 
 def drop_log() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import logging
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, cast
 
 from rlvr.algorithm.kl import uses_reference
 from rlvr.chat.check import check_chat
@@ -17,6 +17,7 @@ from rlvr.components import Components, Live
 from rlvr.model.base_folder import save_base
 from rlvr.model.prompt_encoding import eos_ids
 from rlvr.outputs import RunDir
+from rlvr.pack.cells import current_cell
 from rlvr.preemption import StopSignals
 from rlvr.progress import Progress, duration
 from rlvr.protocols import Backend, Engine, Rollout
@@ -48,9 +49,21 @@ def start(c: Components, warmup: Warmup, keep_last: int, out: RunDir, stop: Stop
             save_base(out.path / "base", module, tokenizer, c.preset, info["key"] if info else None)
         backend, engine = local_policy(c, module, tokenizer, reference=uses_reference(c.algorithm.loss))
     engine.connect()
+    engine = packed(engine)
     log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
     return Live(c, tokenizer, backend, engine, make_rollout(c, engine, tokenizer, stop), out, info,
                 Checkpoints(out.path / "checkpoints", keep_last, c.world), stop=stop)
+
+
+def packed(engine: Engine) -> Engine:
+    """The engine itself; in a packed grid's cell, wrapped to sample together with the other cells
+    (rlvr/pack/sampling.py)."""
+    cell = current_cell()
+    if cell is None:
+        return engine
+    from rlvr.pack.sampling import CellEngine
+
+    return cast(Engine, CellEngine(engine, cell))
 
 
 def warmed_up(c: Components, warmup: Warmup, out: RunDir, stop: StopSignals | None = None

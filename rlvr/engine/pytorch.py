@@ -436,6 +436,11 @@ class PyTorchEngine:
             longest = length
         return [*spans, (start, len(rows))] if rows else []
 
+    def distinct(self, rows: list[list[int]]) -> tuple[list[int], list[int]] | tuple[None, None]:
+        """What a fresh chunk's prefill feeds once and copies (`distinct_rows`; a pack's rows are distinct per cell,
+        rlvr/pack/sampling.py)."""
+        return distinct_rows(rows)
+
     def _decode(
         self, rows: list[list[int]], params: SamplingParams, gen: Generators, with_entropy: bool, device,
         past: Past | None = None,
@@ -454,7 +459,7 @@ class PyTorchEngine:
         tokens, logprobs, masks, entropies = [], [], [], []
         # with the config: a model whose layers keep other state than keys and values (Qwen3.5's linear attention)
         cache = past.cache if past is not None else transformers.DynamicCache(config=self.module.config)
-        first, copies = distinct_rows(rows) if past is None else (None, None)
+        first, copies = self.distinct(rows) if past is None else (None, None)
         feed = slice(None) if first is None else torch.tensor(first, device=device)
         logits = self.module(
             input_ids=input_ids[feed], attention_mask=attn[feed], position_ids=position[feed], past_key_values=cache,

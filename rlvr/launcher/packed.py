@@ -1,0 +1,185 @@
+"""`hydra/launcher=packed`: a sweep's runs trained in packs, each pack one process's worth of runs on one base model.
+
+    python train.py --multirun condition=grpo,maxrl seed=0,1,2 hydra/launcher=packed [hydra.launcher.pack_size=N]
+
+Each job is composed exactly as the basic launcher composes it (the same overrides, `hydra.sweep.dir/<job num>` as
+its run folder). Jobs that can share a process share one: the same `model` node (the same base weights and LoRA
+shape), `engine` and `backend`. Each such group runs as packs of at most `pack_size` runs (null: the whole group),
+one pack after another in this process; each pack's runs are its cells (rlvr/pack/): ordinary runs, in lockstep,
+their sampling batched. A run that trains every weight (`model.lora: null`) shares no base: it is a pack of its own.
+
+A cell that fails (its run fails, or its config is refused) ends with its own status and reason; the others go on.
+At the end, the command's exit status is the worst of its cells' as `python train.py` would give it: 75 when any
+cell stopped on a signal (checkpointed: the same command continues them, finished runs are skipped), else 2 for a
+refused config, 1 for a failed run, 0 when every run finished.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from hydra.plugins.launcher import Launcher
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+log = logging.getLogger("rlvr")
+
+SHARED_KEYS = ("model", "engine", "backend")
+"""What the runs of one pack have in common (the base model with its LoRA shape, how it samples, how it trains)."""
+
+
+def group_key(cfg: DictConfig) -> str | None:
+    """The runs with the same key can share a process; None: a run that shares it with no other (full fine-tuning)."""
+    if cfg.model.get("lora") is None:
+        return None
+    return json.dumps({k: OmegaConf.to_container(cfg[k], resolve=True) for k in SHARED_KEYS}, sort_keys=True)
+
+
+def packs(keys: Sequence[str | None], pack_size: int | None) -> list[list[int]]:
+    """The jobs' indices, pack by pack: jobs of one key in order of the sweep, at most `pack_size` a pack."""
+    if pack_size is not None and pack_size < 1:
+        raise ValueError(f"hydra.launcher.pack_size={pack_size}: expected a positive number of runs, or null (a "
+                         "group's runs all in one pack)")
+    groups: dict[str, list[int]] = {}
+    out: list[list[int]] = []
+    for i, key in enumerate(keys):
+        if key is None:
+            out.append([i])
+        else:
+            groups.setdefault(key, []).append(i)
+    size = pack_size or max((len(g) for g in groups.values()), default=1)
+    for group in groups.values():
+        out += [group[start : start + size] for start in range(0, len(group), size)]
+    return sorted(out)
+
+
+def job_config(hydra_context: Any, config: DictConfig, overrides: Sequence[str], idx: int) -> DictConfig:
+    """Job `idx`'s config, as Hydra's basic launcher and `run_job` make it: composed from the sweep's overrides,
+    its job number set, its run folder `hydra.sweep.dir/hydra.sweep.subdir` made."""
+    from hydra.core.hydra_config import HydraConfig
+
+    sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
+    with open_dict(sweep_config):
+        sweep_config.hydra.job.id = idx
+        sweep_config.hydra.job.num = idx
+    HydraConfig.instance().set_config(sweep_config)
+    output_dir = os.path.join(str(sweep_config.hydra.sweep.dir), str(sweep_config.hydra.sweep.subdir))
+    with read_write(sweep_config.hydra.runtime), open_dict(sweep_config.hydra.runtime):
+        sweep_config.hydra.runtime.output_dir = os.path.abspath(output_dir)
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    return sweep_config
+
+
+def code_of(result: Any) -> int:
+    """A cell's exit status, as `python train.py` would exit with it: its SystemExit's, 1 for any other exception."""
+    if isinstance(result, SystemExit):
+        code = result.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    return 1 if isinstance(result, BaseException) else 0
+
+
+def exit_status(results: list[Any]) -> int:
+    """The pack's exit status from its cells' outcomes (module docstring)."""
+    from rlvr.preemption import INTERRUPT_EXIT_CODE, REQUEUE_EXIT_CODE
+
+    codes = [code_of(r) for r in results]
+    for stopped in (INTERRUPT_EXIT_CODE, REQUEUE_EXIT_CODE):
+        if stopped in codes:
+            return stopped
+    return max(codes, default=0)
+
+
+class PackedLauncher(Launcher):
+    """Hydra's launcher for `hydra/launcher=packed` (module docstring); registered with Hydra under
+    hydra_plugins/rlvr_launchers/ (Hydra takes launchers from that package only)."""
+
+    def __init__(self, pack_size: int | None = None) -> None:
+        super().__init__()
+        self.pack_size = pack_size
+        self.config: DictConfig | None = None
+        self.hydra_context: Any = None
+        self.task_function: Any = None
+
+    def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[Any]:
+        from hydra.core.utils import configure_log, filter_overrides, setup_globals
+
+        setup_globals()
+        assert self.config is not None
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        configs = []
+        for i, overrides in enumerate(job_overrides):
+            log.info("\t#%d : %s", initial_job_idx + i, " ".join(filter_overrides(overrides)))
+            configs.append(job_config(self.hydra_context, self.config, overrides, initial_job_idx + i))
+        grouped = packs([group_key(c) for c in configs], self.pack_size)
+        returns: list[Any] = [None] * len(configs)
+        for number, pack in enumerate(grouped):
+            alone = " (trains every weight: no base to share)" if group_key(configs[pack[0]]) is None else ""
+            log.info("pack %d of %d: jobs %s%s", number + 1, len(grouped),
+                     ", ".join(str(initial_job_idx + i) for i in pack), alone)
+            for i, ret in zip(pack, run_cells([configs[i] for i in pack], self.task_function, number), strict=True):
+                returns[i] = ret
+        status = exit_status([r._return_value if r.status.name == "FAILED" else None for r in returns])
+        if status:
+            raise SystemExit(status)
+        return returns
+
+
+def run_cells(configs: list[DictConfig], task_function: Any, number: int) -> list[Any]:
+    """One pack: each job a cell (its task function on its config, its own train.log), run in lockstep to their ends;
+    a `JobReturn` per job, as `run_job` makes them."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.utils import JobReturn, JobStatus, configure_log
+
+    from rlvr.pack.cells import Cell, run_pack
+    from rlvr.pack.sampling import PackSampling
+    from rlvr.run_record import HeldFileHandler
+
+    configure_log(configs[0].hydra.job_logging, configs[0].hydra.verbose)  # the console; the files are the cells'
+    root = logging.getLogger()
+    template = next(h for h in root.handlers if isinstance(h, HeldFileHandler))
+    root.removeHandler(template)
+    cells, returns = [], []
+    for cfg in configs:
+        HydraConfig.instance().set_config(cfg)
+        task_cfg = copy.deepcopy(cfg)
+        with read_write(task_cfg), open_dict(task_cfg):
+            del task_cfg["hydra"]
+        hydra_cfg = HydraConfig.instance().cfg
+        ret = JobReturn(overrides=list(cfg.hydra.overrides.task), cfg=task_cfg, hydra_cfg=cast(DictConfig, hydra_cfg),
+                        working_dir=os.getcwd(), task_name=cfg.hydra.job.name)
+        cell = Cell(cfg.hydra.runtime.output_dir, functools.partial(task_function, task_cfg), hydra_cfg)
+        cells.append(cell)
+        returns.append(ret)
+    handlers = []
+    for cell, cfg in zip(cells, configs, strict=True):
+        cell.start_thread()
+        handler = HeldFileHandler(os.path.join(cfg.hydra.runtime.output_dir, template.name_in_folder),
+                                  owner=cell.thread.ident if cell.thread else None)
+        handler.setFormatter(template.formatter)
+        handler.setLevel(template.level)
+        root.addHandler(handler)
+        handlers.append(handler)
+    sampling = PackSampling()
+    try:
+        run_pack(cells, sampling.answer)
+    finally:
+        for handler in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    for cell, ret in zip(cells, returns, strict=True):
+        ret.status = JobStatus.FAILED if cell.failed else JobStatus.COMPLETED
+        ret.return_value = cell.result
+        if cell.failed:
+            log.info("pack %d: %s ended: %s", number + 1, cell.name, cell.result)
+    log.info("pack %d: %s", number + 1, sampling.summary())
+    return returns
