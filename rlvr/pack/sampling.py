@@ -104,8 +104,8 @@ class PackSampling:
 
 
 def batches(requests: list[Request]) -> list[list[int]]:
-    """Indices of the requests decoded together (module docstring "Exactness"), each batch at most one chunk of the
-    first engine's: every request alone in a batch of its own unless it can share."""
+    """Indices of the requests decoded together (module docstring "Exactness"), each batch within the activation
+    budget of one chunk: every request alone in a batch of its own unless it can share."""
     out: list[list[int]] = []
     open_: dict[tuple, list[int]] = {}
     for i, r in enumerate(requests):
@@ -114,7 +114,7 @@ def batches(requests: list[Request]) -> list[list[int]]:
             out.append([i])
             continue
         batch = open_.get(key)
-        if batch is not None and fits(r.engine, [requests[j] for j in batch] + [r]):
+        if batch is not None and within_budget(r.engine, [requests[j] for j in batch] + [r]):
             batch.append(i)
         else:
             open_[key] = batch = [i]
@@ -125,18 +125,28 @@ def batches(requests: list[Request]) -> list[list[int]]:
 def together_key(r: Request) -> tuple | None:
     """What requests must share to be decoded together, or None when this one samples alone."""
     e = r.engine
-    if type(e) is not PyTorchEngine or e.worker is not None or e.activations is None or not fits(e, [r]):
+    if type(e) is not PyTorchEngine or e.worker is not None or e.activations is None or not fits(e, r):
         return None
     longest = max(len(p) for p in r.prompt_ids_P)
     return (type(e.module), e.activations, e.pad_id, tuple(e.eos_ids), e.max_batch_rows, e.max_batch_mb,
             r.group_size, r.params, r.with_entropy, longest, next(e.module.parameters()).device)
 
 
-def fits(engine: PyTorchEngine, requests: list[Request]) -> bool:
-    """The requests' rows are one chunk of `engine` (as each one alone is in its solo run)."""
-    rows = [p for r in requests for p in r.prompt_ids_P for _ in range(r.group_size)]
+def fits(engine: PyTorchEngine, r: Request) -> bool:
+    """The request's rows are one chunk of its engine: its solo run decodes them in one loop."""
+    rows = [p for p in r.prompt_ids_P for _ in range(r.group_size)]
     device = next(engine.module.parameters()).device
-    return len(engine.chunks(rows, requests[0].params.max_tokens, engine.budget_bytes(device))) == 1
+    return len(engine.chunks(rows, r.params.max_tokens, engine.budget_bytes(device))) == 1
+
+
+def within_budget(engine: PyTorchEngine, requests: list[Request]) -> bool:
+    """All the requests' rows, decoded together, within the activation budget of one chunk (`engine.max_batch_rows`
+    bounds each cell's rows, not the pack's)."""
+    assert engine.activations is not None
+    rows = sum(r.rows() for r in requests)
+    longest = max(len(p) for r in requests for p in r.prompt_ids_P)
+    device = next(engine.module.parameters()).device
+    return engine.activations.bytes(rows, longest, requests[0].params.max_tokens) <= engine.budget_bytes(device)
 
 
 @no_grad
@@ -177,7 +187,7 @@ class Together(PyTorchEngine):
     settings of `like` (a cell's engine): a prefill feeds a context once per cell, never across cells."""
 
     def __init__(self, module: nn.Module, counts: list[int], like: PyTorchEngine) -> None:
-        super().__init__(module, like.eos_ids, like.pad_id, like.max_batch_rows, merge_lora=False,
+        super().__init__(module, like.eos_ids, like.pad_id, sum(counts), merge_lora=False,
                          max_batch_mb=like.max_batch_mb)
         self.cell_of_row = [c for c, n in enumerate(counts) for _ in range(n)]
         self.layout: Layout = module.pack_layout  # type: ignore[assignment]

@@ -1,0 +1,91 @@
+"""A grid packed against the same grid run one job after another, side by side: wall time and peak memory.
+
+    .venv/bin/python -m bench.grid                          # 2 conditions × 3 seeds of the default task, 300 steps
+    .venv/bin/python -m bench.grid --steps 50 --conditions grpo,maxrl --seeds 0,1,2
+
+Three commands, each a fresh `python train.py` child timed from start to exit, its peak resident memory read from
+the kernel (the child's ru_maxrss, which for the multirun is its one process):
+  single   one run of the grid (its first condition and seed) alone, the unit the ratios divide by;
+  basic    the grid with Hydra's basic launcher: `--multirun`, the runs one after another in one process;
+  packed   the grid with `hydra/launcher=packed`: its runs as the cells of one process (rlvr/pack/).
+The warm-ups are read from the cache (trained into it first, by a run of each seed with one RL step, not timed),
+as they are for a researcher's second grid. Then each packed run's metrics.jsonl is compared with the basic
+launcher's run of the same job, every field but the timing ones: the bench says how many rows differ (0 expected).
+The target: packed wall ≤ 0.35× basic, packed peak memory ≤ 2× single.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMING = re.compile(r"(_s$|_share$|_seconds$|per_second|_time$|^time/|^async/.*_frac$|throughput|memory|_mb$|_gb$"
+                    r"|rss|wall)")
+
+
+def child(command: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak resident MiB) of one child process running `command`."""
+    t0 = time.perf_counter()
+    pid = subprocess.Popen([sys.executable, *command], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    _, status, usage = os.wait4(pid.pid, 0)
+    wall = time.perf_counter() - t0
+    if status != 0:
+        raise SystemExit(f"{' '.join(command)} exited with {status}:\n{pid.stderr.read().decode()[-3000:]}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def differing_rows(a: Path, b: Path) -> int:
+    """Rows of two metrics.jsonl that differ in a field other than timing ones (or in count)."""
+    rows_a = [json.loads(line) for line in a.read_text().splitlines()]
+    rows_b = [json.loads(line) for line in b.read_text().splitlines()]
+    differ = abs(len(rows_a) - len(rows_b))
+    for x, y in zip(rows_a, rows_b, strict=False):
+        keys = {k for k in x.keys() | y.keys() if not TIMING.search(k)}
+        differ += any(x.get(k) != y.get(k) for k in keys)
+    return differ
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conditions", default="grpo,maxrl")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("overrides", nargs="*", help="more overrides for every run (e.g. model=...)")
+    args = parser.parse_args()
+    common = [f"trainer.max_steps={args.steps}", *args.overrides]
+    grid = [f"condition={args.conditions}", f"seed={args.seeds}"]
+    first = [f"condition={args.conditions.split(',')[0]}", f"seed={args.seeds.split(',')[0]}"]
+    with tempfile.TemporaryDirectory(prefix="bench-grid-") as tmp:
+        out = Path(tmp)
+        child(["train.py", "--multirun", f"seed={args.seeds}", "trainer.max_steps=1", "trainer.evaluate=false",
+               f"hydra.sweep.dir={out / 'warm'}"])  # fills the warm-up cache, untimed
+        single = child(["train.py", *common, *first, f"hydra.run.dir={out / 'single'}"])
+        basic = child(["train.py", "--multirun", *common, *grid, f"hydra.sweep.dir={out / 'basic'}"])
+        packed = child(["train.py", "--multirun", *common, *grid, "hydra/launcher=packed",
+                        f"hydra.sweep.dir={out / 'packed'}"])
+        jobs = sorted(p.name for p in (out / "basic").iterdir() if (p / "metrics.jsonl").exists())
+        differ = sum(differing_rows(out / "basic" / j / "metrics.jsonl", out / "packed" / j / "metrics.jsonl")
+                     for j in jobs)
+    cells = len(args.conditions.split(",")) * len(args.seeds.split(","))
+    print(f"grid: {args.conditions} × seeds {args.seeds} = {cells} runs × {args.steps} steps "
+          f"{' '.join(args.overrides)}".rstrip())
+    print(f"{'':8} {'wall s':>8} {'peak MiB':>9}")
+    for name, (wall, mib) in (("single", single), ("basic", basic), ("packed", packed)):
+        print(f"{name:8} {wall:8.1f} {mib:9.0f}")
+    print(f"packed / basic wall: {packed[0] / basic[0]:.2f}× (target ≤ 0.35×)")
+    print(f"packed / single peak memory: {packed[1] / single[1]:.2f}× (target ≤ 2×)")
+    print(f"rows differing between packed and basic runs (timing fields aside): {differ} in {len(jobs)} runs")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} (1 min)")
+
+
+if __name__ == "__main__":
+    main()
