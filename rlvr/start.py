@@ -6,13 +6,14 @@ the loop's working set (`Live`). The trainer starts a run with it; the checkpoin
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from contextlib import nullcontext
 from typing import Any, cast
 
 from rlvr.algorithm.kl import uses_reference
 from rlvr.chat.check import check_chat
-from rlvr.checkpoint import Checkpoints
+from rlvr.checkpoint import Checkpoints, rng_state, set_rng_state
 from rlvr.components import Components, Live
 from rlvr.model.base_folder import save_base
 from rlvr.model.prompt_encoding import eos_ids
@@ -71,11 +72,47 @@ def warmed_up(c: Components, warmup: Warmup, out: RunDir, stop: StopSignals | No
     """(module, tokenizer, EOS ids, warm-up info): the local policy RL starts from, loaded and warmed up (or its
     warm-up loaded from the cache), before any backend wraps it. `start` builds the backend and engine around
     it; bench/step.py hands the same module to TRL."""
+    cell = current_cell()
+    key = base_key(c) if cell is not None else None
+    if cell is not None and key in cell.shared:  # a packed grid's cell: an earlier cell loaded and warmed it up
+        module, tokenizer, stops, info, rng = cell.shared[key]
+        log.info("policy <%s> shared with an earlier cell of the pack", type(c.preset).__name__)
+        set_rng_state(rng)  # as after loading it here
+        return sharing_weights(module), tokenizer, stops, loaded(info, out)
     log.info("loading policy <%s>", type(c.preset).__name__)
     module, tokenizer = c.preset.load(c.seeds.init)
     stops = eos_ids(tokenizer, module.generation_config.eos_token_id)
     check_template(c, tokenizer, stops)
-    return module, tokenizer, stops, warm_up(c, warmup, module, tokenizer, out, stop)
+    info = warm_up(c, warmup, module, tokenizer, out, stop)
+    if cell is not None:
+        source = info and {**info, "loaded_from": info["cache_entry"] or str(out.path / "base")}
+        cell.shared[key] = (sharing_weights(module), tokenizer, stops, source, rng_state())
+    return module, tokenizer, stops, info
+
+
+def loaded(info: dict | None, out: RunDir) -> dict | None:
+    """An earlier cell's warm-up, recorded as a run records a warm-up it loads (`Warmup.run`): its one row in
+    warmup.jsonl, its facts with where it came from (the cache, or that cell's base/ without a cache)."""
+    if info is None:
+        return None
+    out.append("warmup.jsonl", {"step": info["steps"], "steps": info["steps"], "loaded_from": info["loaded_from"]})
+    log.info("warm-up loaded from %s", info["loaded_from"])
+    return {**info, "seconds": 0.0, "final_loss": None}
+
+
+def base_key(c: Components) -> str:
+    """What the policy a run starts from depends on: the model, its init seed, and its warm-up's settings and
+    demonstrations (the data, or the environment's games)."""
+    config = c.config
+    return json.dumps([config["model"], c.seeds.init, config["trainer"].get("warmup"), config.get("data"),
+                       config.get("env")], sort_keys=True, default=str)
+
+
+def sharing_weights(module):
+    """A copy of `module` whose parameters and buffers are `module`'s own tensors: a packed grid's cells that start
+    from one policy hold one copy of its weights (LoRA trains adapters beside them; only full fine-tuning, never
+    packed with another run, changes them)."""
+    return copy.deepcopy(module, memo={id(t): t for t in [*module.parameters(), *module.buffers()]})
 
 
 def check_template(c: Components, tokenizer, stops: list[int]) -> None:

@@ -46,6 +46,8 @@ class Cell:
     result: Any = None
     """The cell's outcome once done: the task's return value, or the exception (SystemExit included) it ended on."""
     failed: bool = False
+    shared: dict = field(default_factory=dict)
+    """What the pack's cells share (one dict for all, `run_pack`): the base models loaded (rlvr/start.py)."""
     request: Any = None
     """What the cell waits for (a sampling request), None while it runs or once done."""
     answer: Any = None
@@ -106,8 +108,9 @@ class Cell:
 def run_pack(cells: list[Cell], answer: Callable[[list[Cell]], None]) -> None:
     """Run `cells` to their ends, in turns (module docstring); `answer(waiting)` answers the requests of the cells
     that wait (it sets each one's `answer`)."""
-    start = rng_state()
+    start, shared = rng_state(), dict[str, Any]()
     for cell in cells:
+        cell.shared = shared
         if cell.thread is None:
             cell.start_thread()
         cell.rng = start

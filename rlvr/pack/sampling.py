@@ -88,19 +88,31 @@ class PackSampling:
         """Sample the waiting cells' requests: together where `batches` allows, the rest alone."""
         requests = [cell.request for cell in waiting]
         for batch in batches(requests):
-            if len(batch) == 1:
-                results = [requests[batch[0]].alone()]
-                self.alone += 1
-            else:
-                results = sample_together([requests[i] for i in batch])
-                self.together += len(batch)
+            results: list[Any] = []
+            if len(batch) > 1:
+                try:
+                    results = sample_together([requests[i] for i in batch])
+                    self.together += len(batch)
+                except Exception:  # noqa: BLE001 - one cell's weights (non-finite logits…): each fails alone, below
+                    results = []
+            if not results:
+                results = [alone(requests[i]) for i in batch]
+                self.alone += len(batch)
             for i, result in zip(batch, results, strict=True):
                 waiting[i].answer = result
 
     def summary(self) -> str:
         total = self.together + self.alone
         return (f"{self.together} of {total} sampling requests decoded together with other cells' "
-                f"({self.alone} alone: another prompt length, more rows than one chunk, or multi-turn)")
+                f"({self.alone} alone: waiting alone, or another prompt length, more rows than one chunk, a failure)")
+
+
+def alone(r: Request) -> Rollouts | Exception:
+    """The request sampled by its own engine, or the exception that raised (the cell's answer either way)."""
+    try:
+        return r.alone()
+    except Exception as err:  # noqa: BLE001 - raised in the cell's thread (Cell.wait_for)
+        return err
 
 
 def batches(requests: list[Request]) -> list[list[int]]:

@@ -1,0 +1,114 @@
+"""`hydra/launcher=packed`: each cell of a packed grid writes the very rows its run alone writes (timing fields
+aside), single-turn and multi-turn; a cell fails alone; a pack killed with SIGKILL and launched again resumes every
+cell to the rows of an uninterrupted pack, and skips the cells that had finished."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from composing import MIXED
+from rlvr.outputs import NONDETERMINISTIC_KEYS
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = 6
+BASE = [f"trainer.max_steps={STEPS}", "trainer.save_every=2", "trainer.eval_every=3", "trainer.log_every=1",
+        "data.eval_size=64", "threads=1", *MIXED]
+GUESS = ["env=guess", "trainer.sampling.max_tokens=2", "trainer.eval_max_tokens=2"]
+CONDITIONS, SEEDS = ("grpo", "maxrl"), (0, 1)
+JOBS = [(condition, seed) for condition in CONDITIONS for seed in SEEDS]
+"""The sweep's jobs in Hydra's order (the last override varies fastest): job number i is JOBS[i]."""
+
+
+def train(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, **(env or {})})
+    proc.output = proc.stdout + proc.stderr  # type: ignore[attr-defined]
+    return proc
+
+
+def packed_grid(sweep_dir: Path, extra: list[str]) -> list[str]:
+    return ["--multirun", f"condition={','.join(CONDITIONS)}", f"seed={','.join(map(str, SEEDS))}", *BASE, *extra,
+            "hydra/launcher=packed", f"hydra.sweep.dir={sweep_dir}"]
+
+
+def comparable(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in NONDETERMINISTIC_KEYS} for r in rows]
+
+
+@pytest.fixture(scope="module", params=["single_turn", "guess"])
+def runs(request, tmp_path_factory):
+    """Per variant: the four runs alone (a process each) and the packed grid of the same four."""
+    extra = GUESS if request.param == "guess" else []
+    tmp = tmp_path_factory.mktemp(request.param)
+    alone = []
+    for condition, seed in JOBS:
+        out = tmp / f"alone-{condition}-{seed}"
+        proc = train([*BASE, *extra, f"condition={condition}", f"seed={seed}", f"hydra.run.dir={out}"])
+        assert proc.returncode == 0, proc.output[-3000:]
+        alone.append(comparable(out))
+    proc = train(packed_grid(tmp / "packed", extra))
+    assert proc.returncode == 0, proc.output[-3000:]
+    return request.param, alone, tmp / "packed", proc.output
+
+
+def test_each_cell_writes_the_rows_of_its_run_alone(runs):
+    variant, alone, packed, output = runs
+    for number, rows in enumerate(alone):
+        assert comparable(packed / str(number)) == rows, f"{variant}: job {number} {JOBS[number]}"
+    assert "pack 1 of 1: jobs 0, 1, 2, 3" in output
+    if variant == "single_turn":  # every step's and evaluation's sampling of all four cells in one decoding loop
+        assert "44 of 44 sampling requests decoded together" in output
+
+
+def test_each_cell_is_an_ordinary_run_folder(runs):
+    _, _, packed, _ = runs
+    for number, (condition, seed) in enumerate(JOBS):
+        folder = packed / str(number)
+        status = json.loads((folder / "status.json").read_text())
+        assert status["state"] == "finished"
+        config = (folder / ".hydra" / "config.yaml").read_text()
+        assert f"seed: {seed}" in config
+        log = (folder / "train.log").read_text()
+        assert f"run folder {folder}" in log and f"run folder {packed / str(1 - number % 2)}" not in log
+        assert (folder / "checkpoints" / "latest").exists() and (folder / "summary.json").exists()
+
+
+def test_a_failing_cell_fails_alone(tmp_path):
+    proc = train(["--multirun", "trainer.lr=1e-3,1e30", *BASE, "hydra/launcher=packed", f"hydra.sweep.dir={tmp_path}"])
+    assert proc.returncode == 1, proc.output[-3000:]
+    states = [json.loads((tmp_path / str(n) / "status.json").read_text()) for n in (0, 1)]
+    assert states[0]["state"] == "finished"
+    assert states[1]["state"] == "failed" and "not finite" in states[1]["reason"]
+
+
+def test_a_killed_pack_resumes_every_cell_exactly(runs, tmp_path):
+    variant, alone, _, _ = runs
+    if variant != "single_turn":
+        pytest.skip("one variant is enough here")
+    args = packed_grid(tmp_path, [])
+    proc = subprocess.Popen([sys.executable, "train.py", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    at = random.Random().randint(1, len(JOBS) * STEPS - 2)  # training rows written by all cells together
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        written = [tmp_path / str(n) / "metrics.jsonl" for n in range(len(JOBS))]
+        if sum(f.read_text().count('"loss"') for f in written if f.exists()) >= at:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the pack ended before it could be killed"
+    again = train(args)
+    assert again.returncode == 0, again.output[-3000:]
+    for number, rows in enumerate(alone):
+        assert comparable(tmp_path / str(number)) == rows, f"killed after {at} rows: job {number}"
+    once_more = train(args)  # every cell finished: nothing to do
+    assert once_more.returncode == 0 and once_more.output.count("already finished") == len(JOBS)
