@@ -7,16 +7,26 @@ process that only composes and submits a sweep must stay light. So library modul
 `torch = lazy_import("torch")`: the real import happens the first time an attribute is read (inside a
 function, at run time), after which the proxy holds the module's attributes and costs nothing more. Names
 used only in annotations are imported under `TYPE_CHECKING`. `tests/test_errors.py` checks that a
-config error leaves torch and transformers unimported.
+config error leaves torch and transformers unimported; `tests/test_startup_imports.py` that the default run's
+modules leave unimported what the default run never uses.
+
+The real import runs with Python's cyclic garbage collector paused (`collector_paused`): importing torch,
+transformers and PEFT allocates millions of objects, none of them garbage, and every collection the allocations
+set off walked them all (~0.6 s of a default run's ~6 s start-up on the 2-core machine, `python -m bench.startup`).
+A library imported by a plain `import` inside a function (rlvr/requirements.py's torch) is imported through
+`import_paused` for the same reason.
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import importlib
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import ModuleType
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -26,14 +36,14 @@ class LazyModule(ModuleType):
     """Stands for the module `__name__` until an attribute is read, then imports it and mirrors it."""
 
     def __getattr__(self, attr: str):
-        real = importlib.import_module(self.__name__)
+        real = import_paused(self.__name__)
         self.__dict__.update(vars(real))
         # From now on a read is a plain module's dict lookup (this class's __getattr__ made each one ~2.5x
         # slower); what the real module gains later (torch.distributed, …) is found through a module-level
         # __getattr__ (PEP 562).
-        self.__dict__["__getattr__"] = lambda name: getattr(real, name)
+        self.__dict__["__getattr__"] = functools.partial(late_attribute, real)
         self.__class__ = LoadedModule  # type: ignore[assignment]  # a swap to a sibling class, which mypy cannot model
-        return getattr(real, attr)
+        return late_attribute(real, attr)
 
     def __repr__(self) -> str:
         return f"<lazy module {self.__name__!r}>"
@@ -44,6 +54,57 @@ class LoadedModule(ModuleType):
 
     def __repr__(self) -> str:
         return f"<loaded lazy module {self.__name__!r}>"
+
+
+class CollectorPause:
+    """Pauses of the cyclic garbage collector, which may overlap (a library imported in a worker thread while
+    another imports in the main one): the collector is off from the first pause to the end of the last, then as
+    it was before the first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._was_enabled = False
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._depth == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._depth += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0 and self._was_enabled:
+                    gc.enable()
+
+
+collector_paused = CollectorPause()
+"""`with collector_paused():` runs its body with the cyclic garbage collector off (reference counting still frees
+what is not cyclic; the next collection after the pause finds any cycle made during it)."""
+
+
+def import_paused(name: str) -> ModuleType:
+    """`importlib.import_module(name)` with the cyclic garbage collector paused (the module docstring says why)."""
+    with collector_paused():
+        return importlib.import_module(name)
+
+
+_MISSING = object()
+
+
+def late_attribute(real: ModuleType, name: str) -> Any:
+    """`real.name` for a loaded `LazyModule`: an attribute its module gained after the proxy copied it, or one the
+    module imports on first read (transformers' `LlamaForCausalLM` imports its modelling then), which imports with
+    the collector paused."""
+    found = vars(real).get(name, _MISSING)
+    if found is not _MISSING:
+        return found
+    with collector_paused():
+        return getattr(real, name)
 
 
 def lazy_import(name: str) -> ModuleType:

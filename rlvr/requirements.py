@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from rlvr.lazy import import_paused
 from rlvr.protocols import Finding
 
 
@@ -164,7 +165,7 @@ class CudaDevice:
         return "device"
 
     def check(self) -> Finding:
-        import torch
+        torch = import_paused("torch")  # often the run's first import of torch: with the collector paused
 
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
