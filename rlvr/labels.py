@@ -38,9 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePath
 from typing import cast
 
-import yaml
-
-from rlvr.config_sources import config_dirs, group_options, option_file
+from rlvr.config_sources import config_dirs, group_options, option_file, read_yaml
 
 LABELLED_GROUPS = ("algorithm", "transform", "turn_credit", "env", "data", "reward", "backend", "model")
 """The groups whose components a label or a task names (`condition_label`, `task_name`)."""
@@ -70,7 +68,7 @@ def declared_target(path: Path, group: str) -> str | None:
     """The `_target_` an option file itself writes for its group's node (a `# @package _global_` file, env=guess,
     writes it under `<group>:`), or None."""
     text = path.read_text()
-    data = yaml.safe_load(text)
+    data = read_yaml(text)
     if isinstance(data, dict) and text.startswith("# @package _global_"):
         data = data.get(group)
     target = data.get("_target_") if isinstance(data, dict) else None
