@@ -74,9 +74,11 @@ class RunDir:
             for r in records:
                 f.write(json.dumps(r) + "\n")
 
-    def write_status(self, state: str, max_steps: int, reason: str | None = None, config_id: str | None = None) -> None:
+    def write_status(self, state: str, max_steps: int, reason: str | None = None, config_id: str | None = None,
+                     pack: str | None = None) -> None:
         """What readers (`rlvr status`) show for this run; rewritten at start, end, failure, preemption.
-        `config_id` (rlvr/resume.py) lets the same command find this run again to continue it."""
+        `config_id` (rlvr/resume.py) lets the same command find this run again to continue it; `pack`, in a packed
+        grid (rlvr/pack/), which pack the run is a cell of."""
         self.write_json("status.json", {
             "state": state,
             "max_steps": max_steps,
@@ -87,6 +89,7 @@ class RunDir:
             "pid": os.getpid(),
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
+            **({"pack": pack} if pack is not None else {}),
         })
 
     def write_json(self, name: str, data: dict) -> None:

@@ -28,6 +28,7 @@ from rlvr.errors import ConfigError, RunFailed
 from rlvr.folder_lock import FolderLock
 from rlvr.machine_check import check_machine
 from rlvr.outputs import RunDir, disk_full, disk_full_message
+from rlvr.pack.cells import current_cell
 from rlvr.preemption import Preempted, StopSignals
 from rlvr.resume import config_id, differences, holds_a_run, interrupted_run, resume_point
 from rlvr.run_record import accept, drop_log
@@ -85,9 +86,11 @@ def train(cfg: DictConfig, components: Components, trainer: Trainer, out: RunDir
           campaign_root: Path | None) -> dict:
     """The accepted run: status.json says where it stands from its start to its end."""
     world, folder = components.world, out.path
+    cell = current_cell()  # a packed grid's (rlvr/pack/): status.json says which pack
 
     def status(state: str, reason: str | None = None) -> None:
-        out.write_status(state, max_steps=trainer.max_steps, reason=reason, config_id=config_id(components.config))
+        out.write_status(state, max_steps=trainer.max_steps, reason=reason, config_id=config_id(components.config),
+                         pack=cell.pack if cell is not None else None)
         if campaign_root is not None and out.writes:
             record(campaign_root, folder, state, reason)
 

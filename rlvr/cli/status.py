@@ -55,6 +55,7 @@ def run_row(run: Run, root: Path, now: float, stale_after_s: float) -> dict:
         "reason": run.status.get("reason"),
         "age_s": round(now - run.mtime, 1),
         "slurm_job_id": run.status.get("slurm_job_id"),
+        "pack": run.status.get("pack"),
         "bad_lines": run.bad_lines,
         "folder": label(run, root),
     }
@@ -76,7 +77,7 @@ def render(rows: list[dict]) -> str:
         state = r["state"] + (f" ({reason})" if reason else "")
         table.append((
             r["condition"], "—" if r["seed"] is None else str(r["seed"]), step, _fmt(r["reward"]), acc,
-            state, f"{age_text(r['age_s'])} ago", r["folder"],
+            state, f"{age_text(r['age_s'])} ago", r["folder"] + (f"  (pack {r['pack']})" if r.get("pack") else ""),
         ))
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1]

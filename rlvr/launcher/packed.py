@@ -21,6 +21,7 @@ import functools
 import json
 import logging
 import os
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -59,14 +60,16 @@ def packs(keys: Sequence[str | None], pack_size: int | None) -> list[list[int]]:
     return sorted(out)
 
 
-def job_config(hydra_context: Any, config: DictConfig, overrides: Sequence[str], idx: int) -> DictConfig:
+def job_config(hydra_context: Any, config: DictConfig, overrides: Sequence[str], idx: int,
+               job_id: str | None = None) -> DictConfig:
     """Job `idx`'s config, as Hydra's basic launcher and `run_job` make it: composed from the sweep's overrides,
-    its job number set, its run folder `hydra.sweep.dir/hydra.sweep.subdir` made."""
+    its job number (and id: the number, or a SLURM task's job id) set, its run folder
+    `hydra.sweep.dir/hydra.sweep.subdir` made."""
     from hydra.core.hydra_config import HydraConfig
 
     sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
     with open_dict(sweep_config):
-        sweep_config.hydra.job.id = idx
+        sweep_config.hydra.job.id = idx if job_id is None else job_id
         sweep_config.hydra.job.num = idx
     HydraConfig.instance().set_config(sweep_config)
     output_dir = os.path.join(str(sweep_config.hydra.sweep.dir), str(sweep_config.hydra.sweep.subdir))
@@ -126,7 +129,8 @@ class PackedLauncher(Launcher):
             alone = " (trains every weight: no base to share)" if group_key(configs[pack[0]]) is None else ""
             log.info("pack %d of %d: jobs %s%s", number + 1, len(grouped),
                      ", ".join(str(initial_job_idx + i) for i in pack), alone)
-            for i, ret in zip(pack, run_cells([configs[i] for i in pack], self.task_function, number), strict=True):
+            cells = run_cells([configs[i] for i in pack], self.task_function, f"{number + 1} of {len(grouped)}")
+            for i, ret in zip(pack, cells, strict=True):
                 returns[i] = ret
         status = exit_status([r._return_value if r.status.name == "FAILED" else None for r in returns])
         if status:
@@ -134,9 +138,9 @@ class PackedLauncher(Launcher):
         return returns
 
 
-def run_cells(configs: list[DictConfig], task_function: Any, number: int) -> list[Any]:
-    """One pack: each job a cell (its task function on its config, its own train.log), run in lockstep to their ends;
-    a `JobReturn` per job, as `run_job` makes them."""
+def run_cells(configs: list[DictConfig], task_function: Any, number: str) -> list[Any]:
+    """Pack `number` ("2 of 5"): each job a cell (its task function on its config, its own train.log), run in lockstep
+    to their ends; a `JobReturn` per job, as `run_job` makes them."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import JobReturn, JobStatus, configure_log
 
@@ -149,6 +153,8 @@ def run_cells(configs: list[DictConfig], task_function: Any, number: int) -> lis
     template = next(h for h in root.handlers if isinstance(h, HeldFileHandler))
     root.removeHandler(template)
     cells, returns = [], []
+    jobs = ", ".join(str(cfg.hydra.job.num) for cfg in configs)
+    pack = f"{number}: jobs {jobs} in process {os.getpid()} on {socket.gethostname()}"
     for cfg in configs:
         HydraConfig.instance().set_config(cfg)
         task_cfg = copy.deepcopy(cfg)
@@ -157,7 +163,7 @@ def run_cells(configs: list[DictConfig], task_function: Any, number: int) -> lis
         hydra_cfg = HydraConfig.instance().cfg
         ret = JobReturn(overrides=list(cfg.hydra.overrides.task), cfg=task_cfg, hydra_cfg=cast(DictConfig, hydra_cfg),
                         working_dir=os.getcwd(), task_name=cfg.hydra.job.name)
-        cell = Cell(cfg.hydra.runtime.output_dir, functools.partial(task_function, task_cfg), hydra_cfg)
+        cell = Cell(cfg.hydra.runtime.output_dir, functools.partial(task_function, task_cfg), hydra_cfg, pack)
         cells.append(cell)
         returns.append(ret)
     handlers = []
@@ -180,6 +186,76 @@ def run_cells(configs: list[DictConfig], task_function: Any, number: int) -> lis
         ret.status = JobStatus.FAILED if cell.failed else JobStatus.COMPLETED
         ret.return_value = cell.result
         if cell.failed:
-            log.info("pack %d: %s ended: %s", number + 1, cell.name, cell.result)
-    log.info("pack %d: %s", number + 1, sampling.summary())
+            log.info("pack %s: %s ended: %s", number, cell.name, cell.result)
+    log.info("pack %s: %s", number, sampling.summary())
     return returns
+
+
+class SlurmPacks:
+    """`hydra/launcher=slurm hydra.launcher.pack_size=N`: the sweep's runs grouped as `hydra/launcher=packed`
+    groups them, N to a pack, and each pack one task of the job array (submitit), its runs the cells of the task's
+    process: a 25-run grid with pack_size=5 is 5 tasks. pack_size=1 (the preset's) is one run per task, as
+    submitit's launcher runs them. A task whose cells stopped on a signal exits 75, so the preset's trap requeues it
+    and its cells resume. Mixed into submitit's SlurmLauncher by hydra_plugins/rlvr_launchers/."""
+
+    params: dict
+    config: DictConfig | None
+    hydra_context: Any
+    task_function: Any
+
+    def __init__(self, pack_size: int = 1, **params: Any) -> None:
+        super().__init__(**params)  # type: ignore[call-arg]  # submitit's launcher, next in the MRO
+        self.pack_size = pack_size
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[Any]:
+        if self.pack_size == 1:
+            return super().launch(job_overrides, initial_job_idx)  # type: ignore[misc]
+        from hydra.core.singleton import Singleton
+
+        assert self.config is not None
+        configs = [job_config(self.hydra_context, self.config, o, initial_job_idx + i)
+                   for i, o in enumerate(job_overrides)]
+        grouped = packs([group_key(c) for c in configs], self.pack_size)
+        for number, pack in enumerate(grouped):
+            log.info("pack %d of %d (a task): jobs %s", number + 1, len(grouped),
+                     ", ".join(str(initial_job_idx + i) for i in pack))
+        args = [([list(job_overrides[i]) for i in pack], [initial_job_idx + i for i in pack],
+                 f"{number + 1} of {len(grouped)}", Singleton.get_state()) for number, pack in enumerate(grouped)]
+        tasks = submitit_executor(self.params, self.config).map_array(self.run_task, *zip(*args, strict=True))
+        returns: list[Any] = [None] * len(configs)
+        for pack, task in zip(grouped, tasks, strict=True):
+            for i, ret in zip(pack, task.results()[0], strict=True):
+                returns[i] = ret
+        return returns
+
+    def run_task(self, overrides: list[list[str]], numbers: list[int], number: str, singleton_state: dict) -> list:
+        """One task of the array: its pack's runs as cells (`run_cells`); exits with the pack's status unless 0."""
+        import submitit
+        from hydra.core.singleton import Singleton
+        from hydra.core.utils import setup_globals
+
+        Singleton.set_state(singleton_state)
+        setup_globals()
+        assert self.config is not None
+        job_id = submitit.JobEnvironment().job_id
+        configs = [job_config(self.hydra_context, self.config, job, num, job_id)
+                   for job, num in zip(overrides, numbers, strict=True)]
+        returns = run_cells(configs, self.task_function, number)
+        status = exit_status([r._return_value if r.status.name == "FAILED" else None for r in returns])
+        if status:
+            raise SystemExit(status)
+        return returns
+
+
+def submitit_executor(params: dict, config: DictConfig) -> Any:
+    """The SLURM executor submitit's launcher builds from the launcher's keys (hydra_submitit_launcher's `launch`)."""
+    import submitit
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+
+    executor = submitit.AutoExecutor(cluster="slurm", folder=params["submitit_folder"],
+                                     slurm_max_num_timeout=params["max_num_timeout"])
+    base = set(OmegaConf.structured(BaseQueueConf).keys())
+    executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()
+                                  if k not in {"submitit_folder", "max_num_timeout"}})
+    Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+    return executor

@@ -42,6 +42,8 @@ class Cell:
     """The run itself (the job's task function on its config); its return value or exit is the cell's outcome."""
     hydra_cfg: Any = None
     """Hydra's config of this job (`HydraConfig.instance().cfg`), set at each of the cell's turns."""
+    pack: str = ""
+    """Which pack, for the run's status.json ("1 of 3: jobs 0, 1 in process 123 on node7")."""
     rng: dict | None = None
     result: Any = None
     """The cell's outcome once done: the task's return value, or the exception (SystemExit included) it ended on."""
