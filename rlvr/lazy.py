@@ -11,10 +11,11 @@ config error leaves torch and transformers unimported; `tests/test_startup_impor
 modules leave unimported what the default run never uses.
 
 The real import runs with Python's cyclic garbage collector paused (`collector_paused`): importing torch,
-transformers and PEFT allocates millions of objects, none of them garbage, and every collection the allocations
-set off walked them all (~0.6 s of a default run's ~6 s start-up on the 2-core machine, `python -m bench.startup`).
-A library imported by a plain `import` inside a function (rlvr/requirements.py's torch) is imported through
-`import_paused` for the same reason.
+transformers and PEFT makes ~600,000 objects that live as long as the process, and each collection their
+allocation set off walked the ones made so far, the full ones all of them. The default run spent 0.7 s of its
+start-up collecting so, 0.05 s with the pauses (`CollectorPause`; `python -m bench.startup` times the start-up). A
+library imported by a plain `import` inside a function (rlvr/requirements.py's torch) goes through `import_paused`
+for the same reason.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import functools
 import gc
 import importlib
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -59,18 +61,23 @@ class LoadedModule(ModuleType):
 class CollectorPause:
     """Pauses of the cyclic garbage collector, which may overlap (a library imported in a worker thread while
     another imports in the main one): the collector is off from the first pause to the end of the last, then as
-    it was before the first."""
+    it was before the first. If modules were imported meanwhile, what is alive then is moved out of the collector's
+    sight (`gc.freeze()`) first: a library's modules, classes and functions live as long as the process, and
+    otherwise the next collections would walk them all once more (~0.3 s of the default run's start-up). `fit`
+    freezes the whole start-up heap before its first step anyway and gives it all back when the run ends
+    (`gc.unfreeze()`, rlvr/trainer.py); cyclic garbage frozen with them waits until then."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._depth = 0
         self._was_enabled = False
+        self._modules = 0
 
     @contextmanager
     def __call__(self) -> Iterator[None]:
         with self._lock:
             if self._depth == 0:
-                self._was_enabled = gc.isenabled()
+                self._was_enabled, self._modules = gc.isenabled(), len(sys.modules)
                 gc.disable()
             self._depth += 1
         try:
@@ -79,6 +86,8 @@ class CollectorPause:
             with self._lock:
                 self._depth -= 1
                 if self._depth == 0 and self._was_enabled:
+                    if len(sys.modules) > self._modules:
+                        gc.freeze()
                     gc.enable()
 
 
@@ -89,6 +98,8 @@ what is not cyclic; the next collection after the pause finds any cycle made dur
 
 def import_paused(name: str) -> ModuleType:
     """`importlib.import_module(name)` with the cyclic garbage collector paused (the module docstring says why)."""
+    if name in sys.modules:  # imported already (or being imported): nothing to pause for
+        return sys.modules[name]
     with collector_paused():
         return importlib.import_module(name)
 

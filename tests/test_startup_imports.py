@@ -100,3 +100,10 @@ def test_overlapping_pauses_restore_the_collector_when_the_last_ends(collector_e
         worker.join(10)
         assert not gc.isenabled()  # the worker's pause ended inside this one
     assert gc.isenabled()
+
+
+def test_a_pause_that_imported_modules_freezes_what_is_alive_then(collector_enabled, probe_module):
+    gc.unfreeze()
+    import_paused(probe_module)
+    assert gc.get_freeze_count() > 0  # the module's objects, out of the collector's sight until fit's gc.unfreeze
+    gc.unfreeze()
