@@ -146,6 +146,7 @@ def run_cells(configs: list[DictConfig], task_function: Any, number: str) -> lis
 
     from rlvr.pack.cells import Cell, run_pack
     from rlvr.pack.sampling import PackSampling
+    from rlvr.preemption import StopSignals
     from rlvr.run_record import HeldFileHandler
 
     configure_log(configs[0].hydra.job_logging, configs[0].hydra.verbose)  # the console; the files are the cells'
@@ -177,7 +178,8 @@ def run_cells(configs: list[DictConfig], task_function: Any, number: str) -> lis
         handlers.append(handler)
     sampling = PackSampling()
     try:
-        run_pack(cells, sampling.answer)
+        with StopSignals():  # a signal reaches this thread only: it tells every cell (rlvr/preemption.py)
+            run_pack(cells, sampling.answer)
     finally:
         for handler in handlers:
             root.removeHandler(handler)
@@ -186,7 +188,8 @@ def run_cells(configs: list[DictConfig], task_function: Any, number: str) -> lis
         ret.status = JobStatus.FAILED if cell.failed else JobStatus.COMPLETED
         ret.return_value = cell.result
         if cell.failed:
-            log.info("pack %s: %s ended: %s", number, cell.name, cell.result)
+            why = "" if isinstance(cell.result, SystemExit) else f": {type(cell.result).__name__}: {cell.result}"
+            log.info("pack %s: %s exited %d%s (its status.json says why)", number, cell.name, code_of(cell.result), why)
     log.info("pack %s: %s", number, sampling.summary())
     return returns
 

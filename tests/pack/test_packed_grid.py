@@ -71,10 +71,10 @@ def test_each_cell_writes_the_rows_of_its_run_alone(runs):
 
 def test_each_cell_is_an_ordinary_run_folder(runs):
     _, _, packed, _ = runs
-    for number, (condition, seed) in enumerate(JOBS):
+    for number, (_, seed) in enumerate(JOBS):
         folder = packed / str(number)
         status = json.loads((folder / "status.json").read_text())
-        assert status["state"] == "finished"
+        assert status["state"] == "finished" and status["pack"].startswith("1 of 1: jobs 0, 1, 2, 3 in process ")
         config = (folder / ".hydra" / "config.yaml").read_text()
         assert f"seed: {seed}" in config
         log = (folder / "train.log").read_text()
@@ -90,22 +90,44 @@ def test_a_failing_cell_fails_alone(tmp_path):
     assert states[1]["state"] == "failed" and "not finite" in states[1]["reason"]
 
 
+def signal_after(args: list[str], sweep_dir: Path, rows: int, signum: int) -> subprocess.Popen:
+    """Start a packed grid and send it `signum` once its cells have written `rows` training rows in all."""
+    proc = subprocess.Popen([sys.executable, "train.py", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        written = [sweep_dir / str(n) / "metrics.jsonl" for n in range(len(JOBS))]
+        if sum(f.read_text().count('"loss"') for f in written if f.exists()) >= rows:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signum)
+    proc.wait()
+    return proc
+
+
+def test_a_stop_signal_checkpoints_every_cell(runs, tmp_path):
+    variant, alone, _, _ = runs
+    if variant != "single_turn":
+        pytest.skip("one variant is enough here")
+    args = packed_grid(tmp_path, [])
+    stopped = signal_after(args, tmp_path, 2 * len(JOBS), signal.SIGTERM)
+    assert stopped.returncode == 75  # checkpointed: requeue me
+    for number in range(len(JOBS)):
+        status = json.loads((tmp_path / str(number) / "status.json").read_text())
+        assert status["state"] == "preempted" and "checkpoint saved" in status["reason"]
+    again = train(args)
+    assert again.returncode == 0, again.output[-3000:]
+    for number, rows in enumerate(alone):
+        assert comparable(tmp_path / str(number)) == rows, f"job {number}"
+
+
 def test_a_killed_pack_resumes_every_cell_exactly(runs, tmp_path):
     variant, alone, _, _ = runs
     if variant != "single_turn":
         pytest.skip("one variant is enough here")
     args = packed_grid(tmp_path, [])
-    proc = subprocess.Popen([sys.executable, "train.py", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
     at = random.Random().randint(1, len(JOBS) * STEPS - 2)  # training rows written by all cells together
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        written = [tmp_path / str(n) / "metrics.jsonl" for n in range(len(JOBS))]
-        if sum(f.read_text().count('"loss"') for f in written if f.exists()) >= at:
-            break
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc = signal_after(args, tmp_path, at, signal.SIGKILL)
     assert proc.returncode == -signal.SIGKILL, "the pack ended before it could be killed"
     again = train(args)
     assert again.returncode == 0, again.output[-3000:]
