@@ -1,5 +1,6 @@
 """The SLURM launcher (conf/hydra/launcher/slurm.yaml) against a real cluster: a grid is one job array whose
-tasks all complete; a task stopped mid-run (requeued by SLURM, or signalled before its time limit)
+tasks all complete (a task per run, or per pack of runs with hydra.launcher.pack_size); a task stopped mid-run
+(requeued by SLURM, or signalled before its time limit)
 checkpoints, is started again in the same folder, resumes and logs every step exactly once, and a requeue in
 the middle of a long step loses no more than that step; the preset's GPU request on this GPU-less cluster is
 refused before anything is submitted, naming the overrides that then run.
@@ -170,6 +171,30 @@ def test_grid_is_one_job_array_and_every_run_completes(slurm_env, tmp_path):
             f"sacct to show {array_id} done",
         )
         assert sorted(states) == [f"{array_id}_0|COMPLETED", f"{array_id}_1|COMPLETED"]
+    finally:
+        cancel(slurm_env, name, process)
+
+
+def test_a_packed_grid_is_one_task_per_pack(slurm_env, tmp_path):
+    """hydra.launcher.pack_size=2: a grid of 4 runs is an array of 2 tasks, each the cells of one process
+    (rlvr/launcher/packed.py), each run an ordinary run folder that says which pack it ran in."""
+    name = f"rlvr-packs-{uuid.uuid4().hex[:8]}"
+    sweep = tmp_path / "sweep"
+    deadline = time.monotonic() + 180
+    process = submit(slurm_env, sweep, name, "condition=grpo,maxrl", "seed=0,1", "trainer.max_steps=3",
+                     "hydra.launcher.pack_size=2")
+    try:
+        process.wait(timeout=deadline - time.monotonic())
+        output = launcher_output(sweep, name)
+        assert process.returncode == 0, output[-3000:]
+        assert "pack 1 of 2 (a task): jobs 0, 1" in output and "pack 2 of 2 (a task): jobs 2, 3" in output
+        scripts = list((sweep / ".submitit").glob("*/*_submission.sh"))
+        assert len(scripts) == 1 and "#SBATCH --array=0-1%" in scripts[0].read_text()
+        for run in range(4):
+            status = json.loads((sweep / str(run) / "status.json").read_text())
+            assert status["state"] == "finished" and training_steps(sweep / str(run)) == [0, 1, 2]
+            assert status["pack"].startswith(f"{run // 2 + 1} of 2: jobs {run - run % 2}, {run - run % 2 + 1} ")
+            assert status["slurm_array_task_id"] == str(run // 2)
     finally:
         cancel(slurm_env, name, process)
 
