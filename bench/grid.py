@@ -12,6 +12,14 @@ The warm-ups are read from the cache (trained into it first, by a run of each se
 as they are for a researcher's second grid. Then each packed run's metrics.jsonl is compared with the basic
 launcher's run of the same job, every field but the timing ones: the bench says how many rows differ (0 expected).
 The target: packed wall ≤ 0.35× basic, packed peak memory ≤ 2× single.
+
+On a GPU (`--gpu`): the same three commands on a model folder written offline with Qwen3-0.6B's architecture and
+random weights (bench/gpu_check.py `write_model`: nothing is downloaded), LoRA r=32, engine=pytorch on CUDA, the
+arithmetic prompts with gpu_check's parity reward (a random model answers nothing), no warm-up, `--steps` steps
+(default 50 there), `--max-tokens` tokens a completion. The peak memory is then the host's; torch's GPU peak per run
+is each run's `gpu_max_allocated_mb` row field.
+
+    .venv/bin/python -m bench.grid --gpu                    # ~10 min on one H100
 """
 
 from __future__ import annotations
@@ -54,20 +62,37 @@ def differing_rows(a: Path, b: Path) -> int:
     return differ
 
 
+def gpu_overrides(folder: Path, args: argparse.Namespace) -> list[str]:
+    """`--gpu`: the random-weight Qwen3-0.6B written to `folder`, and the overrides that train it with LoRA on CUDA."""
+    from bench.gpu_check import write_model
+
+    write_model(folder, layers=28, hidden=None, dtype="bfloat16")
+    return ["model=pretrained", f"model.name_or_path={folder}", "model.dtype=bfloat16", "backend.device=cuda",
+            "reward=function", "reward.function=bench.gpu_check.parity", "trainer.warmup.steps=0",
+            f"trainer.sampling.max_tokens={args.max_tokens}", f"trainer.eval_max_tokens={args.max_tokens}",
+            "data.eval_size=64", "trainer.eval_every=0", "trainer.lr=1e-5", "trainer.max_skipped_steps=0"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conditions", default="grpo,maxrl")
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("overrides", nargs="*", help="more overrides for every run (e.g. model=...)")
+    parser.add_argument("--steps", type=int, default=None, help="default: 300 (the default run's), 50 with --gpu")
+    parser.add_argument("--gpu", action="store_true", help="Qwen3-0.6B's architecture on CUDA (module docstring)")
+    parser.add_argument("--max-tokens", type=int, default=256, help="with --gpu: trainer.sampling.max_tokens")
+    parser.add_argument("overrides", nargs="*", help="more overrides for every run (e.g. trainer.lr=...)")
     args = parser.parse_args()
-    common = [f"trainer.max_steps={args.steps}", *args.overrides]
+    args.steps = args.steps or (50 if args.gpu else 300)
+    model_dir = tempfile.TemporaryDirectory(prefix="bench-grid-model-") if args.gpu else None
+    common = [f"trainer.max_steps={args.steps}", *(gpu_overrides(Path(model_dir.name), args) if model_dir else []),
+              *args.overrides]
     grid = [f"condition={args.conditions}", f"seed={args.seeds}"]
     first = [f"condition={args.conditions.split(',')[0]}", f"seed={args.seeds.split(',')[0]}"]
     with tempfile.TemporaryDirectory(prefix="bench-grid-") as tmp:
         out = Path(tmp)
-        child(["train.py", "--multirun", f"seed={args.seeds}", "trainer.max_steps=1", "trainer.evaluate=false",
-               f"hydra.sweep.dir={out / 'warm'}"])  # fills the warm-up cache, untimed
+        if not args.gpu:  # fills the warm-up cache, untimed
+            child(["train.py", "--multirun", f"seed={args.seeds}", "trainer.max_steps=1", "trainer.evaluate=false",
+                   f"hydra.sweep.dir={out / 'warm'}"])
         single = child(["train.py", *common, *first, f"hydra.run.dir={out / 'single'}"])
         basic = child(["train.py", "--multirun", *common, *grid, f"hydra.sweep.dir={out / 'basic'}"])
         packed = child(["train.py", "--multirun", *common, *grid, "hydra/launcher=packed",
