@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import sys
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -89,6 +90,13 @@ class Plan:
     overlapped_s: float | None = None
     """The step time sampling ahead of training would give (`overlapped_step_time`), when the pilot was
     synchronous."""
+    packs: list[int] | None = None
+    """A packed grid's packs (hydra/launcher=packed, or slurm with pack_size > 1): how many runs each; None: one run
+    a process."""
+    sample_time_s: float | None = None
+    """Median sampling time of the pilot's steps (`measured_sample_time`), for a packed grid's estimate."""
+    pack_bases: int = 0
+    """Distinct base models in the largest pack (one per seed under a warm-up, else one)."""
 
     @property
     def total_steps(self) -> int:
@@ -116,8 +124,37 @@ class Plan:
             lines.append(f"  sampling ahead (trainer.off_policy_steps=1, docs/overlap.md): about "
                          f"{self.overlapped_s:.3g} s a step ({self.overlapped_s / self.step_time_s:.2f}× the "
                          "pilot's), the longer of its sampling and the rest of its step")
+        lines += self.packed_lines()
         lines += [f"  {line}" for line in self.memory or []]
         return "\n".join(lines)
+
+    def packed_lines(self) -> list[str]:
+        """A packed grid: its packs, and its wall time between two bounds (rlvr/pack/: a pack's cells step one after
+        another, their sampling decoded together): every cell's sampling shared in one decoding loop, and nothing
+        shared."""
+        if not self.packs:
+            return []
+        sizes = ", ".join(f"{count} of {n} run{'s' if n > 1 else ''}"
+                          for n, count in sorted(Counter(self.packs).items(), reverse=True))
+        lines = [f"  packed: {len(self.packs)} pack{'s' if len(self.packs) > 1 else ''} ({sizes}): runs of one model, "
+                 "engine and backend share a process and its base model; a full fine-tuning run is a pack of its own"]
+        if self.pack_bases:
+            lines.append(f"  memory: a pack holds {self.pack_bases} copy(ies) of the base weights (a seed's warm-up "
+                         "makes its own base) and each run's adapter, optimizer state and merged sampling copy; 6 runs "
+                         "of the default task peaked at 1.5× one run (docs/measured/grid.md)")
+        if self.step_time_s:
+            parallel = min(max(self.parallel, 1), len(self.packs))
+            high = sum(self.max_steps * n * self.step_time_s for n in self.packs) / parallel
+            if self.sample_time_s is None:
+                lines.append(f"  estimated wall time packed: at most {_duration(high)} of training steps, {parallel} "
+                             "pack(s) at once (a pilot's sample_time_s says how much sharing its sampling saves)")
+                return lines
+            sample = min(self.sample_time_s, self.step_time_s)
+            low = sum(self.max_steps * (n * (self.step_time_s - sample) + sample) for n in self.packs) / parallel
+            lines.append(f"  estimated wall time packed: {_duration(low)} (every cell's sampling in one decoding loop "
+                         f"as fast as one cell's) to {_duration(high)} (none shared) of training steps, {parallel} "
+                         "pack(s) at once")
+        return lines
 
 
 def engine_memory(config: DictConfig) -> list[str] | None:
@@ -151,6 +188,12 @@ def _duration(seconds: float) -> str:
 def measured_step_time(root: Path) -> float | None:
     """Median `step_time_s` over the training rows already in the campaign's run folders, if any."""
     times = [row["step_time_s"] for row in _pilot_rows(root)]
+    return median(times) if times else None
+
+
+def measured_sample_time(root: Path) -> float | None:
+    """Median `sample_time_s` over the training rows already in the campaign's run folders, if any."""
+    times = [row["sample_time_s"] for row in _pilot_rows(root) if "sample_time_s" in row]
     return median(times) if times else None
 
 

@@ -38,12 +38,36 @@ def pilot_power(pilot: Path, metrics: list[str] | None, seeds: int, detect: floa
     return lines
 
 
+def packed(cfg, jobs: list[list[str]]) -> list[int] | None:
+    """The sizes of a packed grid's packs (hydra/launcher=packed, or slurm's pack_size > 1), grouped as the launcher
+    groups them (rlvr/launcher/packed.py) from each job's model, engine and backend choices; None: not packed."""
+    from rlvr.campaign import value_of
+    from rlvr.launcher.packed import packs
+
+    launcher = cfg.hydra.launcher
+    size = launcher.get("pack_size", 1)
+    if "Packed" not in str(launcher.get("_target_", "")) or size == 1:
+        return None
+    shares = cfg.model.get("lora") is not None
+    keys = [None if not shares or value_of(job, "model.lora", "") == "null" else
+            "|".join(value_of(job, k, "") for k in ("model", "engine", "backend")) for job in jobs]
+    return [len(pack) for pack in packs(keys, size)]
+
+
 def run(overrides: list[str], conf: Path, step_time: float | None, parallel: int | None,
         pilot: Path | None = None, metrics: list[str] | None = None, detect: float | None = None) -> str:
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
 
-    from rlvr.campaign import Plan, expand_grid, measured_step_time, overlapped_step_time, planned_memory, value_of
+    from rlvr.campaign import (
+        Plan,
+        expand_grid,
+        measured_sample_time,
+        measured_step_time,
+        overlapped_step_time,
+        planned_memory,
+        value_of,
+    )
 
     if not (conf / "train.yaml").is_file():
         raise CliError(f"{conf}: no train.yaml there (run from the repository root or pass --conf)")
@@ -56,8 +80,13 @@ def run(overrides: list[str], conf: Path, step_time: float | None, parallel: int
     jobs = expand_grid(params, overrides)
     root = Path(cfg.hydra.sweep.dir)
     parallel = parallel or int(cfg.hydra.launcher.get("array_parallelism", 0) or 1)
+    packs = packed(cfg, jobs)
+    if packs is not None and not cfg.hydra.launcher.get("array_parallelism"):
+        parallel = 1  # hydra/launcher=packed: one pack after another
+    bases = len({value_of(job, "seed", "-") for job in jobs}) if cfg.trainer.warmup.steps > 0 else 1
     plan = Plan(jobs, int(cfg.trainer.max_steps), step_time or measured_step_time(root), parallel, planned_memory(cfg),
-                overlapped_step_time(root))
+                overlapped_step_time(root), packs, measured_sample_time(root),
+                min(bases, max(packs)) if packs and max(packs) > 1 else 0)
     text = f"{plan.describe()}\n  runs land in: {root}/<condition>/seed=<seed>"
     if pilot is None:
         return text

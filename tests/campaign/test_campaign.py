@@ -122,3 +122,26 @@ def test_plan_estimates_the_step_sampling_ahead_would_give_from_a_synchronous_pi
     plan = Plan([["seed=0"]], 10, 0.24, 1, None, overlapped_step_time(tmp_path))
     assert "sampling ahead (trainer.off_policy_steps=1, docs/overlap.md): about 0.12 s a step (0.50× the pilot's)" \
         in plan.describe()
+
+
+def test_plan_of_a_packed_grid():
+    # 2 packs of 3 runs × 100 steps, a pilot's step 0.07 s of which sampling 0.03 s, one pack after another:
+    #   none shared:  2 × 100 × 3 × 0.07 = 42 s
+    #   all sampling in one loop as fast as one cell's: 2 × 100 × (3 × (0.07 − 0.03) + 0.03) = 2 × 100 × 0.15 = 30 s
+    jobs = [[f"condition={c}", f"seed={s}"] for c in "ab" for s in "012"]
+    plan = Plan(jobs, 100, 0.07, 1, packs=[3, 3], sample_time_s=0.03, pack_bases=3)
+    text = plan.describe()
+    assert "packed: 2 packs (2 of 3 runs)" in text and "a pack holds 3 copy(ies) of the base weights" in text
+    assert "estimated wall time packed: 0 min 30 s (every cell's sampling" in text and "to 0 min 42 s (none" in text
+
+
+@pytest.mark.parametrize("launcher, packs", [
+    (["hydra/launcher=packed"], "packed: 1 pack (1 of 4 runs)"),
+    (["hydra/launcher=packed", "hydra.launcher.pack_size=3"], "packed: 2 packs (1 of 3 runs, 1 of 1 run)"),
+    (["hydra/launcher=slurm", "hydra.launcher.pack_size=2"], "packed: 2 packs (2 of 2 runs)"),
+    (["hydra/launcher=packed", "model.lora=null"], "packed: 4 packs (4 of 1 run)"),  # full fine-tuning: alone
+])
+def test_rlvr_plan_groups_a_packed_grid_as_the_launcher_does(launcher, packs):
+    proc = rlvr("plan", "campaign=smoke", *launcher, "--step-time", "0.07")
+    assert proc.returncode == 0, proc.stderr
+    assert packs in proc.stdout
