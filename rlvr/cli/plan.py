@@ -42,13 +42,13 @@ def packed(cfg, jobs: list[list[str]]) -> list[int] | None:
     """The sizes of a packed grid's packs (hydra/launcher=packed, or slurm's pack_size > 1), grouped as the launcher
     groups them (rlvr/launcher/packed.py) from each job's model, engine and backend choices; None: not packed."""
     from rlvr.campaign import value_of
-    from rlvr.launcher.packed import packs
+    from rlvr.launcher.packed import alone, packs
 
     launcher = cfg.hydra.launcher
     size = launcher.get("pack_size", 1)
     if "Packed" not in str(launcher.get("_target_", "")) or size == 1:
         return None
-    shares = cfg.model.get("lora") is not None
+    shares = cfg.model.get("lora") is not None and not alone(cfg)
     keys = [None if not shares or value_of(job, "model.lora", "") == "null" else
             "|".join(value_of(job, k, "") for k in ("model", "engine", "backend")) for job in jobs]
     return [len(pack) for pack in packs(keys, size)]

@@ -36,10 +36,31 @@ SHARED_KEYS = ("model", "engine", "backend")
 
 
 def group_key(cfg: DictConfig) -> str | None:
-    """The runs with the same key can share a process; None: a run that shares it with no other (full fine-tuning)."""
-    if cfg.model.get("lora") is None:
+    """The runs with the same key can share a process; None: a run that shares it with no other. A run shares only
+    what a pack can share: a base model trained by LoRA (full fine-tuning changes every weight), sampled by an
+    engine that samples with the trained module in this process (engine=pytorch; vLLM and SGLang would each hold a
+    model of their own), trained by one process (backend=local)."""
+    if cfg.model.get("lora") is None or alone(cfg):
         return None
     return json.dumps({k: OmegaConf.to_container(cfg[k], resolve=True) for k in SHARED_KEYS}, sort_keys=True)
+
+
+def alone(cfg: DictConfig) -> bool:
+    """The run's engine or backend cannot be shared with another run (`group_key`)."""
+    from rlvr.config_check import declared_needs
+
+    engine, backend = declared_needs(cfg, "engine").provides, declared_needs(cfg, "backend").provides
+    return "trainer_module" not in engine or "local_policy" not in backend or "distributed" in backend
+
+
+def why_alone(cfg: DictConfig) -> str:
+    """What a pack of one run says of itself."""
+    if cfg.model.get("lora") is None:
+        return "it trains every weight: no base to share"
+    if alone(cfg):
+        return f"engine={cfg.engine._target_.rsplit('.', 1)[-1]}, backend={cfg.backend._target_.rsplit('.', 1)[-1]}: " \
+               "a pack shares engine=pytorch and backend=local only"
+    return "no other run of the sweep shares its model, engine and backend"
 
 
 def packs(keys: Sequence[str | None], pack_size: int | None) -> list[list[int]]:
@@ -126,9 +147,9 @@ class PackedLauncher(Launcher):
         grouped = packs([group_key(c) for c in configs], self.pack_size)
         returns: list[Any] = [None] * len(configs)
         for number, pack in enumerate(grouped):
-            alone = " (trains every weight: no base to share)" if group_key(configs[pack[0]]) is None else ""
+            why = "" if len(pack) > 1 else f" ({why_alone(configs[pack[0]])})"
             log.info("pack %d of %d: jobs %s%s", number + 1, len(grouped),
-                     ", ".join(str(initial_job_idx + i) for i in pack), alone)
+                     ", ".join(str(initial_job_idx + i) for i in pack), why)
             cells = run_cells([configs[i] for i in pack], self.task_function, f"{number + 1} of {len(grouped)}")
             for i, ret in zip(pack, cells, strict=True):
                 returns[i] = ret
