@@ -6,7 +6,8 @@ and `resume="allow"`, so a job that is requeued or relaunched in its folder cont
 (offline runs with the same id merge when synced). Rows are logged against their own `step` field
 (`define_metric(step_metric="step")`), not wandb's internal counter, so a resume that goes back to
 its last checkpoint never trips wandb's "steps must increase" rule. `reinit="finish_previous"` gives
-one wandb run per job even when several jobs share a process.
+one wandb run per job even when several jobs share a process one after another; the cells of a packed grid, alive
+at once in one process (rlvr/pack/), each open a run of their own (`reinit="create_new"`) and log through it.
 
 `logger.mode` defaults to $WANDB_MODE, else online (conf/logger/wandb.yaml); what the mode needs (a key, a
 server that answers) is checked before any model loads (rlvr/logger/preflight.py). `mode: offline` needs no
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlvr.logger.preflight import Mode, resolve_mode, wandb_requirements
+from rlvr.pack.cells import current_cell
 from rlvr.protocols import Needs
 from rlvr.requirements import Package, pip_extra
 
@@ -79,7 +81,8 @@ class WandbLogger:
 
         assert self.folder is not None
         self.run = wandb.init(project=self.project, entity=self.entity, mode=mode, dir=self.dir or str(self.folder),
-                              id=run_id(self.folder), resume="allow", reinit="finish_previous",
+                              id=run_id(self.folder), resume="allow",
+                              reinit="create_new" if current_cell() is not None else "finish_previous",
                               settings=wandb.Settings(finish_timeout=FINISH_TIMEOUT_S), **self.opening)
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")

@@ -160,3 +160,19 @@ def test_a_run_offline_by_the_environment_survives_its_logger_failing(tmp_path, 
     assert logged[-1]["eval/accuracy"] == rows[-1]["eval/accuracy"]
     summary = values(item for r in records if r.HasField("summary") for item in r.summary.update)
     assert summary["logger/failures"] == 1
+
+
+def test_the_cells_of_a_packed_grid_log_to_runs_of_their_own(tmp_path):
+    """Alive at once in one process (rlvr/pack/), two runs each log every row of their own to their own W&B run."""
+    args = [sys.executable, "train.py", "--multirun", "seed=0,1", *FAST, "trainer.max_steps=3", "logger=wandb",
+            "logger.mode=offline", "hydra/launcher=packed", f"hydra.sweep.dir={tmp_path}"]
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    ids = [run_ids(tmp_path / cell) for cell in "01"]
+    assert all(len(i) == 1 for i in ids) and ids[0] != ids[1]
+    for cell in "01":
+        rows = [json.loads(line) for line in (tmp_path / cell / "metrics.jsonl").read_text().splitlines()]
+        (log,) = (tmp_path / cell / "wandb").glob("offline-run-*/run-*.wandb")
+        logged = [values(r.history.item) for r in wandb_records(log) if r.HasField("history")]
+        assert [h["step"] for h in logged] == [r["step"] for r in rows]
+        assert [h.get("mean_reward") for h in logged] == [r.get("mean_reward") for r in rows]
