@@ -75,7 +75,8 @@ DECIDES = {
     "CPU cores, or `paper`, the MaxRL paper's setting (see [maze.md](maze.md))",
     "campaign": "a named condition × seed grid (a multirun)",
     "hydra/launcher": "where a multirun's jobs run: Hydra's `basic` one after another in this process, `local` as "
-    "parallel subprocesses, `slurm` as one SLURM job array",
+    "parallel subprocesses, `packed` as the cells of one process on one base model (docs/campaigns.md), `slurm` as one "
+    "SLURM job array (`hydra.launcher.pack_size=N`: N runs a task)",
 }
 
 
