@@ -58,7 +58,7 @@ class Request:
 
 class CellEngine:
     """A pack cell's engine: its own in everything, except that `sample` (from the cell's thread) waits for the
-    pack's round."""
+    pack's round when the request could be decoded with others' (`together_key`); any other it samples at once."""
 
     def __init__(self, engine: Any, cell: Cell) -> None:
         self.engine, self.cell = engine, cell
@@ -70,8 +70,8 @@ class CellEngine:
                with_entropy: bool = False) -> Rollouts:
         request = Request(self.engine, prompt_ids_P, group_size, params, group_seeds(seeds, len(prompt_ids_P)),
                           with_entropy)
-        if threading.current_thread() is not self.cell.thread:  # a sampler thread of the cell's own: not its turn
-            return request.alone()
+        if threading.current_thread() is not self.cell.thread or together_key(request) is None:
+            return request.alone()  # a sampler thread of the cell's own, or a request no other could share: here
         return self.cell.wait_for(request)
 
 
