@@ -3,10 +3,11 @@
     python train.py --multirun condition=grpo,maxrl seed=0,1,2 hydra/launcher=packed [hydra.launcher.pack_size=N]
 
 Each job is composed exactly as the basic launcher composes it (the same overrides, `hydra.sweep.dir/<job num>` as
-its run folder). Jobs that can share a process share one: the same `model` node (the same base weights and LoRA
-shape), `engine` and `backend`. Each such group runs as packs of at most `pack_size` runs (null: the whole group),
-one pack after another in this process; each pack's runs are its cells (rlvr/pack/): ordinary runs, in lockstep,
-their sampling batched. A run that trains every weight (`model.lora: null`) shares no base: it is a pack of its own.
+its run folder). Jobs that can share a process share one: LoRA runs of the same `model` node (the same base weights
+and LoRA shape), `engine` and `backend`, sampled by engine=pytorch and trained by backend=local (`group_key`). Each
+such group runs as packs of at most `pack_size` runs (null: the whole group), one pack after another in this process;
+each pack's runs are its cells (rlvr/pack/): ordinary runs, in lockstep, their sampling batched. Any other run is a
+pack of its own, and the log says why.
 
 A cell that fails (its run fails, or its config is refused) ends with its own status and reason; the others go on.
 At the end, the command's exit status is the worst of its cells' as `python train.py` would give it: 75 when any
@@ -40,7 +41,10 @@ def group_key(cfg: DictConfig) -> str | None:
     what a pack can share: a base model trained by LoRA (full fine-tuning changes every weight), sampled by an
     engine that samples with the trained module in this process (engine=pytorch; vLLM and SGLang would each hold a
     model of their own), trained by one process (backend=local)."""
-    if cfg.model.get("lora") is None or alone(cfg):
+    try:
+        if cfg.model.get("lora") is None or alone(cfg):
+            return None
+    except Exception:  # noqa: BLE001 - a config the run itself will refuse, saying why: it runs alone
         return None
     return json.dumps({k: OmegaConf.to_container(cfg[k], resolve=True) for k in SHARED_KEYS}, sort_keys=True)
 
@@ -57,10 +61,14 @@ def why_alone(cfg: DictConfig) -> str:
     """What a pack of one run says of itself."""
     if cfg.model.get("lora") is None:
         return "it trains every weight: no base to share"
-    if alone(cfg):
-        return f"engine={cfg.engine._target_.rsplit('.', 1)[-1]}, backend={cfg.backend._target_.rsplit('.', 1)[-1]}: " \
-               "a pack shares engine=pytorch and backend=local only"
-    return "no other run of the sweep shares its model, engine and backend"
+    try:
+        shares = not alone(cfg)
+    except Exception:  # noqa: BLE001 - the run itself says what is wrong
+        return "its config: the run says what is wrong with it"
+    if shares:
+        return "no other run of the sweep shares its model, engine and backend"
+    engine, backend = (cfg[k]._target_.rsplit(".", 1)[-1] for k in ("engine", "backend"))
+    return f"engine={engine}, backend={backend}: a pack shares engine=pytorch and backend=local only"
 
 
 def packs(keys: Sequence[str | None], pack_size: int | None) -> list[list[int]]:
@@ -150,7 +158,8 @@ class PackedLauncher(Launcher):
             why = "" if len(pack) > 1 else f" ({why_alone(configs[pack[0]])})"
             log.info("pack %d of %d: jobs %s%s", number + 1, len(grouped),
                      ", ".join(str(initial_job_idx + i) for i in pack), why)
-            cells = run_cells([configs[i] for i in pack], self.task_function, f"{number + 1} of {len(grouped)}")
+            cells = run_cells([configs[i] for i in pack], self.task_function, f"{number + 1} of {len(grouped)}",
+                              self.hydra_context.callbacks)
             for i, ret in zip(pack, cells, strict=True):
                 returns[i] = ret
         status = exit_status([r._return_value if r.status.name == "FAILED" else None for r in returns])
@@ -159,60 +168,79 @@ class PackedLauncher(Launcher):
         return returns
 
 
-def run_cells(configs: list[DictConfig], task_function: Any, number: str) -> list[Any]:
+def run_cells(configs: list[DictConfig], task_function: Any, number: str, callbacks: Any) -> list[Any]:
     """Pack `number` ("2 of 5"): each job a cell (its task function on its config, its own train.log), run in lockstep
-    to their ends; a `JobReturn` per job, as `run_job` makes them."""
+    to their ends, Hydra's job callbacks around each; a `JobReturn` per job, as `run_job` makes them."""
     from hydra.core.hydra_config import HydraConfig
-    from hydra.core.utils import JobReturn, JobStatus, configure_log
+    from hydra.core.utils import JobStatus, configure_log
 
-    from rlvr.pack.cells import Cell, run_pack
+    from rlvr.pack.cells import run_pack
     from rlvr.pack.sampling import PackSampling
     from rlvr.preemption import StopSignals
-    from rlvr.run_record import HeldFileHandler
 
     configure_log(configs[0].hydra.job_logging, configs[0].hydra.verbose)  # the console; the files are the cells'
-    root = logging.getLogger()
-    template = next(h for h in root.handlers if isinstance(h, HeldFileHandler))
-    root.removeHandler(template)
-    cells, returns = [], []
-    jobs = ", ".join(str(cfg.hydra.job.num) for cfg in configs)
-    pack = f"{number}: jobs {jobs} in process {os.getpid()} on {socket.gethostname()}"
+    pack = f"{number}: jobs {', '.join(str(c.hydra.job.num) for c in configs)} in process {os.getpid()} on " \
+           f"{socket.gethostname()}"
+    cells, returns = zip(*(cell_of(cfg, task_function, pack) for cfg in configs), strict=True)
+    handlers = cell_logs(list(cells), configs)
     for cfg in configs:
         HydraConfig.instance().set_config(cfg)
-        task_cfg = copy.deepcopy(cfg)
-        with read_write(task_cfg), open_dict(task_cfg):
-            del task_cfg["hydra"]
-        hydra_cfg = HydraConfig.instance().cfg
-        ret = JobReturn(overrides=list(cfg.hydra.overrides.task), cfg=task_cfg, hydra_cfg=cast(DictConfig, hydra_cfg),
-                        working_dir=os.getcwd(), task_name=cfg.hydra.job.name)
-        cell = Cell(cfg.hydra.runtime.output_dir, functools.partial(task_function, task_cfg), hydra_cfg, pack)
-        cells.append(cell)
-        returns.append(ret)
-    handlers = []
-    for cell, cfg in zip(cells, configs, strict=True):
-        cell.start_thread()
-        handler = HeldFileHandler(os.path.join(cfg.hydra.runtime.output_dir, template.name_in_folder),
-                                  owner=cell.thread.ident if cell.thread else None)
-        handler.setFormatter(template.formatter)
-        handler.setLevel(template.level)
-        root.addHandler(handler)
-        handlers.append(handler)
+        callbacks.on_job_start(config=cfg, task_function=task_function)
     sampling = PackSampling()
     try:
         with StopSignals():  # a signal reaches this thread only: it tells every cell (rlvr/preemption.py)
-            run_pack(cells, sampling.answer)
+            run_pack(list(cells), sampling.answer)
     finally:
         for handler in handlers:
-            root.removeHandler(handler)
+            logging.getLogger().removeHandler(handler)
             handler.close()
-    for cell, ret in zip(cells, returns, strict=True):
+    for cell, ret, cfg in zip(cells, returns, configs, strict=True):
         ret.status = JobStatus.FAILED if cell.failed else JobStatus.COMPLETED
         ret.return_value = cell.result
         if cell.failed:
             why = "" if isinstance(cell.result, SystemExit) else f": {type(cell.result).__name__}: {cell.result}"
             log.info("pack %s: %s exited %d%s (its status.json says why)", number, cell.name, code_of(cell.result), why)
+        HydraConfig.instance().set_config(cfg)
+        callbacks.on_job_end(config=cfg, job_return=ret)
     log.info("pack %s: %s", number, sampling.summary())
-    return returns
+    return list(returns)
+
+
+def cell_of(cfg: DictConfig, task_function: Any, pack: str) -> tuple[Any, Any]:
+    """The job's cell (its task function on its config without `hydra`, as `run_job` calls it) and its `JobReturn`."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.utils import JobReturn
+
+    from rlvr.pack.cells import Cell
+
+    HydraConfig.instance().set_config(cfg)
+    task_cfg = copy.deepcopy(cfg)
+    with read_write(task_cfg), open_dict(task_cfg):
+        del task_cfg["hydra"]
+    hydra_cfg = HydraConfig.instance().cfg
+    ret = JobReturn(overrides=list(cfg.hydra.overrides.task), cfg=task_cfg, hydra_cfg=cast(DictConfig, hydra_cfg),
+                    working_dir=os.getcwd(), task_name=cfg.hydra.job.name)
+    return Cell(cfg.hydra.runtime.output_dir, functools.partial(task_function, task_cfg), hydra_cfg, pack), ret
+
+
+def cell_logs(cells: list[Any], configs: list[DictConfig]) -> list[Any]:
+    """Each cell's thread started and its train.log handler installed in place of the one `configure_log` made: a
+    `HeldFileHandler` that takes the records of the cell's thread only (rlvr/run_record.py)."""
+    from rlvr.run_record import HeldFileHandler
+
+    root = logging.getLogger()
+    template = next(h for h in root.handlers if isinstance(h, HeldFileHandler))
+    root.removeHandler(template)
+    handlers = []
+    for cell, cfg in zip(cells, configs, strict=True):
+        cell.start_thread()
+        handler = HeldFileHandler(os.path.join(cfg.hydra.runtime.output_dir, template.name_in_folder),
+                                  owner=cell.thread.ident)
+        handler.setFormatter(template.formatter)
+        handler.setLevel(template.level)
+        root.addHandler(handler)
+        handlers.append(handler)
+    return handlers
 
 
 class SlurmPacks:
@@ -264,7 +292,7 @@ class SlurmPacks:
         job_id = submitit.JobEnvironment().job_id
         configs = [job_config(self.hydra_context, self.config, job, num, job_id)
                    for job, num in zip(overrides, numbers, strict=True)]
-        returns = run_cells(configs, self.task_function, number)
+        returns = run_cells(configs, self.task_function, number, self.hydra_context.callbacks)
         status = exit_status([r._return_value if r.status.name == "FAILED" else None for r in returns])
         if status:
             raise SystemExit(status)
