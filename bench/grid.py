@@ -11,7 +11,10 @@ the kernel (the child's ru_maxrss, which for the multirun is its one process):
 The warm-ups are read from the cache (trained into it first, by a run of each seed with one RL step, not timed),
 as they are for a researcher's second grid. Then each packed run's metrics.jsonl is compared with the basic
 launcher's run of the same job, every field but the timing ones: the bench says how many rows differ (0 expected).
-The target: packed wall ≤ 0.35× basic, packed peak memory ≤ 2× single.
+The target: packed wall ≤ 0.35× basic, packed peak memory ≤ 2× single. Last, what bounds the gain on this machine:
+the seconds of one forward and backward pass of the default run's policy (the tiny model with its LoRA adapter, one
+torch thread) over one run's rows of a step (8 prompts × 8 completions of 15 tokens) and over the grid's (× runs):
+when the second is the first × runs, a step's training is arithmetic that batching runs together cannot save.
 
 On a GPU (`--gpu`): the same three commands on a model folder written offline with Qwen3-0.6B's architecture and
 random weights (bench/gpu_check.py `write_model`: nothing is downloaded), LoRA r=32, engine=pytorch on CUDA, the
@@ -73,6 +76,31 @@ def gpu_overrides(folder: Path, args: argparse.Namespace) -> list[str]:
             "data.eval_size=64", "trainer.eval_every=0", "trainer.lr=1e-5", "trainer.max_skipped_steps=0"]
 
 
+def training_scaling(runs: int) -> tuple[float, float]:
+    """Seconds of a forward and backward pass of the default policy over 64 rows and over 64 × `runs` rows."""
+    import torch
+
+    from rlvr.backend.local import prepare
+    from rlvr.model.tiny import TinyLlama
+    from rlvr.types import LoraSpec
+
+    torch.set_num_threads(1)
+    lora = LoraSpec(rank=8, alpha=16, dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                                                                     "gate_proj", "up_proj", "down_proj"])
+    preset = TinyLlama(alphabet="0123456789+=", hidden_size=128, intermediate_size=512, num_layers=2, num_heads=4,
+                       max_positions=32, dtype="float32", lora=lora)
+    model = prepare(preset.load(0)[0], lora, 1, gradient_checkpointing=False)
+    seconds = []
+    for rows in (64, 64 * runs):
+        ids = torch.randint(3, 15, (rows, 15))
+        for passes in (3, 10):  # the first, untimed: allocation
+            t0 = time.perf_counter()
+            for _ in range(passes):
+                model(input_ids=ids).logits.float().log_softmax(-1).mean().backward()
+        seconds.append((time.perf_counter() - t0) / 10)
+    return seconds[0], seconds[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conditions", default="grpo,maxrl")
@@ -109,6 +137,9 @@ def main() -> None:
     print(f"packed / basic wall: {packed[0] / basic[0]:.2f}× (target ≤ 0.35×)")
     print(f"packed / single peak memory: {packed[1] / single[1]:.2f}× (target ≤ 2×)")
     print(f"rows differing between packed and basic runs (timing fields aside): {differ} in {len(jobs)} runs")
+    one, grid = training_scaling(cells)
+    print(f"forward + backward of the default policy: 64 rows {one * 1000:.0f} ms, {64 * cells} rows "
+          f"{grid * 1000:.0f} ms ({grid / one:.1f}× for {cells}× the rows)")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} (1 min)")
 
 

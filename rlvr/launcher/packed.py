@@ -32,8 +32,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 log = logging.getLogger("rlvr")
 
-SHARED_KEYS = ("model", "engine", "backend")
-"""What the runs of one pack have in common (the base model with its LoRA shape, how it samples, how it trains)."""
+SHARED_KEYS = ("model", "engine", "backend", "threads")
+"""What the runs of one pack have in common (the base model with its LoRA shape, how it samples, how it trains, and
+the torch threads that the pack's sampling runs with)."""
 
 
 def group_key(cfg: DictConfig) -> str | None:
@@ -46,7 +47,8 @@ def group_key(cfg: DictConfig) -> str | None:
             return None
     except Exception:  # noqa: BLE001 - a config the run itself will refuse, saying why: it runs alone
         return None
-    return json.dumps({k: OmegaConf.to_container(cfg[k], resolve=True) for k in SHARED_KEYS}, sort_keys=True)
+    plain = cast(dict, OmegaConf.to_container(cfg, resolve=True))
+    return json.dumps({k: plain.get(k) for k in SHARED_KEYS}, sort_keys=True)
 
 
 def alone(cfg: DictConfig) -> bool:
@@ -182,6 +184,7 @@ def run_cells(configs: list[DictConfig], task_function: Any, number: str, callba
     pack = f"{number}: jobs {', '.join(str(c.hydra.job.num) for c in configs)} in process {os.getpid()} on " \
            f"{socket.gethostname()}"
     cells, returns = zip(*(cell_of(cfg, task_function, pack) for cfg in configs), strict=True)
+    same_threads(configs[0])
     handlers = cell_logs(list(cells), configs)
     for cfg in configs:
         HydraConfig.instance().set_config(cfg)
@@ -204,6 +207,18 @@ def run_cells(configs: list[DictConfig], task_function: Any, number: str, callba
         callbacks.on_job_end(config=cfg, job_return=ret)
     log.info("pack %s: %s", number, sampling.summary())
     return list(returns)
+
+
+def same_threads(cfg: DictConfig) -> None:
+    """This thread, which decodes the cells' samples together, uses the torch threads each cell sets in its own
+    (rlvr/run.py; a thread count is a thread's own): the pack's arithmetic is that of its runs alone."""
+    from rlvr.threads import resolve
+
+    threads = resolve(cfg.get("threads"))
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 def cell_of(cfg: DictConfig, task_function: Any, pack: str) -> tuple[Any, Any]:
