@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -101,11 +102,28 @@ def training_scaling(runs: int) -> tuple[float, float]:
     return seconds[0], seconds[1]
 
 
+def measure(out: Path, common: list[str], grid: list[str], first: list[str], rounds: int) -> tuple[dict, int, int]:
+    """Each command's (wall, peak MiB) round after round (single, basic, packed, single, …: drifting load hits them
+    alike); the rows that differ between the last round's packed and basic runs, and how many runs."""
+    found: dict[str, list[tuple[float, float]]] = {"single": [], "basic": [], "packed": []}
+    for r in range(rounds):
+        found["single"].append(child(["train.py", *common, *first, f"hydra.run.dir={out / f'single{r}'}"]))
+        found["basic"].append(child(["train.py", "--multirun", *common, *grid, f"hydra.sweep.dir={out / f'basic{r}'}"]))
+        found["packed"].append(child(["train.py", "--multirun", *common, *grid, "hydra/launcher=packed",
+                                      f"hydra.sweep.dir={out / f'packed{r}'}"]))
+    last = rounds - 1
+    jobs = sorted(p.name for p in (out / f"basic{last}").iterdir() if (p / "metrics.jsonl").exists())
+    differ = sum(differing_rows(out / f"basic{last}" / j / "metrics.jsonl", out / f"packed{last}" / j / "metrics.jsonl")
+                 for j in jobs)
+    return found, differ, len(jobs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conditions", default="grpo,maxrl")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--steps", type=int, default=None, help="default: 300 (the default run's), 50 with --gpu")
+    parser.add_argument("--rounds", type=int, default=1, help="each command this many times, interleaved; medians")
     parser.add_argument("--gpu", action="store_true", help="Qwen3-0.6B's architecture on CUDA (module docstring)")
     parser.add_argument("--max-tokens", type=int, default=256, help="with --gpu: trainer.sampling.max_tokens")
     parser.add_argument("overrides", nargs="*", help="more overrides for every run (e.g. trainer.lr=...)")
@@ -117,29 +135,25 @@ def main() -> None:
     grid = [f"condition={args.conditions}", f"seed={args.seeds}"]
     first = [f"condition={args.conditions.split(',')[0]}", f"seed={args.seeds.split(',')[0]}"]
     with tempfile.TemporaryDirectory(prefix="bench-grid-") as tmp:
-        out = Path(tmp)
         if not args.gpu:  # fills the warm-up cache, untimed
             child(["train.py", "--multirun", f"seed={args.seeds}", "trainer.max_steps=1", "trainer.evaluate=false",
-                   f"hydra.sweep.dir={out / 'warm'}"])
-        single = child(["train.py", *common, *first, f"hydra.run.dir={out / 'single'}"])
-        basic = child(["train.py", "--multirun", *common, *grid, f"hydra.sweep.dir={out / 'basic'}"])
-        packed = child(["train.py", "--multirun", *common, *grid, "hydra/launcher=packed",
-                        f"hydra.sweep.dir={out / 'packed'}"])
-        jobs = sorted(p.name for p in (out / "basic").iterdir() if (p / "metrics.jsonl").exists())
-        differ = sum(differing_rows(out / "basic" / j / "metrics.jsonl", out / "packed" / j / "metrics.jsonl")
-                     for j in jobs)
+                   f"hydra.sweep.dir={Path(tmp) / 'warm'}"])
+        found, differ, runs = measure(Path(tmp), common, grid, first, args.rounds)
     cells = len(args.conditions.split(",")) * len(args.seeds.split(","))
-    print(f"grid: {args.conditions} × seeds {args.seeds} = {cells} runs × {args.steps} steps "
-          f"{' '.join(args.overrides)}".rstrip())
-    print(f"{'':8} {'wall s':>8} {'peak MiB':>9}")
-    for name, (wall, mib) in (("single", single), ("basic", basic), ("packed", packed)):
-        print(f"{name:8} {wall:8.1f} {mib:9.0f}")
-    print(f"packed / basic wall: {packed[0] / basic[0]:.2f}× (target ≤ 0.35×)")
-    print(f"packed / single peak memory: {packed[1] / single[1]:.2f}× (target ≤ 2×)")
-    print(f"rows differing between packed and basic runs (timing fields aside): {differ} in {len(jobs)} runs")
-    one, grid = training_scaling(cells)
+    print(f"grid: {args.conditions} × seeds {args.seeds} = {cells} runs × {args.steps} steps, {args.rounds} "
+          f"round(s) {' '.join(args.overrides)}".rstrip())
+    print(f"{'':8} {'wall s':>8} {'peak MiB':>9}   (medians; each round's walls)")
+    wall = {k: statistics.median(w for w, _ in v) for k, v in found.items()}
+    peak = {k: statistics.median(m for _, m in v) for k, v in found.items()}
+    for name, rounds in found.items():
+        print(f"{name:8} {wall[name]:8.1f} {peak[name]:9.0f}   {', '.join(f'{w:.1f}' for w, _ in rounds)}")
+    ratios = ", ".join(f"{p[0] / b[0]:.2f}" for p, b in zip(found["packed"], found["basic"], strict=True))
+    print(f"packed / basic wall: {wall['packed'] / wall['basic']:.2f}× (target ≤ 0.35×; each round: {ratios})")
+    print(f"packed / single peak memory: {peak['packed'] / peak['single']:.2f}× (target ≤ 2×)")
+    print(f"rows differing between packed and basic runs (timing fields aside): {differ} in {runs} runs")
+    one, together = training_scaling(cells)
     print(f"forward + backward of the default policy: 64 rows {one * 1000:.0f} ms, {64 * cells} rows "
-          f"{grid * 1000:.0f} ms ({grid / one:.1f}× for {cells}× the rows)")
+          f"{together * 1000:.0f} ms ({together / one:.1f}× for {cells}× the rows)")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} (1 min)")
 
 
