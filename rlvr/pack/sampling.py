@@ -245,6 +245,14 @@ class PerCell(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.layout = layout
 
+    def __getattr__(self, name: str) -> Any:
+        """What the model reads of a layer besides calling it (PEFT reads its base layer's `weight` for the dtype):
+        the first cell's, alike in every cell."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["layers"][0], name)  # type: ignore[index]
+
     def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         parts = x.split(self.layout.current, dim=0)
         return torch.cat([layer(p, *args, **kwargs) for layer, p in zip(self.layers, parts, strict=True)], dim=0)
