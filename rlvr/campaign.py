@@ -141,7 +141,7 @@ class Plan:
         if self.pack_bases:
             lines.append(f"  memory: a pack holds {self.pack_bases} copy(ies) of the base weights (a seed's warm-up "
                          "makes its own base) and each run's adapter, optimizer state and merged sampling copy; 6 runs "
-                         "of the default task peaked at 1.5× one run (docs/measured/grid.md)")
+                         "of the default task peaked at 1.6× one run (docs/measured/grid.md)")
         if self.step_time_s:
             parallel = min(max(self.parallel, 1), len(self.packs))
             high = sum(self.max_steps * n * self.step_time_s for n in self.packs) / parallel

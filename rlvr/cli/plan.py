@@ -6,7 +6,8 @@ estimated wall time (total steps × median step time / runs at once; docs/predec
 engine=vllm what vLLM takes of the GPU beside the trainer while sampling and while training (engine.sleep_level);
 from a synchronous pilot, the step time sampling ahead of training would give (trainer.off_policy_steps=1).
 The step time is `--step-time`, or the median `step_time_s` of runs already in the campaign's folders (a pilot, or an
-earlier launch of the same campaign).
+earlier launch of the same campaign). A packed grid (`hydra/launcher=packed`, or slurm's `pack_size` > 1) also gets its
+packs, the base copies a pack holds and its wall time between all sampling shared and none (`packed`).
 
 `--pilot PATH` (a folder of pilot runs, at least 2 seeds per condition): the power lines `rlvr compare` prints,
 from the pilot's spread of seed-paired differences, for as many seeds as the campaign launches: the smallest
