@@ -41,7 +41,7 @@ def pilot_power(pilot: Path, metrics: list[str] | None, seeds: int, detect: floa
 
 def packed(cfg, jobs: list[list[str]]) -> list[int] | None:
     """The sizes of a packed grid's packs (hydra/launcher=packed, or slurm's pack_size > 1), grouped as the launcher
-    groups them (rlvr/launcher/packed.py) from each job's model, engine and backend choices; None: not packed."""
+    groups them (rlvr/launcher/packed.py) from each job's model, engine, backend and threads; None: not packed."""
     from rlvr.campaign import value_of
     from rlvr.launcher.packed import alone, packs
 
@@ -51,7 +51,7 @@ def packed(cfg, jobs: list[list[str]]) -> list[int] | None:
         return None
     shares = cfg.model.get("lora") is not None and not alone(cfg)
     keys = [None if not shares or value_of(job, "model.lora", "") == "null" else
-            "|".join(value_of(job, k, "") for k in ("model", "engine", "backend")) for job in jobs]
+            "|".join(value_of(job, k, "") for k in ("model", "engine", "backend", "threads")) for job in jobs]
     return [len(pack) for pack in packs(keys, size)]
 
 

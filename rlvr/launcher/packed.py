@@ -94,8 +94,8 @@ def packs(keys: Sequence[str | None], pack_size: int | None) -> list[list[int]]:
 def job_config(hydra_context: Any, config: DictConfig, overrides: Sequence[str], idx: int,
                job_id: str | None = None) -> DictConfig:
     """Job `idx`'s config, as Hydra's basic launcher and `run_job` make it: composed from the sweep's overrides,
-    its job number (and id: the number, or a SLURM task's job id) set, its run folder
-    `hydra.sweep.dir/hydra.sweep.subdir` made."""
+    its job number (and id: the number, or a SLURM task's job id) and its run folder
+    `hydra.sweep.dir/hydra.sweep.subdir` set (made only where the job runs: `cell_of`)."""
     from hydra.core.hydra_config import HydraConfig
 
     sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
@@ -106,7 +106,6 @@ def job_config(hydra_context: Any, config: DictConfig, overrides: Sequence[str],
     output_dir = os.path.join(str(sweep_config.hydra.sweep.dir), str(sweep_config.hydra.sweep.subdir))
     with read_write(sweep_config.hydra.runtime), open_dict(sweep_config.hydra.runtime):
         sweep_config.hydra.runtime.output_dir = os.path.abspath(output_dir)
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
     return sweep_config
 
 
@@ -229,6 +228,7 @@ def cell_of(cfg: DictConfig, task_function: Any, pack: str) -> tuple[Any, Any]:
     from rlvr.pack.cells import Cell
 
     HydraConfig.instance().set_config(cfg)
+    Path(cfg.hydra.runtime.output_dir).mkdir(parents=True, exist_ok=True)  # as `run_job` makes it, before the task
     task_cfg = copy.deepcopy(cfg)
     with read_write(task_cfg), open_dict(task_cfg):
         del task_cfg["hydra"]

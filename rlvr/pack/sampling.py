@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +53,11 @@ class Request:
     def alone(self) -> Rollouts:
         return self.engine.sample(self.prompt_ids_P, self.group_size, self.params, self.seeds, self.with_entropy)
 
+    @functools.cached_property
+    def key(self) -> tuple | None:
+        """`together_key`, worked out once."""
+        return together_key(self)
+
     def rows(self) -> int:
         return len(self.prompt_ids_P) * self.group_size
 
@@ -70,7 +76,7 @@ class CellEngine:
                with_entropy: bool = False) -> Rollouts:
         request = Request(self.engine, prompt_ids_P, group_size, params, group_seeds(seeds, len(prompt_ids_P)),
                           with_entropy)
-        if threading.current_thread() is not self.cell.thread or together_key(request) is None:
+        if threading.current_thread() is not self.cell.thread or request.key is None:
             return request.alone()  # a sampler thread of the cell's own, or a request no other could share: here
         return self.cell.wait_for(request)
 
@@ -83,6 +89,9 @@ class PackSampling:
     """Requests decoded in a batch with others."""
     alone: int = 0
     """Requests decoded by their own engine."""
+    modules: dict[tuple[int, ...], nn.Module] = dataclasses.field(default_factory=dict)
+    """The `per_cell_module` of the latest set of cells decoded together (the cells still sampling change as cells
+    end), made once per set; the pack's own, freed with it."""
 
     def answer(self, waiting: list[Cell]) -> None:
         """Sample the waiting cells' requests: together where `batches` allows, the rest alone."""
@@ -91,7 +100,7 @@ class PackSampling:
             results: list[Any] = []
             if len(batch) > 1:
                 try:
-                    results = sample_together([requests[i] for i in batch])
+                    results = sample_together([requests[i] for i in batch], self.modules)
                     self.together += len(batch)
                 except Exception:  # noqa: BLE001 - one cell's weights (non-finite logits…): each fails alone, below
                     results = []
@@ -121,7 +130,7 @@ def batches(requests: list[Request]) -> list[list[int]]:
     out: list[list[int]] = []
     open_: dict[tuple, list[int]] = {}
     for i, r in enumerate(requests):
-        key = together_key(r)
+        key = r.key
         if key is None:
             out.append([i])
             continue
@@ -137,11 +146,17 @@ def batches(requests: list[Request]) -> list[list[int]]:
 def together_key(r: Request) -> tuple | None:
     """What requests must share to be decoded together, or None when this one samples alone."""
     e = r.engine
-    if type(e) is not PyTorchEngine or e.worker is not None or e.activations is None or not fits(e, r):
+    if not decodes_here(e) or e.worker is not None or e.activations is None or not fits(e, r):
         return None
     longest = max(len(p) for p in r.prompt_ids_P)
     return (type(e.module), e.activations, e.pad_id, tuple(e.eos_ids), e.max_batch_rows, e.max_batch_mb,
             r.group_size, r.params, r.with_entropy, longest, next(e.module.parameters()).device)
+
+
+def decodes_here(engine: Any) -> bool:
+    """The engine declares that it samples with the trained module in this process (`trainer_module`: engine=pytorch,
+    whose decoding loop `Together` runs over several cells' rows)."""
+    return "trainer_module" in type(engine).needs({}).provides
 
 
 def fits(engine: PyTorchEngine, r: Request) -> bool:
@@ -164,12 +179,12 @@ def within_budget(engine: PyTorchEngine, requests: list[Request]) -> bool:
 
 
 @no_grad
-def sample_together(requests: list[Request]) -> list[Rollouts]:
+def sample_together(requests: list[Request], made: dict[tuple[int, ...], nn.Module] | None = None) -> list[Rollouts]:
     """One decoding loop over the requests' rows, each through its own engine's weights; each request's `Rollouts`
     as its engine alone returns them (module docstring)."""
     first = requests[0]
     counts = [r.rows() for r in requests]
-    module = per_cell_module([r.engine.module for r in requests])
+    module = per_cell_module([r.engine.module for r in requests], {} if made is None else made)
     engine = Together(module, counts, first.engine)
     prompts = [p for r in requests for p in r.prompt_ids_P]
     seeds = [s for r in requests for s in r.seeds]
@@ -258,15 +273,12 @@ class PerCell(nn.Module):
         return torch.cat([layer(p, *args, **kwargs) for layer, p in zip(self.layers, parts, strict=True)], dim=0)
 
 
-_cache: dict[tuple[int, ...], nn.Module] = {}
-
-
-def per_cell_module(modules: list[nn.Module]) -> nn.Module:
+def per_cell_module(modules: list[nn.Module], made: dict[tuple[int, ...], nn.Module]) -> nn.Module:
     """A module of the cells' common structure whose every layer holding weights is a `PerCell` of theirs (the
     others, and the structure, copied from the first; no weight is copied). Made once per set of modules."""
     key = tuple(id(m) for m in modules)
-    if key in _cache:
-        return _cache[key]
+    if key in made:
+        return made[key]
     first = modules[0]
     tensors = {id(t): t for t in [*first.parameters(), *first.buffers()]}
     packed = copy.deepcopy(first, memo=tensors)
@@ -278,6 +290,6 @@ def per_cell_module(modules: list[nn.Module]) -> nn.Module:
         setattr(packed.get_submodule(parent) if parent else packed, child, PerCell(layers, layout))
     packed.register_forward_pre_hook(layout.choose, with_kwargs=True)
     packed.pack_layout = layout  # type: ignore[assignment]
-    _cache.clear()  # the cells still sampling change as cells end: keep the latest set only
-    _cache[key] = packed
+    made.clear()  # the cells still sampling change as cells end: keep the latest set only
+    made[key] = packed
     return packed
