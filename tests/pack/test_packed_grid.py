@@ -43,11 +43,9 @@ def comparable(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in NONDETERMINISTIC_KEYS} for r in rows]
 
 
-@pytest.fixture(scope="module", params=["single_turn", "guess"])
-def runs(request, tmp_path_factory):
-    """Per variant: the four runs alone (a process each) and the packed grid of the same four."""
-    extra = GUESS if request.param == "guess" else []
-    tmp = tmp_path_factory.mktemp(request.param)
+def alone_and_packed(tmp: Path, extra: list[str]) -> tuple[list, Path, str]:
+    """The four runs alone (a process each) and the packed grid of the same four: their comparable rows, the
+    packed grid's folder, its console output."""
     alone = []
     for condition, seed in JOBS:
         out = tmp / f"alone-{condition}-{seed}"
@@ -56,7 +54,23 @@ def runs(request, tmp_path_factory):
         alone.append(comparable(out))
     proc = train(packed_grid(tmp / "packed", extra))
     assert proc.returncode == 0, proc.output[-3000:]
-    return request.param, alone, tmp / "packed", proc.output
+    return alone, tmp / "packed", proc.output
+
+
+@pytest.fixture(scope="module")
+def single_turn(tmp_path_factory):
+    return alone_and_packed(tmp_path_factory.mktemp("single_turn"), [])
+
+
+@pytest.fixture(scope="module")
+def guess(tmp_path_factory):
+    return alone_and_packed(tmp_path_factory.mktemp("guess"), GUESS)
+
+
+@pytest.fixture(params=["single_turn", "guess"])
+def runs(request):
+    """Per variant: the variant, the four runs alone and the packed grid of the same four."""
+    return request.param, *request.getfixturevalue(request.param)
 
 
 def test_each_cell_writes_the_rows_of_its_run_alone(runs):
@@ -105,10 +119,8 @@ def signal_after(args: list[str], sweep_dir: Path, rows: int, signum: int) -> su
     return proc
 
 
-def test_a_stop_signal_checkpoints_every_cell(runs, tmp_path):
-    variant, alone, _, _ = runs
-    if variant != "single_turn":
-        pytest.skip("one variant is enough here")
+def test_a_stop_signal_checkpoints_every_cell(single_turn, tmp_path):
+    alone, _, _ = single_turn
     args = packed_grid(tmp_path, [])
     stopped = signal_after(args, tmp_path, 2 * len(JOBS), signal.SIGTERM)
     assert stopped.returncode == 75  # checkpointed: requeue me
@@ -121,10 +133,8 @@ def test_a_stop_signal_checkpoints_every_cell(runs, tmp_path):
         assert comparable(tmp_path / str(number)) == rows, f"job {number}"
 
 
-def test_a_killed_pack_resumes_every_cell_exactly(runs, tmp_path):
-    variant, alone, _, _ = runs
-    if variant != "single_turn":
-        pytest.skip("one variant is enough here")
+def test_a_killed_pack_resumes_every_cell_exactly(single_turn, tmp_path):
+    alone, _, _ = single_turn
     args = packed_grid(tmp_path, [])
     at = random.Random().randint(1, len(JOBS) * STEPS - 2)  # training rows written by all cells together
     proc = signal_after(args, tmp_path, at, signal.SIGKILL)
