@@ -162,6 +162,10 @@ class ModelPreset(Protocol):
         """(module, tokenizer); `seed` initialises weights that are built rather than loaded."""
         ...
 
+    def skeleton(self) -> PreTrainedModel:
+        """The module on the meta device: its shapes and dtype without weights or memory (a pack's memory plan)."""
+        ...
+
     def load_tokenizer(self) -> tuple[Any, list[int]]:
         """(tokenizer, every id that ends a completion) without the weights, for a backend whose policy lives
         on a service (Tinker)."""

@@ -39,20 +39,35 @@ def pilot_power(pilot: Path, metrics: list[str] | None, seeds: int, detect: floa
     return lines
 
 
-def packed(cfg, jobs: list[list[str]]) -> list[int] | None:
+def packed(cfg, jobs: list[list[str]]) -> tuple[list[int] | None, str | None]:
     """The sizes of a packed grid's packs (hydra/launcher=packed, or slurm's pack_size > 1), grouped as the launcher
-    groups them (rlvr/launcher/packed.py) from each job's model, engine, backend and threads; None: not packed."""
+    groups them (rlvr/launcher/packed.py) from each job's model, engine, backend and threads, and with pack_size
+    null sized to the memory free on this machine (rlvr/pack/fit.py: its line, else None); None: not packed."""
     from rlvr.campaign import value_of
     from rlvr.launcher.packed import alone, packs
+    from rlvr.pack.fit import base_of, budget, filling
 
     launcher = cfg.hydra.launcher
     size = launcher.get("pack_size", 1)
     if "Packed" not in str(launcher.get("_target_", "")) or size == 1:
-        return None
+        return None, None
     shares = cfg.model.get("lora") is not None and not alone(cfg)
     keys = [None if not shares or value_of(job, "model.lora", "") == "null" else
             "|".join(value_of(job, k, "") for k in ("model", "engine", "backend", "threads")) for job in jobs]
-    return [len(pack) for pack in packs(keys, size)]
+    found = budget(cfg) if size is None and shares else None
+    bases = [base_of(value_of(job, "seed", "-"), cfg.trainer.warmup.steps) for job in jobs]
+    sizes = [len(pack) for pack in packs(keys, size, filling(bases, found) if found else None)]
+    return sizes, f"pack size (pack_size null): {found.describe()}" if found else None
+
+
+def first_values(overrides: list[str]) -> list[str]:
+    """The overrides with each sweep (`seed=0,1,2`) at its first value: Hydra composes one job, not a sweep (the
+    grid is expanded from the overrides as given)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return [f"{p.get_key_element()}={next(iter(p.sweep_string_iterator()))}" if p.is_sweep_override() else o
+            for o, p in zip(overrides, parsed, strict=True)]
 
 
 def run(overrides: list[str], conf: Path, step_time: float | None, parallel: int | None,
@@ -73,7 +88,7 @@ def run(overrides: list[str], conf: Path, step_time: float | None, parallel: int
     if not (conf / "train.yaml").is_file():
         raise CliError(f"{conf}: no train.yaml there (run from the repository root or pass --conf)")
     with initialize_config_dir(config_dir=str(conf.resolve()), version_base="1.3"):
-        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+        cfg = compose("train", overrides=first_values(overrides), return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)
     params = dict(cfg.hydra.sweeper.params or {})
     if not params and not any("," in o for o in overrides):
@@ -81,14 +96,15 @@ def run(overrides: list[str], conf: Path, step_time: float | None, parallel: int
     jobs = expand_grid(params, overrides)
     root = Path(cfg.hydra.sweep.dir)
     parallel = parallel or int(cfg.hydra.launcher.get("array_parallelism", 0) or 1)
-    packs = packed(cfg, jobs)
+    packs, sizing = packed(cfg, jobs)
     if packs is not None and not cfg.hydra.launcher.get("array_parallelism"):
         parallel = 1  # hydra/launcher=packed: one pack after another
     bases = len({value_of(job, "seed", "-") for job in jobs}) if cfg.trainer.warmup.steps > 0 else 1
     plan = Plan(jobs, int(cfg.trainer.max_steps), step_time or measured_step_time(root), parallel, planned_memory(cfg),
                 overlapped_step_time(root), packs, measured_sample_time(root),
                 min(bases, max(packs)) if packs and max(packs) > 1 else 0)
-    text = f"{plan.describe()}\n  runs land in: {root}/<condition>/seed=<seed>"
+    text = "\n".join([plan.describe(), *([f"  {sizing}"] if sizing else []),
+                      f"  runs land in: {root}/<condition>/seed=<seed>"])
     if pilot is None:
         return text
     seeds = len({value_of(job, "seed", "-") for job in jobs})

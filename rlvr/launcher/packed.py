@@ -5,9 +5,9 @@
 Each job is composed exactly as the basic launcher composes it (the same overrides, `hydra.sweep.dir/<job num>` as
 its run folder). Jobs that can share a process share one: LoRA runs of the same `model` node (the same base weights
 and LoRA shape), `engine` and `backend`, sampled by engine=pytorch and trained by backend=local (`group_key`). Each
-such group runs as packs of at most `pack_size` runs (null: the whole group), one pack after another in this process;
-each pack's runs are its cells (rlvr/pack/): ordinary runs, in lockstep, their sampling batched. Any other run is a
-pack of its own, and the log says why.
+such group runs as packs of at most `pack_size` runs (null: as many as fit in the memory free, rlvr/pack/fit.py),
+one pack after another in this process; each pack's runs are its cells (rlvr/pack/): ordinary runs, in lockstep,
+their sampling batched. Any other run is a pack of its own, and the log says why.
 
 A cell that fails (its run fails, or its config is refused) ends with its own status and reason; the others go on.
 At the end, the command's exit status is the worst of its cells' as `python train.py` would give it: 75 when any
@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -73,11 +73,13 @@ def why_alone(cfg: DictConfig) -> str:
     return f"engine={engine}, backend={backend}: a pack shares engine=pytorch and backend=local only"
 
 
-def packs(keys: Sequence[str | None], pack_size: int | None) -> list[list[int]]:
-    """The jobs' indices, pack by pack: jobs of one key in order of the sweep, at most `pack_size` a pack."""
+def packs(keys: Sequence[str | None], pack_size: int | None,
+          fits: Callable[[list[int]], bool] | None = None) -> list[list[int]]:
+    """The jobs' indices, pack by pack: jobs of one key in the sweep's order, at most `pack_size` a pack; with
+    pack_size null, as many as `fits` allows (at least one; without `fits`, the whole group)."""
     if pack_size is not None and pack_size < 1:
-        raise ValueError(f"hydra.launcher.pack_size={pack_size}: expected a positive number of runs, or null (a "
-                         "group's runs all in one pack)")
+        raise ValueError(f"hydra.launcher.pack_size={pack_size}: expected a positive number of runs, or null (as "
+                         "many runs of a group as fit in memory)")
     groups: dict[str, list[int]] = {}
     out: list[list[int]] = []
     for i, key in enumerate(keys):
@@ -85,10 +87,30 @@ def packs(keys: Sequence[str | None], pack_size: int | None) -> list[list[int]]:
             out.append([i])
         else:
             groups.setdefault(key, []).append(i)
-    size = pack_size or max((len(g) for g in groups.values()), default=1)
     for group in groups.values():
-        out += [group[start : start + size] for start in range(0, len(group), size)]
+        out.append([])
+        for i in group:
+            full = len(out[-1]) == pack_size if pack_size else fits is not None and not fits([*out[-1], i])
+            if out[-1] and full:
+                out.append([])
+            out[-1].append(i)
     return sorted(out)
+
+
+def fitting(configs: list[DictConfig], keys: Sequence[str | None]) -> Callable[[list[int]], bool] | None:
+    """pack_size null: whether jobs fit one pack in the memory free where they train (rlvr/pack/fit.py), each
+    group's budget worked out once and logged; None when no group's model can be sized here."""
+    from rlvr.pack.fit import base_of, budget, filling
+
+    bases = [base_of(c.seed, c.trainer.warmup.steps) for c in configs]
+    fits: dict[str, Callable[[list[int]], bool]] = {}
+    for i, key in enumerate(keys):
+        if key is not None and key not in fits:
+            found = budget(configs[i])
+            if found is not None:
+                log.info("pack size: %s", found.describe())
+            fits[key] = filling(bases, found) if found is not None else (lambda pack: True)
+    return (lambda pack: fits[cast(str, keys[pack[0]])](pack)) if fits else None
 
 
 def job_config(hydra_context: Any, config: DictConfig, overrides: Sequence[str], idx: int,
@@ -128,6 +150,15 @@ def exit_status(results: list[Any]) -> int:
     return max(codes, default=0)
 
 
+def stopped(returns: Sequence[Any]) -> bool:
+    """A cell of the pack stopped on a signal (SIGTERM, SIGINT…: checkpointed), so the sweep stops as a sweep of the
+    basic launcher does when its run is stopped."""
+    from rlvr.preemption import INTERRUPT_EXIT_CODE, REQUEUE_EXIT_CODE
+
+    return any(code_of(r._return_value) in (INTERRUPT_EXIT_CODE, REQUEUE_EXIT_CODE)
+               for r in returns if r.status.name == "FAILED")
+
+
 class PackedLauncher(Launcher):
     """Hydra's launcher for `hydra/launcher=packed` (module docstring); registered with Hydra under
     hydra_plugins/rlvr_launchers/ (Hydra takes launchers from that package only)."""
@@ -153,7 +184,8 @@ class PackedLauncher(Launcher):
         for i, overrides in enumerate(job_overrides):
             log.info("\t#%d : %s", initial_job_idx + i, " ".join(filter_overrides(overrides)))
             configs.append(job_config(self.hydra_context, self.config, overrides, initial_job_idx + i))
-        grouped = packs([group_key(c) for c in configs], self.pack_size)
+        keys = [group_key(c) for c in configs]
+        grouped = packs(keys, self.pack_size, None if self.pack_size else fitting(configs, keys))
         returns: list[Any] = [None] * len(configs)
         for number, pack in enumerate(grouped):
             why = "" if len(pack) > 1 else f" ({why_alone(configs[pack[0]])})"
@@ -163,7 +195,12 @@ class PackedLauncher(Launcher):
                               self.hydra_context.callbacks)
             for i, ret in zip(pack, cells, strict=True):
                 returns[i] = ret
-        status = exit_status([r._return_value if r.status.name == "FAILED" else None for r in returns])
+            if stopped(cells) and number + 1 < len(grouped):
+                log.info("stopped by a signal: packs %d to %d not started (the same command continues the sweep)",
+                         number + 2, len(grouped))
+                break
+        status = exit_status([r._return_value if r is not None and r.status.name == "FAILED" else None
+                              for r in returns])
         if status:
             raise SystemExit(status)
         return returns

@@ -28,7 +28,7 @@ from rlvr.protocols import Needs
 from rlvr.types import LoraSpec
 
 if TYPE_CHECKING:
-    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 torch = lazy_import("torch")
 tokenizers = lazy_import("tokenizers")
@@ -79,7 +79,19 @@ class MazeQwen2:
 
     def load(self, seed: int) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
         tokenizer = build_maze_tokenizer()
-        config = transformers.LlamaConfig(
+        torch.manual_seed(seed)
+        model = transformers.LlamaForCausalLM(self._config(tokenizer)).to(getattr(torch, self.dtype))
+        model.config._attn_implementation = "eager"  # as model=tiny: faster than sdpa at this size on a CPU
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        return model, tokenizer
+
+    def skeleton(self) -> LlamaForCausalLM:
+        with torch.device("meta"):
+            return transformers.LlamaForCausalLM(self._config(build_maze_tokenizer())).to(getattr(torch, self.dtype))
+
+    def _config(self, tokenizer: PreTrainedTokenizerFast) -> LlamaConfig:
+        return transformers.LlamaConfig(
             vocab_size=len(tokenizer),
             hidden_size=self.hidden_size,
             intermediate_size=self.intermediate_size,
@@ -97,9 +109,3 @@ class MazeQwen2:
             bos_token_id=None,
             tie_word_embeddings=True,
         )
-        torch.manual_seed(seed)
-        model = transformers.LlamaForCausalLM(config).to(getattr(torch, self.dtype))
-        model.config._attn_implementation = "eager"  # as model=tiny: faster than sdpa at this size on a CPU
-        model.generation_config.pad_token_id = tokenizer.pad_token_id
-        model.generation_config.eos_token_id = tokenizer.eos_token_id
-        return model, tokenizer

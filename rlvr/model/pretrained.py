@@ -208,6 +208,13 @@ class Pretrained:
         check_all_loaded(self.name_or_path, type(model).__name__, info["missing_keys"])
         return model, tokenizer
 
+    def skeleton(self) -> PreTrainedModel:
+        config = transformers.AutoConfig.from_pretrained(self.name_or_path, revision=self.revision,
+                                                         trust_remote_code=self.trust_remote_code)
+        with torch.device("meta"):
+            return transformers.AutoModelForCausalLM.from_config(config, dtype=getattr(torch, self.dtype),
+                                                                 trust_remote_code=self.trust_remote_code)
+
     def load_tokenizer(self) -> tuple[PreTrainedTokenizerBase, list[int]]:
         """The tokenizer and the EOS ids of the tokenizer and of `generation_config.json` (no weights read)."""
         tokenizer = self._tokenizer()

@@ -21,7 +21,7 @@ from rlvr.protocols import Needs
 from rlvr.types import LoraSpec
 
 if TYPE_CHECKING:
-    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 torch = lazy_import("torch")
 tokenizers = lazy_import("tokenizers")
@@ -75,7 +75,21 @@ class TinyLlama:
 
     def load(self, seed: int) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
         tokenizer = build_char_tokenizer(self.alphabet, self.chat_template)
-        config = transformers.LlamaConfig(
+        torch.manual_seed(seed)
+        # eager attention: measured faster than sdpa at this size (docs/cpu-recipe.md)
+        model = transformers.LlamaForCausalLM(self._config(tokenizer)).to(getattr(torch, self.dtype))
+        model.config._attn_implementation = "eager"
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        return model, tokenizer
+
+    def skeleton(self) -> LlamaForCausalLM:
+        with torch.device("meta"):
+            tokenizer = build_char_tokenizer(self.alphabet, self.chat_template)
+            return transformers.LlamaForCausalLM(self._config(tokenizer)).to(getattr(torch, self.dtype))
+
+    def _config(self, tokenizer: PreTrainedTokenizerFast) -> LlamaConfig:
+        return transformers.LlamaConfig(
             vocab_size=len(tokenizer),
             hidden_size=self.hidden_size,
             intermediate_size=self.intermediate_size,
@@ -88,10 +102,3 @@ class TinyLlama:
             bos_token_id=None,
             tie_word_embeddings=True,
         )
-        torch.manual_seed(seed)
-        # eager attention: measured faster than sdpa at this size (docs/cpu-recipe.md)
-        model = transformers.LlamaForCausalLM(config).to(getattr(torch, self.dtype))
-        model.config._attn_implementation = "eager"
-        model.generation_config.pad_token_id = tokenizer.pad_token_id
-        model.generation_config.eos_token_id = tokenizer.eos_token_id
-        return model, tokenizer

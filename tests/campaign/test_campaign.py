@@ -145,3 +145,6 @@ def test_rlvr_plan_groups_a_packed_grid_as_the_launcher_does(launcher, packs):
     proc = rlvr("plan", "campaign=smoke", *launcher, "--step-time", "0.07")
     assert proc.returncode == 0, proc.stderr
     assert packs in proc.stdout
+    sized = "hydra.launcher.pack_size=3" not in launcher and "model.lora=null" not in launcher and "packed" in packs
+    assert ("pack size (pack_size null): a cell 61 MiB, a base copy 2 MiB" in proc.stdout) is (
+        sized and launcher[0] == "hydra/launcher=packed")  # rlvr/pack/fit.py; the arithmetic: tests/pack/test_packs.py

@@ -1,6 +1,7 @@
 """`hydra/launcher=packed`: each cell of a packed grid writes the very rows its run alone writes (timing fields
-aside), single-turn and multi-turn; a cell fails alone; a pack killed with SIGKILL and launched again resumes every
-cell to the rows of an uninterrupted pack, and skips the cells that had finished."""
+aside), single-turn and multi-turn; a cell fails alone; a stop signal checkpoints a pack's cells and starts no
+later pack; a pack killed with SIGKILL and launched again resumes every cell to the rows of an uninterrupted pack,
+and skips the cells that had finished."""
 
 import json
 import os
@@ -119,14 +120,15 @@ def signal_after(args: list[str], sweep_dir: Path, rows: int, signum: int) -> su
     return proc
 
 
-def test_a_stop_signal_checkpoints_every_cell(single_turn, tmp_path):
+def test_a_stop_signal_checkpoints_every_cell_and_ends_the_sweep(single_turn, tmp_path):
     alone, _, _ = single_turn
-    args = packed_grid(tmp_path, [])
-    stopped = signal_after(args, tmp_path, 2 * len(JOBS), signal.SIGTERM)
+    args = [*packed_grid(tmp_path, []), "hydra.launcher.pack_size=2"]  # jobs 0, 1 then jobs 2, 3
+    stopped = signal_after(args, tmp_path, 2 * 2, signal.SIGTERM)  # 2 rows a cell of the first pack
     assert stopped.returncode == 75  # checkpointed: requeue me
-    for number in range(len(JOBS)):
+    for number in (0, 1):
         status = json.loads((tmp_path / str(number) / "status.json").read_text())
         assert status["state"] == "preempted" and "checkpoint saved" in status["reason"]
+    assert not (tmp_path / "2").exists() and not (tmp_path / "3").exists()  # the second pack never started
     again = train(args)
     assert again.returncode == 0, again.output[-3000:]
     for number, rows in enumerate(alone):

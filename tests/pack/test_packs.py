@@ -1,10 +1,15 @@
 """How `hydra/launcher=packed` groups a sweep's jobs into packs (rlvr/launcher/packed.py): the runs of one model,
-engine and backend together, at most `pack_size` a pack, in the sweep's order; a run that shares nothing alone."""
+engine and backend together, at most `pack_size` a pack (null: as many as fit in memory, rlvr/pack/fit.py), in the
+sweep's order; a run that shares nothing alone."""
 
 import pytest
+import transformers
 
 from composing import compose_config
 from rlvr.launcher.packed import exit_status, group_key, packs, why_alone
+from rlvr.model.pretrained import Pretrained
+from rlvr.model.tiny import TinyLlama
+from rlvr.pack.fit import CELL_OVERHEAD_MIB, Budget, base_of, budget, filling, host_available
 
 
 def test_jobs_of_one_key_share_packs_of_at_most_pack_size():
@@ -14,6 +19,57 @@ def test_jobs_of_one_key_share_packs_of_at_most_pack_size():
     assert packs(keys, 1) == [[0], [1], [2], [3], [4], [5]]
     with pytest.raises(ValueError, match="hydra.launcher.pack_size=0: expected a positive number"):
         packs(keys, 0)
+
+
+def test_pack_size_null_fills_packs_as_memory_allows():
+    # A budget of 1000 bytes, of which a pack may fill 80 % = 800: a base copy 100, a cell 200.
+    #   3 cells of 2 seeds' bases: 2 × 100 + 3 × 200 = 800 ≤ 800 fits; 3 cells of 3 bases: 900 does not.
+    room = Budget(free=1000, base=100, cell=200, where="this host")
+    assert room.fits(3, 2) and not room.fits(3, 3)
+    keys = ["a", "a", "a", "a", "b"]
+    bases = [base_of(seed, warmup_steps=100) for seed in (0, 1, 2, 0, 5)]  # a warm-up: a base a seed
+    assert bases == ["0", "1", "2", "0", "5"] and base_of(7, warmup_steps=0) == ""
+    # jobs 0, 1, 2 of seeds 0, 1, 2 would hold 3 bases: job 2 opens a second pack, which job 3 (seed 0) joins
+    assert packs(keys, None, filling(bases, room)) == [[0, 1], [2, 3], [4]]
+    assert packs(keys, 3, filling(bases, room)) == [[0, 1, 2], [3], [4]]  # a pack_size given wins
+    tight = Budget(free=100, base=100, cell=200, where="this host")
+    assert packs(keys, None, filling(bases, tight)) == [[0], [1], [2], [3], [4]]  # never less than a run a pack
+
+
+def test_a_cells_memory_is_its_adapter_and_optimizer_beside_one_base():
+    # model=tiny: 2 layers, hidden 128, intermediate 512, 4 heads of 32, float32; LoRA rank 8 on all 7 projections:
+    #   a layer: q, k, v, o 4 × 8 × (128 + 128) = 8192, gate, up, down 3 × 8 × (128 + 512) = 15360 → 23552
+    #   2 layers: 47104 adapter weights, each with its gradient (4 + 4 bytes) and Adam's 2 moments (8 bytes)
+    found = budget(compose_config([]))
+    assert found is not None
+    assert found.cell == 47104 * (2 * 4 + 8) + CELL_OVERHEAD_MIB * 2**20
+    module, _ = TinyLlama(**{k: v for k, v in compose_config([]).model.items() if k not in {"_target_", "lora"}},
+                          lora=None).load(seed=0)
+    assert found.base == sum(p.numel() * 4 for p in module.parameters())  # the real module's bytes, tied once
+    assert found.where == "this host" and found.free > 0
+
+
+def test_a_pretrained_models_shape_is_read_from_its_config_alone(tmp_path):
+    config = transformers.LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1)
+    config.save_pretrained(tmp_path)  # no weights: the skeleton reads config.json only
+    skeleton = Pretrained(str(tmp_path), None, "bfloat16", None, None).skeleton()
+    real = transformers.LlamaForCausalLM(config)
+    assert skeleton.device.type == "meta" and next(skeleton.parameters()).dtype.itemsize == 2
+    assert sum(p.numel() for p in skeleton.parameters()) == sum(p.numel() for p in real.parameters())
+
+
+def test_free_host_memory_is_the_lower_of_meminfo_and_the_cgroups_room(tmp_path):
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/meminfo").write_text("MemTotal:  4000 kB\nMemAvailable:    3000 kB\n")
+    assert host_available(tmp_path) == 3000 * 1024  # no cgroup files
+    cgroup = tmp_path / "sys/fs/cgroup"
+    cgroup.mkdir(parents=True)
+    (cgroup / "memory.max").write_text("max\n")
+    (cgroup / "memory.current").write_text("999\n")
+    assert host_available(tmp_path) == 3000 * 1024
+    (cgroup / "memory.max").write_text("2000000\n")
+    assert host_available(tmp_path) == 2000000 - 999
 
 
 @pytest.mark.parametrize("overrides, why", [

@@ -1,0 +1,129 @@
+"""How many runs a pack holds when `hydra.launcher.pack_size` is null: as many as fit in the memory left.
+
+A pack's cells share one copy of each distinct base (the cells of one seed share its warm-up's weights; without a
+warm-up every cell shares one) and take turns, so one cell's activations are live at a time; sampling together is
+bounded by the engine's `max_batch_rows`, whatever the number of cells. What grows with the cells is each cell's own:
+
+    pack bytes = bases × base + cells × (trainable × (2 × weight bytes + 8) + CELL_OVERHEAD_MIB)
+
+where `base` is the base weights' bytes and `trainable` the adapter's parameters (each with its gradient in the
+weights' dtype and Adam's two float32 moments), both counted on the model built on the meta device with its LoRA
+attached (no weights read, no memory taken). A pack fits when its bytes are at most `SHARE` of what is free where
+the runs train: the GPU's free memory (backend.device cuda, or auto with one visible), else the host's available
+memory (MemAvailable, or the cgroup's limit less its use when lower). The jobs of a group fill packs in the sweep's
+order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+log = logging.getLogger("rlvr")
+
+CELL_OVERHEAD_MIB = 60
+"""What a cell holds beyond its adapter and optimizer (its data, held-out set, rollouts, its run's objects), as
+measured: `python -m bench.grid` gives 804 MiB peak for 6 cells of the default task against 508 MiB for one run
+(59 MiB a cell, docs/measured/grid.md)."""
+
+SHARE = 0.8
+"""The fraction of the free memory a pack may plan to fill: the rest is for allocator slack and other jobs."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The memory a pack may fill and what its parts take, in bytes."""
+
+    free: int
+    """Free memory where the runs train (`free_memory`)."""
+    base: int
+    """One copy of the base weights."""
+    cell: int
+    """One cell's own: its adapter, gradients, Adam moments and `CELL_OVERHEAD_MIB`."""
+    where: str
+    """"the GPU" or "this host": where `free` was read."""
+
+    def fits(self, cells: int, bases: int) -> bool:
+        return bases * self.base + cells * self.cell <= SHARE * self.free
+
+    def describe(self) -> str:
+        mib = 2**20
+        return (f"a cell {self.cell / mib:.0f} MiB, a base copy {self.base / mib:.0f} MiB, "
+                f"{self.free / 2**30:.1f} GiB free on {self.where} (a pack fills at most {SHARE:.0%} of it)")
+
+
+def budget(cfg: DictConfig) -> Budget | None:
+    """The budget of a pack of `cfg`'s runs (a LoRA run: its model node with `lora`); None when its model cannot be
+    built without its weights here (a pretrained model whose config is not on this machine), then the log says so."""
+    from hydra.utils import instantiate
+
+    try:
+        preset = instantiate(cfg.model, _convert_="all")
+        module = preset.skeleton()
+    except Exception as error:  # noqa: BLE001 - the plan is an estimate; the runs say what is wrong themselves
+        log.info("pack size: the model's shape is not known here (%s: %s)", type(error).__name__, error)
+        return None
+    base, trainable, weight_bytes = adapted_sizes(module, preset.lora)
+    cell = trainable * (2 * weight_bytes + 8) + CELL_OVERHEAD_MIB * 2**20
+    free, where = free_memory(on_gpu(cfg))
+    return Budget(free, base, cell, where)
+
+
+def adapted_sizes(module: Any, lora: Any) -> tuple[int, int, int]:
+    """(base bytes, adapter parameters, bytes of a weight) of a meta-device module once `lora` is attached."""
+    import peft
+
+    base = sum(p.numel() * p.element_size() for p in module.parameters())
+    weight_bytes = next(module.parameters()).element_size()
+    adapted = peft.get_peft_model(module, lora.to_peft())
+    return base, sum(p.numel() for p in adapted.parameters() if p.requires_grad), weight_bytes
+
+
+def on_gpu(cfg: DictConfig) -> bool:
+    """The runs train on a CUDA device (backend.device cuda…, or auto where torch sees one)."""
+    device = str(cfg.backend.get("device", "auto"))
+    if device.startswith("cuda"):
+        return True
+    if device != "auto":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def free_memory(gpu: bool) -> tuple[int, str]:
+    """(bytes free, where): the current CUDA device's free memory, or the host's (`host_available`)."""
+    if gpu:
+        import torch
+
+        return torch.cuda.mem_get_info()[0], "the GPU"
+    return host_available(), "this host"
+
+
+def host_available(root: Path = Path("/")) -> int:
+    """MemAvailable from /proc/meminfo, or the cgroup (v2) limit less its current use when that is lower."""
+    meminfo = (root / "proc/meminfo").read_text().splitlines()
+    available = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+    cgroup = root / "sys/fs/cgroup"
+    try:
+        limit = (cgroup / "memory.max").read_text().strip()
+        used = int((cgroup / "memory.current").read_text())
+    except OSError:
+        return available
+    return available if limit == "max" else min(available, int(limit) - used)
+
+
+def filling(bases: list[str], budget: Budget) -> Callable[[list[int]], bool]:
+    """Whether the jobs at these indices fit one pack: its cells and their distinct bases (`bases[i]`: which base
+    job i's cell starts from, `base_of`)."""
+    return lambda pack: budget.fits(len(pack), len({bases[i] for i in pack}))
+
+
+def base_of(seed: object, warmup_steps: int) -> str:
+    """Which base a run's cell shares: its seed's when a warm-up trains the base, else the model's one base."""
+    return str(seed) if warmup_steps > 0 else ""
