@@ -41,6 +41,13 @@ def test_rlvr_plan_previews_the_predecessors_ablation():
     assert "10 h 25 min" in proc.stdout
 
 
+def test_rlvr_plan_takes_a_sweep_from_the_command_line():
+    proc = rlvr("plan", "condition=grpo,maxrl", "seed=0,1,2", "trainer.max_steps=10", "--step-time", "2")
+    assert proc.returncode == 0, proc.stderr
+    # 2 × 3 = 6 runs × 10 steps = 60 steps; × 2 s / 1 at once = 120 s = 2 min 00 s
+    assert "2 conditions × 3 seeds = 6 runs × 10 steps = 60 steps" in proc.stdout and "2 min 00 s" in proc.stdout
+
+
 def train(*overrides):
     return subprocess.run([sys.executable, "train.py", *overrides], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
