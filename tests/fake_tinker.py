@@ -12,6 +12,10 @@ Fault injection: `FAIL[method] = n` makes the next n submits of `method` raise a
 methods whose submit blocks for an hour (as the real SDK can against an unreachable service); `LATE[method] = n`
 makes the next n futures of `method` fail from `.result`, after the request was sent.
 
+Service time: `DELAY[method] = s` makes each future of `method` answer `s` seconds after its submit (`.result`
+sleeps until then, as a real future waits for the service); `TIMES` records (method, submitted, answered) of every
+answered future (`time.perf_counter`), so a test can tell whether two calls were in flight at once.
+
 The service's storage is `STATES`: path → optimizer steps of the saved state, so a second backend in the
 same process can load what a first one saved (a resumed run). `reset()` clears everything.
 """
@@ -35,12 +39,15 @@ BAD: dict[str, int] = {}
 HANG: set[str] = set()
 LATE: dict[str, int] = {}
 """method → n: the next n futures of `method` raise a transient error from `.result` (after being sent)."""
+DELAY: dict[str, float] = {}
+TIMES: list[tuple[str, float, float]] = []
 STATES: dict[str, int] = {}
 SERVICES: list[FakeServiceClient] = []
 
 
 def reset() -> None:
     CALLS.clear(), FAIL.clear(), BAD.clear(), HANG.clear(), LATE.clear(), STATES.clear(), SERVICES.clear()
+    DELAY.clear(), TIMES.clear()
 
 
 def calls(method: str) -> list[dict]:
@@ -51,11 +58,15 @@ class FakeFuture:
     def __init__(self, value: Any, method: str = "") -> None:
         self.value = value
         self.method = method
+        self.submitted = time.perf_counter()
 
     def result(self, timeout: float | None = None) -> Any:
         if LATE.get(self.method, 0) > 0:
             LATE[self.method] -= 1
             raise tinker.APIConnectionError(request=httpx.Request("POST", f"https://fake.tinker/{self.method}"))
+        answered = self.submitted + DELAY.get(self.method, 0.0)
+        time.sleep(max(answered - time.perf_counter(), 0.0))
+        TIMES.append((self.method, self.submitted, time.perf_counter()))
         return self.value
 
 
@@ -109,7 +120,7 @@ class FakeTrainingClient:
     def optim_step(self, optim_params=None, *, adam_params=None) -> FakeFuture:
         _submit("optim_step", optim_params=optim_params or adam_params)
         self.steps += 1
-        return FakeFuture(types.OptimStepResponse(metrics={"fake:step": float(self.steps)}))
+        return FakeFuture(types.OptimStepResponse(metrics={"fake:step": float(self.steps)}), "optim_step")
 
     def save_weights_and_get_sampling_client(self, name=None, **kwargs) -> FakeFuture:
         _submit("save_weights_and_get_sampling_client", run=self.run, steps=self.steps)

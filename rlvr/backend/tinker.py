@@ -8,6 +8,15 @@ training run; `policy` is a `TinkerPolicy` — the current `SamplingClient` plus
     forward_backward(datums, loss_fn, loss_fn_config) → optim_step(AdamParams(lr, β1, β2, eps, wd, clip))
     → save_weights_and_get_sampling_client()          (the next `engine.sync` samples from the new weights)
 
+Sampling ahead (`trainer.off_policy_steps` = k ≥ 1, rlvr/overlap.py): the engine samples steps n+1 … n+k from
+the sampler thread while `train_step` of step n runs here; both only submit SDK requests and wait on their
+futures, so sampling and training are in flight on the service together. Each `policy` is the snapshot sampler of
+the weights after `version` optimizer steps: the engine keeps the one it was synced with while later steps save
+new ones (rlvr/engine/tinker.py). `Calls` is shared by both threads: it keeps no state per call, and a campaign's
+`Throttle` counts a slot per call in flight whichever thread holds it. Not yet granted by config_check: with k ≥
+1 the trainer requires `decoupled_pi_old`, which only `algorithm.loss.correction` provides, and it requires
+`local_loss` (rlvr/algorithm/correction.py), which this backend does not compute.
+
 Datum of completion row r (prompt p_0…p_{L−1}, completion c_0…c_{n−1} with sampled logprobs ℓ_t and token
 advantages a_t), in the service's next-token alignment — input position i predicts token i+1 of the full
 sequence (tinker docs "Loss functions"; tinker-cookbook `trajectory_to_data`):
@@ -230,8 +239,6 @@ class TinkerBackend:
             provides=frozenset({"remote_policy"}) | clipping,
             errors=tuple(optimizer_errors(settings)),
             requires={"lora": "it trains LoRA adapters only"},
-            excludes={"sampled_ahead": "backend=tinker samples on the service from saved weights; overlapping it "
-                                       "through the SDK's asynchronous calls is not built"},
             machine=(
                 TINKER_PACKAGE,
                 EnvVar(settings["api_key_env"], "backend.api_key_env"),

@@ -15,6 +15,14 @@ of a stopped sequence, as tinker-cookbook's renderers expect when they parse a r
 token. A stopped sequence whose last token is not an EOS id is kept as returned (and logged once) rather
 than given an EOS with an invented log-probability.
 
+Sampling ahead (`trainer.off_policy_steps` ≥ 1, rlvr/overlap.py): `sample` runs in the sampler thread while the
+main thread trains. The SDK's calls return futures at once (`sample`, `forward_backward`, `optim_step`: the
+SDK's own event loop thread sends them; its `*_async` coroutines are deprecated in favour of these futures), so
+the two threads' requests are in flight on the service together. The engine samples from the `TinkerPolicy` of
+its last `sync` until the next one: a sampling client is the snapshot of the weights saved after `version`
+optimizer steps (`save_weights_and_get_sampling_client`), which later steps do not change, so a step samples from
+exactly the version `SampleAhead` synced (tests/backend/test_tinker_ahead.py).
+
 Seeds: each prompt gets its own seed derived from the step's sampler seed, so rollouts depend on (seed,
 step) as on the local engine; whether the service reproduces a seeded draw exactly is its business.
 
@@ -66,7 +74,8 @@ class TinkerEngine:
         """Nothing to give back: the sampler runs on the service."""
 
     def sample_beside_training(self, beside: bool) -> None:
-        """Never called: sampling ahead of training is refused with backend=tinker (rlvr/config_check.py)."""
+        """Nothing to move: sampling runs on the service, and this process only waits on the SDK's futures (the GIL
+        released), so the sampler thread's requests are in flight while the main thread's training calls are."""
 
     def close(self) -> None:
         """Nothing to release: the sampler belongs to the backend's service client."""

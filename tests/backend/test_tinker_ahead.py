@@ -1,0 +1,109 @@
+"""`backend=tinker` sampling ahead of training (`trainer.off_policy_steps=k`): rlvr/overlap.py's `SampleAhead` drives
+the real backend and engine against the fake SDK (tests/fake_tinker.py), whose futures answer after a set service
+time. The sampler thread's `sample` requests and the main thread's `forward_backward`/`optim_step` are in flight at
+once; each step samples from the saved weights of exactly version step − k; the same seed repeats the same rows."""
+
+import fake_tinker
+import pytest
+import torch
+
+from rlvr.algorithm.loss import PolicyLoss
+from rlvr.backend.tinker import TinkerBackend
+from rlvr.engine.tinker import TinkerEngine
+from rlvr.overlap import Job, SampleAhead, SampleInline
+from rlvr.seeds import prompt_seeds
+from rlvr.types import LoraSpec, SamplingParams, TrainBatch
+
+LORA = LoraSpec(rank=8, alpha=16, dropout=0.0, target_modules=["q_proj", "v_proj"])
+IS = PolicyLoss(clip_eps=0.0, clip_eps_high=0.0, adv_clip_max=0.0)
+PARAMS = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=6)
+GROUP = 3
+SERVICE_S = 0.05
+"""The fake service's answer time for sampling and for each training call."""
+
+
+@pytest.fixture(autouse=True)
+def fake_service(monkeypatch):
+    fake_tinker.reset()
+    monkeypatch.setenv("TINKER_API_KEY", "tk-test-secret")
+    yield
+    fake_tinker.reset()
+
+
+def backend() -> TinkerBackend:
+    return TinkerBackend(
+        lora=LORA, lora_seed=7, base_model="fake/base", api_key_env="TINKER_API_KEY", base_url=None,
+        loss_fn="importance_sampling", betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0, grad_clip_norm=1.0,
+        call_timeout_s=10.0, retries=0, backoff_s=0.0, max_concurrent=4, client=fake_tinker.FakeServiceClient,
+    )
+
+
+def credit(sampled) -> TrainBatch:
+    """Every group's first row +1, the others −1, on its sampled tokens: something to train on."""
+    adv = torch.where(torch.arange(len(sampled.tokens_PG_T)) % GROUP == 0, 1.0, -1.0)[:, None]
+    return TrainBatch(sampled, adv * sampled.action_mask_PG_T)
+
+
+def drive(k: int, steps: int = 5) -> list[dict]:
+    """A run of `steps` steps, sampling k ahead (k = 0: in the step, `SampleInline`) as the collect stage does:
+    per step, the row fields of `next`, the sampled tokens, and the sampler version each request reached."""
+    fake_tinker.DELAY.update({"sample": SERVICE_S, "forward_backward": SERVICE_S, "optim_step": SERVICE_S})
+    trained = backend()
+    engine = TinkerEngine(trained.policy, eos_ids=[1], pad_id=0)
+
+    def sync(version: int) -> dict:
+        assert trained.policy.version == version  # the weights saved after `version` optimizer steps
+        engine.sync(trained.policy)
+        return {}
+
+    def sample(job: Job):
+        before = len(fake_tinker.calls("sample"))
+        sampled = engine.sample(job.work, GROUP, PARAMS, prompt_seeds(100 + job.step, len(job.work)))
+        return sampled, {kw["version"] for kw in fake_tinker.calls("sample")[before:]}
+
+    def work(step: int) -> list[list[int]]:
+        return [[5 + step % 4, 6], [7, 8 + step % 3]]
+
+    loop = SampleAhead(k, "fixed", steps, work, sample, sync) if k else SampleInline(work, sample, sync)
+    engine.sample_beside_training(k > 0)
+    loop.start(0, [])
+    rows = []
+    try:
+        for step in range(steps):
+            job, fields = loop.next(step)
+            sampled, versions = job.sampled
+            trained.train_step(credit(sampled), IS, lr=1e-4)
+            rows.append({**fields, "step": step, "tokens": sampled.tokens_PG_T.tolist(), "versions": versions})
+    finally:
+        loop.close()
+    return rows
+
+
+def overlapped(first: str, second: str) -> bool:
+    """Whether some answered call of `first` was in flight while one of `second` was."""
+    spans = {m: [(a, b) for n, a, b in fake_tinker.TIMES if n == m] for m in (first, second)}
+    return any(a < d and c < b for a, b in spans[first] for c, d in spans[second])
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_sampling_ahead_samples_the_weights_of_step_minus_k_while_the_service_trains(k):
+    rows = drive(k)
+    assert overlapped("sample", "forward_backward") or overlapped("sample", "optim_step")
+    assert [r["async/policy_version"] for r in rows] == [max(0, r["step"] - k) for r in rows]
+    assert [r["versions"] for r in rows] == [{max(0, r["step"] - k)} for r in rows]  # every request of the step
+    fake_tinker.reset()
+    again = drive(k)
+    assert [r["tokens"] for r in again] == [r["tokens"] for r in rows]  # fixed mode: the same rows twice
+    assert [r["async/policy_version"] for r in again] == [r["async/policy_version"] for r in rows]
+
+
+def test_the_synchronous_loop_never_samples_while_the_service_trains():
+    rows = drive(0)
+    assert not overlapped("sample", "forward_backward") and not overlapped("sample", "optim_step")
+    assert [r["versions"] for r in rows] == [{r["step"]} for r in rows]
+    assert len(fake_tinker.calls("forward_backward")) == len(rows)
+
+
+def test_sampling_ahead_is_no_longer_excluded():
+    settings = {"loss_fn": "importance_sampling", "base_model": "fake/base", "api_key_env": "TINKER_API_KEY"}
+    assert "sampled_ahead" not in TinkerBackend.needs(settings).excludes
