@@ -2,7 +2,7 @@
 
     label = <algorithm>+<transform>[,scale=<scale>][,form=<form>][,loss=<mode>][,agg=<aggregation>]
             [,clip=<ε>[/<ε_high>]][,cap=<cispo_max>][,ds=<dynamic sampling>][,overlong=<buffer_frac>[x<penalty>]]
-            [,overlong_filter]
+            [,overlong_filter][,ahead=<k>[/bounded]]
             [,corr=<correction>[/decoupled]][,kl=<coef>[/<estimator>][/reward]][,ent=<entropy_coef>]
             [,turn=<turn credit>]
             [,backend=<backend>]
@@ -17,7 +17,8 @@ default run folder is `outputs/<task>/<label>/<time>` (conf/train.yaml).
 
 Every choice that changes the objective or the task shows: the algorithm, the transform, GRPO's advantage scale
 other than `none`, a loss form other than `ppo`, a loss mode other than `standard`, a loss aggregation other than
-`token_mean`, PPO's clip range (or CISPO's cap other than 5), dynamic sampling and DAPO's overlong handling, a
+`token_mean`, PPO's clip range (or CISPO's cap other than 5), dynamic sampling and DAPO's overlong handling,
+sampling ahead of training (the rollouts come from weights k updates old), a
 mismatch correction (or a decoupled π_old), a reference KL (its coefficient, its estimator when not the default of
 where it applies, `reward` when in the reward) or an entropy bonus, the turn credit of multi-turn episodes, a backend
 that samples elsewhere (`tinker`; fsdp samples the same rollouts as one process), the environment, the data (with
@@ -144,7 +145,9 @@ def clip_label(loss: Mapping) -> str:
 
 def sampling_label(trainer: Mapping) -> str:
     """`,ds=<filter|refill>` for dynamic sampling, `,overlong=<buffer_frac>[x<penalty>]` for DAPO's soft punishment
-    (the penalty when not 1), `,overlong_filter` for overlong filtering; nothing at the defaults (trainer.yaml)."""
+    (the penalty when not 1), `,overlong_filter` for overlong filtering, `,ahead=<k>[/bounded]` for rollouts sampled
+    k steps ahead of training (trainer.off_policy_steps, and off_policy_mode when bounded); nothing at the
+    defaults (trainer.yaml)."""
     out, mode = "", trainer.get("dynamic_sampling", "off")
     if mode not in ("off", False):
         out += f",ds={mode}"
@@ -154,6 +157,9 @@ def sampling_label(trainer: Mapping) -> str:
         out += f",overlong={frac:g}" + (f"x{penalty:g}" if penalty != 1.0 else "")
     if overlong.get("filter"):
         out += ",overlong_filter"
+    ahead = trainer.get("off_policy_steps", 0)
+    if isinstance(ahead, int) and ahead > 0:  # sampled from older weights: the rollouts' policy is another
+        out += f",ahead={ahead}" + ("/bounded" if trainer.get("off_policy_mode") == "bounded" else "")
     return out
 
 
