@@ -84,6 +84,11 @@ def _submit(method: str, **kwargs) -> None:
         raise tinker.BadRequestError("bad request", response=httpx.Response(400, request=request), body=None)
 
 
+def train_logprob(token: int, steps: int) -> float:
+    """The fake training weights' log-probability of `token` after `steps` optimizer steps (float32-exact)."""
+    return -0.125 * (token % 5) - 0.25 * (steps % 3) - 0.0625
+
+
 class FakeServiceClient:
     def __init__(self, user_metadata=None, project_id=None, *, api_key: str | None = None,
                  base_url: str | None = None, **kwargs) -> None:
@@ -116,6 +121,16 @@ class FakeTrainingClient:
         return FakeFuture(types.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord", loss_fn_outputs=[],
                                                       metrics={"loss:sum": total, "fake:datums": float(len(data))}),
                           "forward_backward")
+
+    def forward(self, data: list[types.Datum], loss_fn: str, loss_fn_config=None) -> FakeFuture:
+        """Forward only (nothing accumulates): `loss_fn_outputs[i]["logprobs"]` holds, per input position, the
+        log-probability of its target token under the current weights, `train_logprob(target, steps)`."""
+        _submit("forward", data=data, loss_fn=loss_fn, loss_fn_config=loss_fn_config)
+        outputs = [{"logprobs": types.TensorData(
+            data=[train_logprob(t, self.steps) for t in d.loss_fn_inputs["target_tokens"].tolist()],
+            dtype="float32", shape=[len(d.loss_fn_inputs["target_tokens"].tolist())])} for d in data]
+        return FakeFuture(types.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord", loss_fn_outputs=outputs,
+                                                      metrics={}), "forward")
 
     def optim_step(self, optim_params=None, *, adam_params=None) -> FakeFuture:
         _submit("optim_step", optim_params=optim_params or adam_params)

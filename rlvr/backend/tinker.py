@@ -13,9 +13,11 @@ the sampler thread while `train_step` of step n runs here; both only submit SDK 
 futures, so sampling and training are in flight on the service together. Each `policy` is the snapshot sampler of
 the weights after `version` optimizer steps: the engine keeps the one it was synced with while later steps save
 new ones (rlvr/engine/tinker.py). `Calls` is shared by both threads: it keeps no state per call, and a campaign's
-`Throttle` counts a slot per call in flight whichever thread holds it. Not yet granted by config_check: with k ≥
-1 the trainer requires `decoupled_pi_old`, which only `algorithm.loss.correction` provides, and it requires
-`local_loss` (rlvr/algorithm/correction.py), which this backend does not compute.
+`Throttle` counts a slot per call in flight whichever thread holds it. Stale rows need the decoupled loss, which
+this backend computes (`corrected`: one `forward` at the current weights gives π_train; the datums carry π_old and
+each advantage times the correction's factor), but config_check does not grant it yet: with k ≥ 1 the trainer
+requires `decoupled_pi_old`, which `algorithm.loss.correction` provides only beside `local_loss`
+(rlvr/algorithm/correction.py), a capability this backend does not claim.
 
 Datum of completion row r (prompt p_0…p_{L−1}, completion c_0…c_{n−1} with sampled logprobs ℓ_t and token
 advantages a_t), in the service's next-token alignment — input position i predicts token i+1 of the full
@@ -92,10 +94,11 @@ from rlvr.loss.aggregation import AGGREGATIONS
 from rlvr.loss.support import LossSupport
 from rlvr.protocols import Needs
 from rlvr.requirements import EnvVar, Package, Setting, pip_extra
-from rlvr.types import LoraSpec, TrainBatch
+from rlvr.types import LoraSpec, Rollouts, TrainBatch
 
 if TYPE_CHECKING:
     from tinker.types import Datum, TensorData
+    from torch import Tensor
     from torch import dtype as DType
 
 tinker = lazy_import("tinker")  # the SDK's import costs ~5 s (it imports torch)
@@ -317,7 +320,8 @@ class TinkerBackend:
             self._warned_temperature = True
             log.warning("trainer.sampling.temperature=%g: the Tinker service computes training log-probabilities at "
                         "temperature 1, so the importance ratio is not 1 on-policy", batch.rollouts.temperature)
-        datums, tokens = datums_of(batch, loss)
+        train_lp_PG_T = self.train_logprobs(batch) if loss.correction.active else None
+        datums, tokens = datums_of(batch, loss, train_lp_PG_T)
         fwd = self.calls.call("forward_backward", lambda: self.training.forward_backward(
             datums, loss_fn=self.loss_fn, loss_fn_config=config), idempotent=False)
         adam = tinker.types.AdamParams(learning_rate=lr, beta1=self.betas[0], beta2=self.betas[1], eps=self.eps,
@@ -336,6 +340,31 @@ class TinkerBackend:
             **{f"tinker/{k}": float(v) for k, v in fwd.metrics.items() if k != "loss:sum"},
             **{f"tinker/optim/{k}": float(v) for k, v in (opt.metrics or {}).items()},
         }
+
+    def train_logprobs(self, batch: TrainBatch) -> Tensor:
+        """log π_train (float [P·G, T]) of every token of the rows with a non-zero advantage at the current weights:
+        one `forward` on the service (no gradient kept; cross_entropy with weight 0, as the SDK's own
+        `forward_backward_custom` asks for log-probabilities); the engine's log-probabilities elsewhere."""
+        ro = batch.rollouts
+        train_lp_PG_T = ro.logprobs_PG_T.clone()
+        where, datums = [], []
+        for r in ((batch.adv_PG_T != 0) & ro.action_mask_PG_T).any(-1).nonzero().squeeze(-1).tolist():
+            for a, b, prompt in ro.segments(r):
+                if not prompt:
+                    raise ValueError(f"row {r}: an empty prompt has no position to predict the first completion "
+                                     "token from")
+                tokens = list(prompt) + ro.tokens_PG_T[r, a:b].tolist()
+                where.append((r, a, b, len(prompt)))
+                datums.append(tinker.types.Datum(
+                    model_input=tinker.types.ModelInput.from_ints(tokens[:-1]),
+                    loss_fn_inputs={"target_tokens": tensor(tokens[1:], torch.int64),
+                                    "weights": tensor([0.0] * (len(tokens) - 1), torch.float32)}))
+        if datums:
+            out = self.calls.call("forward", lambda: self.training.forward(datums, loss_fn="cross_entropy"))
+            for (r, a, b, n), outputs in zip(where, out.loss_fn_outputs, strict=True):
+                logprobs = outputs["logprobs"].tolist()  # input position i predicts token i + 1
+                train_lp_PG_T[r, a:b] = torch.tensor(logprobs[n - 1:], dtype=train_lp_PG_T.dtype)
+        return train_lp_PG_T
 
     def loss_config(self, loss: PolicyLoss) -> dict[str, float] | None:
         """The service loss_fn's config for `loss` (its clip thresholds); ConfigError for what the service does not
@@ -373,16 +402,21 @@ class TinkerBackend:
         log.info("tinker state %s loaded (%d optimizer steps)", record["state_path"], self.steps)
 
 
-def datums_of(batch: TrainBatch, loss: PolicyLoss | None = None) -> tuple[list[Datum], int]:
+def datums_of(batch: TrainBatch, loss: PolicyLoss | None = None,
+              train_lp_PG_T: Tensor | None = None) -> tuple[list[Datum], int]:
     """One Datum per completion row with a non-zero advantage (per sequence of a row a chat template split,
     `Rollouts.segments`; alignment in the module docstring), and N, the number of completion tokens with a non-zero
-    advantage."""
+    advantage. With `train_lp_PG_T` (`TinkerBackend.train_logprobs`), the loss's correction as `corrected` says."""
     ro = batch.rollouts
-    action_PG_T = (batch.adv_PG_T != 0) & ro.action_mask_PG_T
+    signal_PG_T = (batch.adv_PG_T != 0) & ro.action_mask_PG_T
+    old_lp_PG_T, factor_PG_T, keep_PG_T = corrected(ro, loss, train_lp_PG_T)
+    action_PG_T = signal_PG_T if keep_PG_T is None else signal_PG_T & keep_PG_T
     total = int(action_PG_T.sum())
-    weight = None if loss is None else loss.token_weights(action_PG_T, torch.arange(len(action_PG_T)) // ro.group_size)
+    weight = None if loss is None else loss.token_weights(signal_PG_T, torch.arange(len(signal_PG_T)) // ro.group_size)
     adv_PG_T = batch.adv_PG_T.masked_fill(~ro.action_mask_PG_T, 0.0)
     adv_PG_T = adv_PG_T / max(total, 1) if weight is None else adv_PG_T * weight
+    if factor_PG_T is not None:
+        adv_PG_T = adv_PG_T * factor_PG_T
     datums = []
     for r in action_PG_T.any(-1).nonzero().squeeze(-1).tolist():
         for a, b, prompt in ro.segments(r):  # one sequence, or those a chat template split the row into
@@ -396,11 +430,26 @@ def datums_of(batch: TrainBatch, loss: PolicyLoss | None = None) -> tuple[list[D
                 model_input=tinker.types.ModelInput.from_ints(prompt + completion[:-1]),
                 loss_fn_inputs={
                     "target_tokens": tensor(prompt[1:] + completion, torch.int64),
-                    "logprobs": tensor(pad + ro.logprobs_PG_T[r, a:b].tolist(), torch.float32),
+                    "logprobs": tensor(pad + old_lp_PG_T[r, a:b].tolist(), torch.float32),
                     "advantages": tensor(pad + adv_PG_T[r, a:b].tolist(), torch.float32),
                 },
             ))
     return datums, total
+
+
+def corrected(ro: Rollouts, loss: PolicyLoss | None, train_lp_PG_T: Tensor | None
+              ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """(π_old sent as the datums' `logprobs`, what each token's advantage is multiplied by, the tokens kept) under
+    the loss's correction (rlvr/algorithm/correction.py), as the local loss computes them: π_old is the engine's
+    log-probability (`bypass`) or π_train (`decoupled`); the service's ratio π_θ/π_old at the current weights is
+    then ρ or 1, so a correction's weight w becomes the advantage's factor w/ρ or w, and a masked token's is 0 (it
+    leaves N too). Without `train_lp_PG_T`: the engine's log-probabilities and no factor."""
+    if train_lp_PG_T is None or loss is None:
+        return ro.logprobs_PG_T, None, None
+    sampled_PG_T = ro.action_mask_PG_T
+    factor_PG_T, keep_PG_T = loss.correction.factors(train_lp_PG_T - ro.logprobs_PG_T, sampled_PG_T)
+    old_lp_PG_T = ro.logprobs_PG_T if loss.correction.pi_old == "bypass" else train_lp_PG_T
+    return old_lp_PG_T, factor_PG_T, keep_PG_T
 
 
 def tensor(values: list, dtype: DType) -> TensorData:
