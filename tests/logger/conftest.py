@@ -38,3 +38,35 @@ def silent_server(monkeypatch):
     monkeypatch.setenv("NETRC", "/dev/null")
     yield server
     server.close()
+
+
+TRACKERS = "logger=[wandb,mlflow,trackio,tensorboard]"
+
+
+@pytest.fixture(scope="session")
+def tracked_grid(tmp_path_factory):
+    """One real packed grid (two runs alive at once in one process, seeds 0 and 1) logging to all four trackers
+    offline, run to step 2 and then resumed in place to step 3: (sweep folder, Trackio's folder). The trackers'
+    tests read it back with each library's own reader."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from composing import FAST
+
+    root, top = Path(__file__).resolve().parents[2], tmp_path_factory.mktemp("tracked")
+    env = {**os.environ, "TRACKIO_DIR": str(top / "trackio"), "WANDB_MODE": "offline", "WANDB_SILENT": "true",
+           "HF_HUB_OFFLINE": "1"}
+    for var in ("WANDB_SERVICE", "MLFLOW_TRACKING_URI", "TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL"):
+        env.pop(var, None)
+    for steps in (2, 3):
+        proc = subprocess.run([sys.executable, "train.py", "--multirun", "seed=0,1", *FAST,
+                               f"trainer.max_steps={steps}", TRACKERS, "hydra/launcher=packed",
+                               f"hydra.sweep.dir={top / 'sweep'}"], cwd=root, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        warned = [line for line in (proc.stdout + proc.stderr).splitlines()
+                  if "WARNING" in line and "trains on the CPU" not in line]
+        assert not warned, warned
+    return top / "sweep", top / "trackio"

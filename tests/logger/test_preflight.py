@@ -41,7 +41,7 @@ def test_the_mode_is_the_environments_unless_given(monkeypatch, env, overrides, 
     assert logger.mode in (mode, env.get("WANDB_MODE"))
     from hydra.utils import instantiate
 
-    assert instantiate(logger).mode == mode
+    assert instantiate(logger).loggers["wandb"].mode == mode
 
 
 def test_online_needs_a_well_formed_key_and_a_server_that_answers(silent_server, monkeypatch):

@@ -59,7 +59,7 @@ def test_offline_by_the_environment_with_any_key_contacts_no_server(tmp_path, si
 
     if key is not None:
         monkeypatch.setenv("WANDB_API_KEY", key)
-    logger = instantiate(compose_config(["logger=wandb"]).logger)
+    logger = instantiate(compose_config(["logger=wandb"]).logger).loggers["wandb"]
     assert logger.mode == "offline"
     start = time.monotonic()
     logger.start("x_s0", "x", ["x", "seed0"], tmp_path, {})
