@@ -45,8 +45,16 @@ with nothing to train (every advantage 0) is not sent and does not advance the c
 The handshake. After step n the trainer writes `{output_dir}/broadcasts/step_{n}/` (safetensors, or the adapter
 under LoRA) and then touches `STABLE` in it; at start it broadcasts its initial weights as step 0. `train_step`
 waits for step n's marker (at most `backend.step_timeout_s`, polling every `backend.poll_s`; past it, an error
-naming the marker and what to check), so an rlvr step includes the trainer's and the run stays on-policy (PRIME-RL's
-own orchestrator samples ahead of the trainer, `TARGET_LAG` steps; rlvr does not). `engine=prime_rl` then makes the
+naming the marker and what to check), so an rlvr step includes the trainer's.
+
+Sampling ahead. PRIME-RL bounds staleness in its orchestrator: `[orchestrator] max_off_policy_steps` (default 8,
+>= 0; packages/prime-rl-configs/src/prime_rl/configs/orchestrator.py), the version a batch trains on minus the
+version that sampled it, past which rollouts are dropped. rlvr is the orchestrator here, so
+`trainer.off_policy_steps` = k is that bound (exactly k in `fixed` mode, at most k in `bounded`, nothing dropped)
+and k = 0 is `max_off_policy_steps = 0`; the PRIME-RL trainer reads no such key, so nothing is written for it.
+Sampling ahead needs nothing of this backend (`train_step` runs in the main thread while the engine samples), but
+config_check refuses k >= 1 with it: k >= 1 requires the decoupled correction (`decoupled_pi_old`), and PRIME-RL's
+loss weighs each token by its own ratio to the inference log-probabilities instead. `engine=prime_rl` then makes the
 inference server load that folder (rlvr/engine/prime_rl.py). The step's `loss` is the trainer's `loss/mean` for step
 n from its file monitor, `{output_dir}/metrics.jsonl` (the trainer's `monitors.file`, on by default), waited for at most
 `backend.metrics_wait_s` after the marker (the trainer logs it just after broadcasting); NaN when it does not come
