@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +24,6 @@ from hydra.utils import get_class
 from rlvr.protocols import Logger, Needs
 
 log = logging.getLogger("rlvr")
-
-
-def tracker_class(name: str, target: str) -> Any:
-    """The class `logger.trackers.<name>` names."""
-    return get_class(target)
 
 
 def own_settings(cls: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -54,7 +49,6 @@ class Tracked:
     logger: Logger
     failed: bool = False
     missed: int = 0
-    steps: list[object] = field(default_factory=list)
 
 
 class Trackers:
@@ -70,7 +64,8 @@ class Trackers:
         found = []
         for name, target in trackers.items():
             try:
-                found.append(tracker_class(name, target).needs(own_settings(tracker_class(name, target), settings)))
+                cls = get_class(target)
+                found.append(cls.needs(own_settings(cls, settings)))
             except ImportError as err:
                 found.append(Needs(errors=(f"logger.trackers.{name}={target!r} cannot be imported: {err}",)))
         return merged(found)
@@ -82,7 +77,7 @@ class Trackers:
                     "experiment": experiment, "log_dir": log_dir}
         self.tracked: list[Tracked] = []
         for name, target in trackers.items():
-            cls = tracker_class(name, target)
+            cls = get_class(target)
             self.tracked.append(Tracked(name, cls(**own_settings(cls, settings))))
 
     @property
