@@ -36,7 +36,7 @@ CASES = [
     ("tinker", ["backend=tinker", "trainer.warmup.steps=0"],
      'backend <rlvr.backend.tinker.TinkerBackend>: tinker is not installed: pip install -e ".[tinker]"'),
     ("wandb", ["logger=wandb", "logger.mode=offline"],
-     'logger <rlvr.logger.wandb.WandbLogger>: wandb is not installed: pip install -e ".[wandb]"'),
+     'logger <rlvr.logger.trackers.Trackers>: wandb is not installed: pip install -e ".[wandb]"'),
     ("datasets", ["data=gsm8k", "reward=math", *GPU],
      'data <rlvr.data.gsm8k.GSM8K>: datasets is not installed: pip install -e ".[hub]" (data.path and '
      "data.eval_path null: the hub dataset is read), or set them to local .jsonl/.parquet files"),
