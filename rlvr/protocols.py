@@ -61,6 +61,10 @@ CAPABILITIES: dict[str, Capability] = {
     "local_loss": Capability("the local loss, computed token by token in this process",
                              "(a service computes its loss with its own loss_fn: no kl_cov or clip_cov, no gspo, no "
                              "entropy bonus; Tinker's own cispo is backend.loss_fn=cispo)", ("backend",)),
+    "token_correction": Capability("the mismatch correction's per-token weights and masks, from π_train before the "
+                                   "update",
+                                   "(backend=tinker: with backend.loss_fn=importance_sampling, ppo or cispo, a "
+                                   "loss per token linear in its advantage)", ("backend",)),
     "reference_model": Capability("the reference model's log-probabilities (the base: the policy with its LoRA "
                                   "adapter disabled, or a frozen copy under full fine-tuning)",
                                   "(a service scores no reference model: set algorithm.kl.coef=0)", ("backend",)),

@@ -61,11 +61,14 @@ class Correction:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        """Every kind and π_old mode asks the backend for the same thing, `token_correction`: π_train of the sampled
+        tokens before the update, `factors` of it, and a loss whose per-token ratio those factors scale (the local
+        loss, or a service's per-token loss_fn given π_old and the scaled advantages, rlvr/backend/tinker.py)."""
         if settings["kind"] == "none" and settings["pi_old"] == "bypass":
             return Needs()
         decoupled = settings["kind"] != "none" and settings["pi_old"] == "decoupled"
         return Needs(provides=frozenset({"decoupled_pi_old"}) if decoupled else frozenset(),
-                     requires={"local_loss": f"correction={settings['kind']} (pi_old={settings['pi_old']})"})
+                     requires={"token_correction": f"correction={settings['kind']} (pi_old={settings['pi_old']})"})
 
     def __post_init__(self) -> None:
         where = "algorithm.loss.correction"

@@ -531,8 +531,8 @@ class LocalBackend:
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         device = settings["device"]
         machine = (CudaDevice(device),) if device == "auto" or device.startswith("cuda") else ()
-        return Needs(provides=frozenset({"local_policy", "ratio_clipping", "local_loss", "entropy", "reference_model",
-                                         "capture"}),
+        return Needs(provides=frozenset({"local_policy", "ratio_clipping", "local_loss", "token_correction", "entropy",
+                                         "reference_model", "capture"}),
                      machine=machine, errors=tuple(optimizer_errors(settings) + packing_errors(settings)))
 
     def __init__(

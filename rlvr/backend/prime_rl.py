@@ -394,6 +394,9 @@ class PrimeRLBackend:
         transport = settings["transport"]
         return Needs(
             provides=frozenset({"remote_policy"}),
+            excludes={"sampled_ahead": "PRIME-RL's loss weighs each token by its own ratio to the inference "
+                                       "log-probabilities (its trainer's [loss]), not by rlvr's decoupled correction, "
+                                       "which rollouts sampled ahead need: set trainer.off_policy_steps=0"},
             machine=(
                 Setting("backend.output_dir", bool(settings["output_dir"]), "backend.output_dir is null: name the "
                         "PRIME-RL trainer's output_dir (the folder it reads rollouts/ from and writes broadcasts/ to)"),

@@ -13,11 +13,11 @@ the sampler thread while `train_step` of step n runs here; both only submit SDK 
 futures, so sampling and training are in flight on the service together. Each `policy` is the snapshot sampler of
 the weights after `version` optimizer steps: the engine keeps the one it was synced with while later steps save
 new ones (rlvr/engine/tinker.py). `Calls` is shared by both threads: it keeps no state per call, and a campaign's
-`Throttle` counts a slot per call in flight whichever thread holds it. Stale rows need the decoupled loss, which
-this backend computes (`corrected`: one `forward` at the current weights gives π_train; the datums carry π_old and
-each advantage times the correction's factor), but config_check does not grant it yet: with k ≥ 1 the trainer
-requires `decoupled_pi_old`, which `algorithm.loss.correction` provides only beside `local_loss`
-(rlvr/algorithm/correction.py), a capability this backend does not claim.
+`Throttle` counts a slot per call in flight whichever thread holds it. Stale rows need the decoupled loss (k ≥ 1
+requires `decoupled_pi_old`, which `algorithm.loss.correction` provides), and the correction needs
+`token_correction`, which this backend provides with a loss_fn of `CORRECTING_LOSSES`: `corrected` computes it (one
+`forward` at the current weights gives π_train; the datums carry π_old and each advantage times the correction's
+factor).
 
 Datum of completion row r (prompt p_0…p_{L−1}, completion c_0…c_{n−1} with sampled logprobs ℓ_t and token
 advantages a_t), in the service's next-token alignment — input position i predicts token i+1 of the full
@@ -111,6 +111,10 @@ RL_LOSSES = ("importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinf
 """The SDK's `LossFnType` but custom and cross_entropy (tests/backend/test_tinker_backend.py checks it against the
 installed SDK): named here so that checking a config need not import the SDK."""
 CLIPPING_LOSSES = ("ppo", "cispo")
+CORRECTING_LOSSES = ("importance_sampling", "ppo", "cispo")
+"""The loss_fns whose loss is per token, linear in its advantage, through its own ratio π_θ/π_old (clipped or not):
+`corrected` turns a correction into π_old and a factor on each advantage, which means the correction's weights for
+them only (dro, gspo and stable_reinforce are not that)."""
 ATTENTION = {"q_proj", "k_proj", "v_proj", "o_proj"}
 MLP = {"gate_proj", "up_proj", "down_proj"}
 
@@ -238,8 +242,9 @@ class TinkerBackend:
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         loss_fn, base_model = settings["loss_fn"], settings["base_model"]
         clipping = frozenset({"ratio_clipping"}) if loss_fn in CLIPPING_LOSSES else frozenset()
+        correcting = frozenset({"token_correction"}) if loss_fn in CORRECTING_LOSSES else frozenset()
         return Needs(
-            provides=frozenset({"remote_policy"}) | clipping,
+            provides=frozenset({"remote_policy"}) | clipping | correcting,
             errors=tuple(optimizer_errors(settings)),
             requires={"lora": "it trains LoRA adapters only"},
             machine=(

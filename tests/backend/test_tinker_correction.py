@@ -9,9 +9,11 @@ import fake_tinker
 import pytest
 import torch
 
+from composing import OVERLAP, compose_config
 from rlvr.algorithm.correction import Correction
 from rlvr.algorithm.loss import PolicyLoss
-from rlvr.backend.tinker import TinkerBackend
+from rlvr.backend.tinker import RL_LOSSES, TinkerBackend
+from rlvr.config_check import config_problems
 from rlvr.types import LoraSpec, Rollouts, TrainBatch
 
 LORA = LoraSpec(rank=8, alpha=16, dropout=0.0, target_modules=["q_proj", "v_proj"])
@@ -92,3 +94,18 @@ def test_without_a_correction_no_forward_is_asked():
     backend().train_step(batch(), PolicyLoss(clip_eps=0.0, clip_eps_high=0.0, adv_clip_max=0.0), lr=1e-4)
     assert fake_tinker.calls("forward") == []
     assert [lp for lp, _ in sent()] == [ENGINE_LP[0], ENGINE_LP[1][:2]]  # binary fractions: exact in float32
+
+
+def test_the_correction_is_granted_with_a_per_token_loss_fn_and_refused_naming_them_otherwise():
+    """A correction requires `token_correction`: the per-token loss_fns give it (rlvr/backend/tinker.py
+    `CORRECTING_LOSSES`); under dro, gspo or stable_reinforce the factors would not mean the correction's weights."""
+    settings = {"base_model": "fake/base", "api_key_env": "TINKER_API_KEY"}
+    granted = {fn for fn in RL_LOSSES
+               if "token_correction" in TinkerBackend.needs({**settings, "loss_fn": fn}).provides}
+    assert granted == {"importance_sampling", "ppo", "cispo"}
+    ahead = ["backend=tinker", "trainer.warmup.steps=0", "trainer.off_policy_steps=1", *OVERLAP]
+    _, errors = config_problems(compose_config(ahead), at_start=False)
+    assert errors == []
+    _, errors = config_problems(compose_config([*ahead, "backend.loss_fn=gspo"]), at_start=False)
+    assert any("correction=token_tis (pi_old=decoupled)), which no chosen component gives" in e and
+               "backend.loss_fn=importance_sampling, ppo or cispo" in e for e in errors), errors
