@@ -53,7 +53,7 @@ version that sampled it, past which rollouts are dropped. rlvr is the orchestrat
 `trainer.off_policy_steps` = k is that bound (exactly k in `fixed` mode, at most k in `bounded`, nothing dropped)
 and k = 0 is `max_off_policy_steps = 0`; the PRIME-RL trainer reads no such key, so nothing is written for it.
 Sampling ahead needs nothing of this backend (`train_step` runs in the main thread while the engine samples), but
-config_check refuses k >= 1 with it: k >= 1 requires the decoupled correction (`decoupled_pi_old`), and PRIME-RL's
+it refuses k >= 1 (it excludes `sampled_ahead`): rlvr's k >= 1 trains with its decoupled correction, and PRIME-RL's
 loss weighs each token by its own ratio to the inference log-probabilities instead. `engine=prime_rl` then makes the
 inference server load that folder (rlvr/engine/prime_rl.py). The step's `loss` is the trainer's `loss/mean` for step
 n from its file monitor, `{output_dir}/metrics.jsonl` (the trainer's `monitors.file`, on by default), waited for at most
@@ -64,8 +64,8 @@ are not built here: `backend.transport` must be `filesystem`).
 
 What cannot be expressed, and is refused at start (rlvr/config_check.py): the loss is PRIME-RL's, configured in its
 trainer's `[loss]`, not rlvr's `algorithm.loss`, so this backend provides neither `ratio_clipping` (keep
-algorithm.loss.clip_eps=0, the default: PRIME-RL masks by its own importance-ratio bounds), `local_loss` (decoupled
-corrections, echo=on) nor `reference_model` (algorithm.kl.coef=0), and its `loss_support` (rlvr/loss/support.py)
+algorithm.loss.clip_eps=0, the default: PRIME-RL masks by its own importance-ratio bounds), `token_correction`
+(corrections), `local_loss` (echo=on) nor `reference_model` (algorithm.kl.coef=0), and its `loss_support` (rlvr/loss/support.py)
 declares the ppo form and aggregation=token_mean alone (PRIME-RL normalises each loss component by its token count):
 no kl_cov/clip_cov, gspo/cispo, entropy bonus or user loss. The learning rate and optimizer are the trainer's
 too: `lr` is not sent (the row's `lr` is rlvr's schedule's value, which the trainer does not read). LoRA: when the

@@ -192,7 +192,7 @@ def test_a_train_step_reports_the_mismatch():
 
 def test_a_backend_that_cannot_correct_is_refused_at_start():
     with pytest.raises(ConfigError, match="correction=token_tis"):
-        check(compose_config(["backend=tinker", "correction=token_tis"]))
+        check(compose_config(["backend=tinker", "backend.loss_fn=gspo", "correction=token_tis"]))
     check(compose_config(["correction=token_tis"]))
 
 
