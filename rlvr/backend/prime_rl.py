@@ -66,11 +66,11 @@ What cannot be expressed, and is refused at start (rlvr/config_check.py): the lo
 trainer's `[loss]`, not rlvr's `algorithm.loss`, so this backend provides neither `ratio_clipping` (keep
 algorithm.loss.clip_eps=0, the default: PRIME-RL masks by its own importance-ratio bounds), `token_correction`
 (corrections), `local_loss` (echo=on) nor `reference_model` (algorithm.kl.coef=0), and its `loss_support`
-(rlvr/loss/support.py) declares the ppo form and aggregation=token_mean alone (PRIME-RL normalises each loss
-component by its token count): no kl_cov/clip_cov, gspo/cispo, entropy bonus or user loss. The learning rate and
-optimizer are the trainer's too: `lr` is not sent (the row's `lr` is rlvr's schedule's value, which the trainer does not read). LoRA: when the
-run's model preset has `model.lora`, the trainer must have `model.lora` with the same rank and targets (its broadcast
-is then the adapter, which the engine loads by name); rlvr cannot set PRIME-RL's model.
+(rlvr/loss/support.py) declares the ppo form and aggregation=token_mean alone (PRIME-RL normalises each loss component
+by its token count): no kl_cov/clip_cov, gspo/cispo, entropy bonus or user loss. The learning rate and optimizer are
+the trainer's too: `lr` is not sent (the row's `lr` is rlvr's schedule's value, which the trainer does not read).
+LoRA: when the run's model preset has `model.lora`, the trainer must have `model.lora` with the same rank and targets
+(its broadcast is then the adapter, which the engine loads by name); rlvr cannot set PRIME-RL's model.
 
 Checkpoints: `save` writes `prime_rl_state.json` (the step count and output_dir); the weights and optimizer are
 the PRIME-RL trainer's checkpoints (`ckpt.interval`), so a resumed rlvr run needs the trainer resumed at the same
