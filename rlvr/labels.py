@@ -2,7 +2,7 @@
 
     label = <algorithm>+<transform>[,scale=<scale>][,form=<form>][,loss=<mode>][,agg=<aggregation>]
             [,clip=<ε>[/<ε_high>]][,cap=<cispo_max>][,ds=<dynamic sampling>][,overlong=<buffer_frac>[x<penalty>]]
-            [,overlong_filter][,ahead=<k>[/bounded]]
+            [,overlong_filter][,ahead=<k>[/bounded][/partial]]
             [,corr=<correction>[/decoupled]][,kl=<coef>[/<estimator>][/reward]][,ent=<entropy_coef>]
             [,turn=<turn credit>]
             [,backend=<backend>]
@@ -145,9 +145,9 @@ def clip_label(loss: Mapping) -> str:
 
 def sampling_label(trainer: Mapping) -> str:
     """`,ds=<filter|refill>` for dynamic sampling, `,overlong=<buffer_frac>[x<penalty>]` for DAPO's soft punishment
-    (the penalty when not 1), `,overlong_filter` for overlong filtering, `,ahead=<k>[/bounded]` for rollouts sampled
-    k steps ahead of training (trainer.off_policy_steps, and off_policy_mode when bounded); nothing at the
-    defaults (trainer.yaml)."""
+    (the penalty when not 1), `,overlong_filter` for overlong filtering, `,ahead=<k>[/bounded][/partial]` for
+    rollouts sampled k steps ahead of training (trainer.off_policy_steps; off_policy_mode when bounded; partial
+    rollouts); nothing at the defaults (trainer.yaml)."""
     out, mode = "", trainer.get("dynamic_sampling", "off")
     if mode not in ("off", False):
         out += f",ds={mode}"
@@ -159,7 +159,8 @@ def sampling_label(trainer: Mapping) -> str:
         out += ",overlong_filter"
     ahead = trainer.get("off_policy_steps", 0)
     if isinstance(ahead, int) and ahead > 0:  # sampled from older weights: the rollouts' policy is another
-        out += f",ahead={ahead}" + ("/bounded" if trainer.get("off_policy_mode") == "bounded" else "")
+        out += f",ahead={ahead}" + ("/bounded" if trainer.get("off_policy_mode") == "bounded" else "") + (
+            "/partial" if trainer.get("partial_rollouts") else "")
     return out
 
 

@@ -53,6 +53,9 @@ class Job:
     """`sample(job)`'s result once done (a `Sampled`)."""
     error: BaseException | None = None
     done: bool = False
+    partial: Any = None
+    """Partial rollouts (rlvr/rollout/partial.py `Partial`): the groups the step trains, its row fields and the pool
+    left in flight; None otherwise (the work's examples are the step's)."""
 
 
 class SampleInline:

@@ -82,6 +82,7 @@ class Trainer:
     sync_check: SyncCheck = field(default_factory=SyncCheck)
     off_policy_steps: int = 0  # k ≥ 1: sampled ahead (rlvr/overlap.py)
     off_policy_mode: str = "fixed"
+    partial_rollouts: bool = False  # sequences go on under new weights (rlvr/rollout/partial.py)
     dynamic_sampling: str = "off"
     max_sample_batches: int = 10
     overlong: Overlong = field(default_factory=Overlong)
@@ -136,7 +137,7 @@ class Trainer:
         from (rlvr/overlap.py) started at `first`, and closed on leaving. `fit` steps inside it; so do the benches
         that time `step` (bench/step.py, bench/episodes.py), which thus follow whatever the loop's set-up becomes."""
         live.sampler = open_sampler(live, self.batch_size, self.group_size, self.sampling, self.off_policy_steps,
-                                    self.off_policy_mode, self.max_steps, first)
+                                    self.off_policy_mode, self.max_steps, first, self.partial_rollouts)
         live.sampler.start(first, live.restored_jobs)
         try:
             yield live

@@ -30,6 +30,12 @@ def needs(settings: Mapping[str, Any]) -> Needs:
     if isinstance(ahead, int) and ahead > 0:
         requires["decoupled_pi_old"] = f"trainer.off_policy_steps={ahead} trains on rollouts sampled {ahead} " \
                                        "update(s) behind"
+    if settings.get("partial_rollouts") is True:
+        requires["partial_rollouts"] = "trainer.partial_rollouts=true continues unfinished sequences under new weights"
+        excludes["episodes"] = ("trainer.partial_rollouts=true continues single-turn completions (an episode's turns "
+                                "are not built): with an env set trainer.partial_rollouts=false")
+        excludes["distributed"] = ("trainer.partial_rollouts=true samples in one process (over several: not built): "
+                                   "use backend=local, or trainer.partial_rollouts=false")
     return Needs(provides=frozenset({"sampled_ahead"}) if isinstance(ahead, int) and ahead > 0 else frozenset(),
                  requires=requires, excludes=excludes, errors=tuple(errors(settings)))
 
@@ -94,6 +100,13 @@ def overlap_errors(t: Mapping[str, Any]) -> list[str]:
         return [f"trainer.off_policy_steps={k!r} must be an integer >= 0 (0 = the synchronous loop)"]
     if mode not in ("fixed", "bounded"):
         return [f"trainer.off_policy_mode={mode!r}: expected fixed or bounded"]
+    partial = t.get("partial_rollouts", False)
+    if partial and k == 0:
+        return ["trainer.partial_rollouts=true continues sequences across weight updates, so their tokens are up to k "
+                "updates old: set trainer.off_policy_steps=k >= 1 (the staleness bound)"]
+    if partial and mode != "fixed":
+        return ["trainer.partial_rollouts=true samples in trainer.off_policy_mode=fixed only (repeatable; bounded: "
+                "not built)"]
     return []
 
 

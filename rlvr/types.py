@@ -98,6 +98,45 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class Segment:
+    """Partial rollouts (rlvr/rollout/partial.py): rows continued under the engine's current weights from where an
+    earlier version left them, until `need` of their groups are complete and every `forced` one is (or every row
+    has ended). Plain lists: it crosses to engine=pytorch's sampler process."""
+
+    contexts: list[list[int]]
+    """Per row: its prompt's ids and the tokens it has so far (the engine prefills them: their keys and values are
+    recomputed under the new weights)."""
+    budgets: list[int]
+    """Per row: the tokens it may still sample (max_tokens less those it has)."""
+    offsets: list[int]
+    """Per row: the tokens it has: the index of its next token, which its noise is drawn for."""
+    seeds: list[int]
+    """Per row: its own sampling seed; token t's draw is seeded by (seed, t) alone (`rlvr.engine.pytorch.RowNoise`),
+    so a row's tokens are the same however its sampling is cut into segments."""
+    groups: list[int]
+    """Per row: its group, an index into `forced`."""
+    forced: list[bool]
+    """Per group: it must be complete when the segment ends (its tokens would otherwise outgrow the staleness bound)."""
+    need: int
+    """Groups that must be complete, among those of the segment, before it may end."""
+    params: SamplingParams
+    with_entropy: bool = False
+
+
+@dataclass(frozen=True)
+class Continued:
+    """What a `Segment` sampled, per row (in the segment's order)."""
+
+    tokens: list[list[int]]
+    logprobs: list[list[float]]
+    entropies: list[list[float]] | None
+    ended: list[bool]
+    """Whether the row ended: EOS, or its budget spent."""
+    eos: list[bool]
+    """Whether it ended with EOS."""
+
+
+@dataclass(frozen=True)
 class Rollouts:
     """G completions for each of P prompts, as sampled by an engine.
 

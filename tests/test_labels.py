@@ -60,6 +60,8 @@ def test_models_are_named_by_their_weights():
      "grpo+none,ahead=2,corr=token_tis/decoupled", "arithmetic-exact-tiny"),
     (["trainer.off_policy_steps=1", "trainer.off_policy_mode=bounded", "data=repeat"],
      "grpo+none,ahead=1/bounded", "repeat-exact-tiny"),
+    (["trainer.off_policy_steps=4", "trainer.partial_rollouts=true"], "grpo+none,ahead=4/partial",
+     "arithmetic-exact-tiny"),
     (["env=guess"], "grpo+none,turn=reward_to_go", "guess-arithmetic-tiny"),
     (["env=guess", "turn_credit=tl_grpo"], "grpo+none,turn=tl_grpo", "guess-arithmetic-tiny"),
     (["env=textarena"], "grpo+none,turn=episode", "textarena.GuessTheNumber-v0-arithmetic-tiny"),

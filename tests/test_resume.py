@@ -38,6 +38,8 @@ VARIANTS = {
     "guess": ["env=guess", "turn_credit=tl_grpo", "trainer.sampling.max_tokens=2", "trainer.eval_max_tokens=2"],
     # sampling ahead of training (rlvr/overlap.py): the steps sampled but not trained are checkpoint state
     "ahead": ["trainer.off_policy_steps=2", *OVERLAP],
+    # partial rollouts (rlvr/rollout/partial.py): the groups in flight, their tokens' versions, are checkpoint state
+    "partial": ["trainer.off_policy_steps=4", "trainer.partial_rollouts=true", *OVERLAP],
     "ahead_guess": ["env=guess", "trainer.sampling.max_tokens=2", "trainer.eval_max_tokens=2",
                     "trainer.off_policy_steps=1", *OVERLAP],
 }

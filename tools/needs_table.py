@@ -39,6 +39,9 @@ OPTIONS = {
         ["transform=gtpo", "transform.uncertainty=shannon_entropy"],
     "sampling ahead (`trainer.off_policy_steps=1`, decoupled correction)":
         ["trainer.off_policy_steps=1", "correction=token_tis", "algorithm.loss.correction.pi_old=decoupled"],
+    "partial rollouts (`trainer.off_policy_steps=2 trainer.partial_rollouts=true`, decoupled correction)":
+        ["trainer.off_policy_steps=2", "trainer.partial_rollouts=true", "correction=token_tis",
+         "algorithm.loss.correction.pi_old=decoupled"],
     "update capture (`trainer.capture_steps=[0]`)": ["trainer.capture_steps=[0]"],
     "ECHO on episodes (`env=guess echo=on`)": ["env=guess", "echo=on"],
 }

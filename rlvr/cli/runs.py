@@ -266,7 +266,8 @@ def label(run: Run, root: Path) -> str:
 
 
 CONDITION_GROUPS = ("algorithm", "transform", "turn_credit", "trainer.dynamic_sampling", "trainer.max_sample_batches",
-                    "trainer.overlong", "trainer.off_policy_steps", "trainer.off_policy_mode")
+                    "trainer.overlong", "trainer.off_policy_steps", "trainer.off_policy_mode",
+                    "trainer.partial_rollouts")
 """The config groups and keys `condition_label` reads (a recipe such as `condition=dapo` sets the trainer's dynamic
 sampling and overlong handling): they may differ between conditions (and `backend`, where the conditions' backends
 differ); every other key must be equal, or it is not the condition that is compared."""

@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING, Any
 from rlvr.lazy import lazy_import, no_grad
 from rlvr.protocols import Needs
 from rlvr.seeds import group_seeds
-from rlvr.types import Rollouts, SamplingParams
+from rlvr.types import Continued, Rollouts, SamplingParams, Segment
 
 if TYPE_CHECKING:
     from torch import Generator, Tensor, nn
@@ -293,7 +293,7 @@ class PyTorchEngine:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs(provides=frozenset({"entropy", "group_seeds", "trainer_module"}),
+        return Needs(provides=frozenset({"entropy", "group_seeds", "trainer_module", "partial_rollouts"}),
                      requires={"local_policy": "it samples from the trained module in this process"})
 
     def __init__(self, policy: nn.Module, eos_ids: list[int], pad_id: int, max_batch_rows: int, merge_lora: bool,
@@ -386,6 +386,57 @@ class PyTorchEngine:
             chunks = [self._decode(rows[start:stop], params, chunk_gen(start, stop), with_entropy, device)[0]
                       for start, stop in self.chunks(rows, params.max_tokens, self.budget_bytes(device))]
         return self._rollouts(prompt_ids_P, group_size, params, chunks, with_entropy)
+
+    @no_grad
+    def continue_rows(self, segment: Segment) -> Continued:
+        """Partial rollouts (rlvr/rollout/partial.py): `segment`'s rows prefilled under the current weights (their
+        keys and values recomputed), then decoded until the segment may end (`Segment`); in the sampler process
+        while sampling runs beside training on a CPU."""
+        if self.worker is not None:
+            return self.worker.call("continue", (segment,))
+        if not segment.contexts or (segment.need <= 0 and not any(segment.forced)):  # enough groups are complete
+            n = len(segment.contexts)
+            return Continued([[]] * n, [[]] * n, [[]] * n if segment.with_entropy else None, [False] * n, [False] * n)
+        with evaluating(self.module):
+            return self._continue(segment, next(self.module.parameters()).device)
+
+    def _continue(self, segment: Segment, device) -> Continued:
+        rows, N = segment.contexts, len(segment.contexts)
+        L = max(len(r) for r in rows)
+        input_ids = torch.tensor([[self.pad_id] * (L - len(r)) + r for r in rows], dtype=torch.long, device=device)
+        attn = torch.tensor([[0] * (L - len(r)) + [1] * len(r) for r in rows], dtype=torch.long, device=device)
+        position = (attn.cumsum(-1) - 1).clamp(min=0)
+        cache = transformers.DynamicCache(config=self.module.config)
+        logits = self.module(input_ids=input_ids, attention_mask=attn, position_ids=position, past_key_values=cache,
+                             use_cache=True, logits_to_keep=1).logits[:, -1]
+        next_pos, eos = position[:, -1:] + 1, torch.tensor(self.eos_ids, device=device)
+        budgets, groups = torch.tensor(segment.budgets, device=device), torch.tensor(segment.groups, device=device)
+        forced = torch.tensor(segment.forced, dtype=torch.bool, device=device)
+        ended, ended_eos = torch.zeros(N, dtype=torch.bool, device=device), torch.zeros(N, dtype=torch.bool,
+                                                                                            device=device)
+        noise = RowNoise(segment.seeds, segment.offsets)
+        steps: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
+        for t in range(max(segment.budgets)):
+            token, logp, entropy = draw(logits.float(), segment.params, noise, t, segment.with_entropy)
+            alive = ~ended
+            steps.append((torch.where(alive, token, self.pad_id), logp, entropy, alive))
+            hit = alive & torch.isin(token, eos)
+            ended_eos, ended = ended_eos | hit, ended | hit | (alive & (budgets <= t + 1))
+            if bool(ended.all()) or segment_may_end(ended, groups, forced, segment.need):
+                break
+            attn = torch.cat([attn, alive[:, None].to(attn.dtype)], dim=1)
+            logits = self.module(input_ids=steps[-1][0][:, None], attention_mask=attn, position_ids=next_pos,
+                                 past_key_values=cache, use_cache=True).logits[:, -1]
+            next_pos = next_pos + 1
+        alive_N_T = torch.stack([a for *_, a in steps], 1).cpu()
+        counts = alive_N_T.sum(1).tolist()
+
+        def per_row(i: int) -> list[list]:
+            values = torch.stack([step[i] for step in steps], 1).cpu().tolist()
+            return [row[:n] for row, n in zip(values, counts, strict=True)]
+
+        return Continued(per_row(0), per_row(1), per_row(2) if segment.with_entropy else None, ended.cpu().tolist(),
+                         ended_eos.cpu().tolist())
 
     def _rollouts(self, prompt_ids_P: list[list[int]], group_size: int, params: SamplingParams,
                   chunks: list[Decoded], with_entropy: bool, order: Tensor | None = None) -> Rollouts:
@@ -567,7 +618,35 @@ class Noise:
         return self.drawn[t - self.start]
 
 
-def multinomial(probs_N_V: Tensor, noise: Noise, t: int) -> Tensor:
+def segment_may_end(ended: Tensor, groups: Tensor, forced: Tensor, need: int) -> bool:
+    """A `Segment` may end: at least `need` of its groups have every row ended, and so has every forced group."""
+    running = torch.zeros(len(forced), dtype=torch.long, device=ended.device).index_add_(0, groups, (~ended).long())
+    complete = running == 0
+    return int(complete.sum()) >= need and bool(complete[forced].all())
+
+
+TOKEN_STRIDE = 0x9E3779B97F4A7C15
+"""Mixes a row's seed with a token index (`RowNoise`): the golden ratio's 64-bit constant, as splitmix64 steps by."""
+
+
+class RowNoise:
+    """The exponential race's noise (`multinomial`) of partial rollouts: row n's token at index offsets[n] + t drawn
+    from a generator seeded by (seeds[n], offsets[n] + t) alone, so a row's draws do not depend on where its sampling
+    was cut into segments, nor on the other rows it was decoded with."""
+
+    def __init__(self, seeds: list[int], offsets: list[int]) -> None:
+        self.seeds, self.offsets = seeds, offsets
+
+    def at(self, t: int, like: Tensor) -> Tensor:
+        gen = torch.Generator(device=like.device)
+        out = torch.empty_like(like)
+        for n, (seed, offset) in enumerate(zip(self.seeds, self.offsets, strict=True)):
+            gen.manual_seed((seed + (offset + t) * TOKEN_STRIDE) % 2**63)
+            out[n].exponential_(1, generator=gen)
+        return out
+
+
+def multinomial(probs_N_V: Tensor, noise: Noise | RowNoise, t: int) -> Tensor:
     """One draw per row, [N, 1], by the exponential race: argmax(p / E), E ~ Exp(1) (torch.multinomial's own rule
     for one draw, which it equals draw for draw), E step t's `noise`."""
     if not bool(torch.isfinite(probs_N_V).all()):
@@ -575,7 +654,7 @@ def multinomial(probs_N_V: Tensor, noise: Noise, t: int) -> Tensor:
     return (probs_N_V / noise.at(t, probs_N_V)).argmax(-1, keepdim=True)
 
 
-def draw(logits_N_V: Tensor, params: SamplingParams, noise: Noise, t: int, with_entropy: bool):
+def draw(logits_N_V: Tensor, params: SamplingParams, noise: Noise | RowNoise, t: int, with_entropy: bool):
     """Decoding step t: (token [N], logprob [N], entropy [N] or the logprob tensor as a placeholder)."""
     logp_N_V = torch.log_softmax(logits_N_V / max(params.temperature, 1e-7), dim=-1)
     if params.temperature == 0:

@@ -142,6 +142,8 @@ def serve(conn: Connection, trainers: Connection, module: nn.Module, build: Call
         try:
             if method == "sample":
                 reply = (True, engine.sample(*args))
+            elif method == "continue":  # partial rollouts' segment (PyTorchEngine.continue_rows)
+                reply = (True, engine.continue_rows(*args))
             elif method == "turn":
                 turns = turns or engine.turn_sampler()
                 reply = (True, turns.sample(*args))

@@ -4,11 +4,12 @@ sampler, rlvr/overlap.py) and scored."""
 from __future__ import annotations
 
 import time
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from rlvr.components import Live
 from rlvr.data.order import prompts_at
 from rlvr.overlap import Job, SampleAhead, SampleInline
+from rlvr.rollout.partial import Admission, PartialRollouts, SingleTurnParts
 from rlvr.stages import Stateless, StepState
 from rlvr.types import Example, Sampled, SamplingParams
 
@@ -22,19 +23,21 @@ class Collect(Stateless):
         live = s.live
         assert live.sampler is not None, "the trainer opens the sampler before the first step"
         job, synced = live.sampler.next(s.step)  # sampled now, or ahead
-        examples, _ = job.work
+        examples = job.partial.examples if job.partial is not None else job.work[0]
         live.totals["prompts"] += len(examples)
         s.wait_s = s.clock.lap()
         s.prompts = len(examples)
         s.job, s.examples, s.batch = job, examples, live.rollout.finish(job.sampled)
-        s.fields.update(synced)
+        s.fields.update(synced | (job.partial.fields if job.partial is not None else {}))
 
 
 def open_sampler(live: Live, batch_size: int, group_size: int, sampling: SamplingParams, ahead: int, mode: str,
-                 max_steps: int, first: int) -> SampleInline | SampleAhead:
+                 max_steps: int, first: int, partial: bool = False) -> SampleInline | SampleAhead:
     """A run's steps sampled in the step (`ahead` = trainer.off_policy_steps = 0) or ahead of it in a sampler
     thread, from step `first` on: each step's examples drawn from the data stream (in the main thread) at its
-    position, sampled by the run's rollout, the engine synced to the trainer's weights before."""
+    position, sampled by the run's rollout, the engine synced to the trainer's weights before. `partial`
+    (trainer.partial_rollouts): the groups of `ahead` steps in flight, sampled one step ahead
+    (rlvr/rollout/partial.py)."""
     c, base = live.c, live.totals["prompts"]
 
     def work(step: int) -> tuple[list[Example], int]:
@@ -56,4 +59,14 @@ def open_sampler(live: Live, batch_size: int, group_size: int, sampling: Samplin
     if not ahead:
         return SampleInline(work, sample, sync)
     live.engine.sample_beside_training(True)
-    return SampleAhead(ahead, mode, max_steps, work, sample, sync, everywhere=lambda holds: all(c.world.gather(holds)))
+    everywhere = lambda holds: all(c.world.gather(holds))  # noqa: E731
+    if partial:
+        pool = PartialRollouts(cast(SingleTurnParts, live.rollout), batch_size, group_size, sampling, ahead,
+                               PartialRollouts.resumed(live.restored_jobs))
+
+        def admit(step: int) -> Admission:
+            return pool.admissions(step, max_steps, lambda i: (prompts_at(c.data, i, base + (i - first) * batch_size,
+                                                                          batch_size), base + (i - first) * batch_size))
+
+        return SampleAhead(1, mode, max_steps, admit, pool.sample, sync, everywhere=everywhere)
+    return SampleAhead(ahead, mode, max_steps, work, sample, sync, everywhere=everywhere)

@@ -1,0 +1,192 @@
+"""Partial rollouts (`trainer.partial_rollouts=true`, with `trainer.off_policy_steps=k`): a weight update does not wait
+for the longest completions. Sequences unfinished at an update go on under the new weights, each token tagged with
+the version that sampled it; a step trains the groups that finished first, oldest first.
+
+The pool. k batches of groups are in flight: job 0 admits the data stream's batches 0 … k − 1, job s ≥ 1 batch
+s + k − 1 (none past the run's last step). Job s decodes every unfinished row of the pool under the engine's weights
+(version s − 1, sampled while step s − 1 trains: rlvr/overlap.py with one step ahead; version 0 for job 0) — the
+engine prefills each row's prompt and tokens so far, so their keys and values are the new weights' — until
+`batch_size` groups are complete (every row ended: EOS or max_tokens) and every group due at s is; then step s
+trains the `batch_size` complete groups admitted first. Batch i is due at job i: a group is at most k updates old
+when it trains (its first tokens were sampled by version ≥ i − k), whatever the timing — the staleness bound counts
+a sequence's oldest token. With k = 1 every group is due at once: the same steps as without partial rollouts (from
+another noise stream: below).
+
+Exact. What a job decodes depends only on the pool, which depends only on the seed and the steps before: a run
+repeats bit for bit (trainer.off_policy_mode=fixed; bounded is refused). A row's token t is drawn from noise seeded by
+(the row's seed, t) alone (`rlvr.engine.pytorch.RowNoise`), so where its sampling was cut does not change its draws.
+The pool after a job is part of the job (`Job.partial`), and a checkpoint keeps the jobs sampled and not trained
+(rlvr/checkpoint.py): a run continued from it — after a SIGKILL too — writes the rows of one never stopped.
+
+Row fields (`Partial.fields`): `async/staleness_mean` and `_max` over the trained tokens (step − the token's version),
+`async/policy_version` (the oldest trained token's), `async/staleness_frac/<d>` (the trained tokens d updates old),
+`async/partial_frac` (trained rows sampled by more than one version) and `async/version_spread_max` (the most
+versions one trained row spans, less one).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from rlvr.lazy import lazy_import
+from rlvr.model.prompt_encoding import decode_completions, encode_prompts
+from rlvr.rollout.single_turn import Completions
+from rlvr.seeds import Seeds, group_sampling_seeds, sub_seed
+from rlvr.telemetry import Stopwatch
+from rlvr.types import Continued, Example, Rollouts, Sampled, SamplingParams, Segment
+
+if TYPE_CHECKING:
+    from rlvr.overlap import Job
+
+torch = lazy_import("torch")
+
+
+@dataclass(eq=False)
+class Group:
+    """A prompt's group in flight: its rows as sampled so far, token by token with the version that sampled each."""
+
+    batch: int
+    """The data stream's batch it was drawn for; it is due at job `batch`."""
+    example: Example
+    prompt: list[int]
+    seeds: list[int]
+    """Per row: its sampling seed (the group's seed's sub-seed `row/<r>`)."""
+    tokens: list[list[int]]
+    logprobs: list[list[float]]
+    entropies: list[list[float]]
+    versions: list[list[int]]
+    ended: list[bool]
+    eos: list[bool]
+
+    @property
+    def complete(self) -> bool:
+        return all(self.ended)
+
+
+@dataclass
+class Partial:
+    """What a job of partial rollouts trains, reports and leaves in flight."""
+
+    examples: list[Example]
+    """The trained groups' examples, in the step's order."""
+    fields: dict[str, float]
+    pool: list[Group] = field(default_factory=list)
+    """The groups in flight after the job (a checkpoint's state)."""
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The batches a job admits: (batch index, its examples, their data-stream position) each."""
+
+    batches: list[tuple[int, list[Example], int]]
+
+
+class ContinuesRows(Protocol):
+    """An engine that declares the `partial_rollouts` capability (engine=pytorch)."""
+
+    def continue_rows(self, segment: Segment) -> Continued: ...
+
+
+class SingleTurnParts(Protocol):
+    """What the pool uses of the run's single-turn rollout (rlvr/rollout/single_turn.py `SingleTurn`)."""
+
+    engine: Any
+    tokenizer: Any
+    seeds: Seeds
+    with_entropy: bool
+
+
+class PartialRollouts:
+    """The pool of a run's partial rollouts over its single-turn rollout's engine, tokenizer and seeds."""
+
+    def __init__(self, rollout: SingleTurnParts, batch_size: int, group_size: int, sampling: SamplingParams, k: int,
+                 pool: list[Group]) -> None:
+        self.rollout, self.B, self.G, self.sampling, self.k = rollout, batch_size, group_size, sampling, k
+        self.pool = pool
+
+    @staticmethod
+    def resumed(jobs: list[Job]) -> list[Group]:
+        """The pool a checkpoint's pending jobs left (the last one's), or an empty one."""
+        done = [job for job in jobs if job.partial is not None]
+        return copy.deepcopy(max(done, key=lambda job: job.step).partial.pool) if done else []
+
+    def admissions(self, step: int, max_steps: int, batch: Callable[[int], tuple[list[Example], int]]) -> Admission:
+        """Job `step`'s batches (module docstring), each from `batch(i)`: (examples, position)."""
+        first = 0 if step == 0 else step + self.k - 1
+        return Admission([(i, *batch(i)) for i in range(first, min(step + self.k, max_steps))])
+
+    def sample(self, job: Job) -> Sampled[Completions]:
+        """Job `job.step`: admit, decode under the engine's weights (version `job.version`), train the first
+        complete; sets `job.partial`."""
+        clock = Stopwatch()
+        for index, examples, position in job.work.batches:
+            self.pool += self._admit(index, examples, position)
+        running = [g for g in self.pool if not g.complete]
+        index = {id(g): i for i, g in enumerate(running)}
+        rows = [(g, r) for g in running for r in range(self.G) if not g.ended[r]]
+        segment = Segment(
+            contexts=[g.prompt + g.tokens[r] for g, r in rows],
+            budgets=[self.sampling.max_tokens - len(g.tokens[r]) for g, r in rows],
+            offsets=[len(g.tokens[r]) for g, r in rows], seeds=[g.seeds[r] for g, r in rows],
+            groups=[index[id(g)] for g, _ in rows], forced=[g.batch <= job.step for g in running],
+            need=self.B - sum(g.complete for g in self.pool), params=self.sampling,
+            with_entropy=self.rollout.with_entropy)
+        continued = cast(ContinuesRows, self.rollout.engine).continue_rows(segment)
+        for n, (g, r) in enumerate(rows):
+            g.tokens[r] += continued.tokens[n]
+            g.logprobs[r] += continued.logprobs[n]
+            g.entropies[r] += continued.entropies[n] if continued.entropies is not None else []
+            g.versions[r] += [job.version] * len(continued.tokens[n])
+            g.ended[r], g.eos[r] = continued.ended[n], continued.eos[n]
+        trained = sorted((g for g in self.pool if g.complete), key=lambda g: g.batch)[: self.B]
+        late = [g.batch for g in self.pool if g.batch <= job.step and g not in trained]
+        assert not late, f"partial rollouts: groups of batches {late} outgrew the staleness bound at step {job.step}"
+        self.pool = [g for g in self.pool if g not in trained]
+        job.partial = Partial([g.example for g in trained], fields_of(trained, job.step, self.k),
+                              copy.deepcopy(self.pool))
+        return self._sampled(trained, clock.lap())
+
+    def _admit(self, index: int, examples: list[Example], position: int) -> list[Group]:
+        seeds = group_sampling_seeds(self.rollout.seeds.sampler, index, position, len(examples))
+        prompts = encode_prompts(self.rollout.tokenizer, [e.prompt for e in examples])
+        def rows() -> list:
+            return [[] for _ in range(self.G)]
+
+        return [Group(index, e, p, [sub_seed(seed, f"row/{r}") for r in range(self.G)], rows(), rows(), rows(), rows(),
+                      [False] * self.G, [False] * self.G) for e, p, seed in zip(examples, prompts, seeds, strict=True)]
+
+    def _sampled(self, trained: list[Group], seconds: float) -> Sampled[Completions]:
+        rows = [(g, r) for g in trained for r in range(self.G)]
+        T = max(len(g.tokens[r]) for g, r in rows)
+        pad = self.rollout.tokenizer.pad_token_id
+
+        def padded(values: Callable[[Group, int], list], fill: Any, dtype) -> Any:
+            return torch.tensor([values(g, r) + [fill] * (T - len(g.tokens[r])) for g, r in rows], dtype=dtype)
+
+        rollouts = Rollouts(
+            prompt_ids_P=[g.prompt for g in trained], group_size=self.G,
+            tokens_PG_T=padded(lambda g, r: g.tokens[r], pad, torch.long),
+            logprobs_PG_T=padded(lambda g, r: g.logprobs[r], 0.0, torch.float32),
+            mask_PG_T=padded(lambda g, r: [True] * len(g.tokens[r]), False, torch.bool),
+            finished_PG=torch.tensor([g.eos[r] for g, r in rows], dtype=torch.bool),
+            temperature=self.sampling.temperature,
+            entropy_PG_T=padded(lambda g, r: g.entropies[r], 0.0, torch.float32) if self.rollout.with_entropy else None)
+        completions = decode_completions(self.rollout.tokenizer, rollouts)
+        references = [g.example.reference for g in trained for _ in range(self.G)]
+        return Sampled(Completions(rollouts, completions, references, len(trained), self.G), seconds)
+
+
+def fields_of(trained: list[Group], step: int, k: int) -> dict[str, float]:
+    """The row fields of a step's trained groups (module docstring)."""
+    versions = [g.versions[r] for g in trained for r in range(len(g.versions))]
+    ages = [step - v for row in versions for v in row]
+    count = max(len(ages), 1)
+    spreads = [max(row) - min(row) for row in versions if row]
+    return {"async/staleness_mean": sum(ages) / count, "async/staleness_max": float(max(ages, default=0)),
+            "async/policy_version": float(min((v for row in versions for v in row), default=step)),
+            **{f"async/staleness_frac/{d}": sum(a == d for a in ages) / count for d in range(k + 1)},
+            "async/partial_frac": sum(s > 0 for s in spreads) / max(len(versions), 1),
+            "async/version_spread_max": float(max(spreads, default=0))}

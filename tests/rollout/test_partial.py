@@ -1,0 +1,141 @@
+"""Partial rollouts (trainer.partial_rollouts, rlvr/rollout/partial.py): a row's tokens do not depend on where its
+sampling was cut; a run repeats bit for bit; every trained token is at most k updates old; what cannot be combined
+with them is refused at start. (A run killed and continued: tests/test_resume.py, variant `partial`.)"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from composing import MIXED, OVERLAP, compose_config
+from rlvr.config_check import config_problems
+from rlvr.engine.pytorch import PyTorchEngine
+from rlvr.model.tiny import TinyLlama
+from rlvr.outputs import NONDETERMINISTIC_KEYS
+from rlvr.overlap import Job
+from rlvr.rollout.partial import PartialRollouts
+from rlvr.types import Example, SamplingParams, Segment
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = 8
+BASE = [f"trainer.max_steps={STEPS}", "trainer.eval_every=0", "trainer.log_every=1", "data.eval_size=16", "threads=1",
+        *MIXED, *OVERLAP, "trainer.partial_rollouts=true", "trainer.sampling.max_tokens=20", "trainer.group_size=2"]
+"""The untrained policy (no warm-up) samples an EOS one time in ~15: groups of 2 end anywhere in 20 tokens, the
+lengths of a long tail."""
+
+
+def engine_and_prompts(tokenizer_too=False):
+    cfg = compose_config([]).model
+    module, tokenizer = TinyLlama(**{k: v for k, v in cfg.items() if k not in {"_target_", "lora"}},
+                                  lora=None).load(seed=0)
+    engine = PyTorchEngine(module, [tokenizer.eos_token_id], tokenizer.pad_token_id, max_batch_rows=64,
+                           merge_lora=False)
+    prompts = [tokenizer.encode(p, add_special_tokens=False) for p in ("12+34=", "56+07=", "99+99=")]
+    return (engine, prompts, tokenizer) if tokenizer_too else (engine, prompts)
+
+
+def segment(prompts, tokens, need, forced, rows=(0, 1, 2), lengths=(4, 8, 12)):
+    """Rows `rows` (each prompt's one row, a group of one) continued from `tokens`; row n ends at `lengths[n]`
+    tokens if not at an EOS before (the untrained model seldom samples one)."""
+    return Segment(contexts=[prompts[n] + tokens[n] for n in rows], budgets=[lengths[n] - len(tokens[n]) for n in rows],
+                   offsets=[len(tokens[n]) for n in rows], seeds=[(11, 22, 33)[n] for n in rows],
+                   groups=list(range(len(rows))), forced=forced, need=need,
+                   params=SamplingParams(temperature=1.0, top_p=1.0, max_tokens=max(lengths)))
+
+
+def test_a_rows_tokens_do_not_depend_on_where_its_sampling_was_cut():
+    engine, prompts = engine_and_prompts()
+    whole = engine.continue_rows(segment(prompts, [[], [], []], need=3, forced=[True] * 3))
+    first = engine.continue_rows(segment(prompts, [[], [], []], need=1, forced=[False] * 3))  # ends at the 1st done
+    assert first.ended == [True, False, False] and [len(t) for t in first.tokens] == [4, 4, 4]  # cut mid-way
+    rest = engine.continue_rows(segment(prompts, first.tokens, need=2, forced=[True] * 2, rows=(1, 2)))
+    assert [len(t) for t in rest.tokens] == [4, 8] and rest.ended == [True, True]
+    for n, tail in ((0, []), (1, rest.tokens[0]), (2, rest.tokens[1])):  # the rest's keys and values came from a
+        assert first.tokens[n] + tail == whole.tokens[n]                  # prefill: the same draws, log-probs ~equal
+    assert first.logprobs[2] + rest.logprobs[1] == pytest.approx(whole.logprobs[2], abs=1e-5)
+    nothing = engine.continue_rows(segment(prompts, first.tokens, need=0, forced=[False] * 2, rows=(1, 2)))
+    assert nothing.tokens == [[], []]  # enough groups were complete already: no decoding at all
+
+
+def test_groups_unfinished_at_an_update_go_on_under_the_next_version():
+    # batch_size 1, groups of 2, k = 2, at most 12 tokens. Job 1 (sampled by version 0) finds batch 0's group with
+    # 10 tokens a row (due now: it must end) and admits batch 2's. The untrained model seldom samples an EOS, so
+    # batch 0's rows end at 12 tokens, 2 decoding steps later: the job may then end (1 group complete, none other
+    # due) and batch 2's rows stop at 2 tokens. Job 2 (version 1) finds batch 2's group due: its rows go on to 12.
+    engine, _, tokenizer = engine_and_prompts(tokenizer_too=True)
+    rollout = SimpleNamespace(engine=engine, tokenizer=tokenizer, seeds=SimpleNamespace(sampler=7), with_entropy=False)
+    pool = PartialRollouts(rollout, batch_size=1, group_size=2, sampling=SamplingParams(1.0, 1.0, 12), k=2, pool=[])
+    head = pool._admit(0, [Example("12+34=", "46")], 0)[0]
+    head.tokens, head.logprobs, head.versions = ([[v] * 10 for _ in range(2)] for v in (4, -1.0, 0))
+    pool.pool = [head]
+
+    def job(step, version):
+        made = Job(step, version, pool.admissions(step, 10, lambda i: ([Example(f"{i}0+00=", f"{i}0")], i)))
+        made.sampled = pool.sample(made)
+        return made
+
+    first = job(1, 0)
+    assert [e.reference for e in first.partial.examples] == ["46"] and first.sampled.rows.rollouts.mask_PG_T.sum() == 24
+    assert first.partial.fields["async/partial_frac"] == 0.0 and first.partial.fields["async/staleness_max"] == 1.0
+    left = first.partial.pool
+    assert [g.batch for g in left] == [2] and [len(t) for t in left[0].tokens] == [2, 2] and not left[0].complete
+    second = job(2, 1)
+    assert [e.reference for e in second.partial.examples] == ["20"]
+    assert second.partial.pool == [] or all(g.batch == 3 for g in second.partial.pool)
+    fields = second.partial.fields  # 2 rows × (2 tokens of version 0 + 10 of version 1), trained at step 2
+    assert fields["async/partial_frac"] == 1.0 and fields["async/version_spread_max"] == 1.0
+    assert fields["async/staleness_max"] == 2.0 and fields["async/policy_version"] == 0.0
+    assert fields["async/staleness_frac/2"] == pytest.approx(4 / 24) and fields["async/staleness_mean"] == (
+        pytest.approx((4 * 2 + 20 * 1) / 24))
+
+
+def train(run_dir, overrides):
+    proc = subprocess.run([sys.executable, "train.py", *BASE, *overrides, f"hydra.run.dir={run_dir}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("partial")
+    return {name: train(tmp / name, [f"trainer.off_policy_steps={k}"])
+            for name, k in (("k2", 2), ("k2_again", 2), ("k1", 1), ("k4", 4))}
+
+
+def test_a_run_repeats_bit_for_bit(runs):
+    def comparable(rows):
+        return [{k: v for k, v in r.items() if k not in NONDETERMINISTIC_KEYS} for r in rows]
+
+    assert comparable(runs["k2"]) == comparable(runs["k2_again"])
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_every_trained_token_is_at_most_k_updates_old(runs, k):
+    rows = runs[f"k{k}"]
+    assert [r["step"] for r in rows] == list(range(STEPS)) and all(r["num_datums"] == 16 for r in rows)
+    assert all(r["async/staleness_max"] <= min(k, r["step"]) for r in rows)
+    assert all(r["step"] - r["async/policy_version"] == r["async/staleness_max"] for r in rows)
+    assert all(sum(r[f"async/staleness_frac/{d}"] for d in range(k + 1)) == pytest.approx(1.0) for r in rows)
+    assert all(r["async/version_spread_max"] <= r["async/staleness_max"] for r in rows)
+    if k == 1:  # every group is due at once: none is carried over an update
+        assert {r["async/partial_frac"] for r in rows} == {0.0}
+        assert all(r["async/staleness_max"] == min(1, r["step"]) for r in rows)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["trainer.off_policy_steps=0"], "set trainer.off_policy_steps=k >= 1 (the staleness bound)"),
+    (["trainer.off_policy_steps=2", "trainer.off_policy_mode=bounded"], "trainer.off_policy_mode=fixed only"),
+    (["trainer.off_policy_steps=2", "trainer.partial_rollouts=yes"], "trainer.partial_rollouts='yes' must be bool"),
+    (["trainer.off_policy_steps=1", "env=guess"], "with an env set trainer.partial_rollouts=false"),
+    (["trainer.off_policy_steps=1", "engine=vllm"], "abort and resubmit each prefix: not built"),
+    (["trainer.off_policy_steps=1", "backend=fsdp"], "samples in one process (over several: not built)"),
+])
+def test_what_partial_rollouts_cannot_do_is_refused_naming_the_setting(overrides, message):
+    _, errors = config_problems(compose_config([*OVERLAP, "trainer.partial_rollouts=true", *overrides]),
+                                at_start=False)
+    assert any(message in e for e in errors), errors
