@@ -11,7 +11,8 @@ alike:
   default    `python train.py` (the built-in arithmetic task, its cached SFT warm-up, threads=auto: 1 of 2 cores)
   guess      `python train.py env=guess` (16 games × 8 episodes a step, its warm-up)
   long_tail  `python train.py data=repeat` (rlvr/data/repeat.py): completions of ~2.5 tokens, a tenth of the prompts
-             asking for 25–27: a step waits for its longest completion
+             asking for 25–27: a step waits for its longest completion. A warm-up of 150 steps (not 800): it writes
+             the long answers already, and leaves RL something to train every step (after 800 every group ties)
 Per run: the RL loop's wall per step (the run's RL seconds less its evaluations', over its steps) and its ratio to
 k=0's, the held-out accuracy at the end, and the mean idle fractions (async/trainer_idle_frac,
 async/sampler_idle_frac). The load average before and after is printed: these are a shared machine's numbers.
@@ -32,7 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = {"default": [], "guess": ["env=guess"],
-         "long_tail": ["data=repeat", "trainer.sampling.max_tokens=27", "trainer.eval_max_tokens=27"]}
+         "long_tail": ["data=repeat", "trainer.sampling.max_tokens=27", "trainer.eval_max_tokens=27",
+                       "trainer.warmup.steps=150"]}
 DECOUPLED = ["correction=token_tis", "algorithm.loss.correction.pi_old=decoupled"]
 
 
