@@ -42,6 +42,9 @@ SAFE_TO_CHANGE = (
     "backend.micro_batch_size", "backend.packing", "backend.max_tokens_per_micro_batch", "backend.device",
     "engine.max_batch_rows", "engine.max_batch_mb", "logger", "trainer.capture_steps",
 )
+ADDED = {"trainer.partial_rollouts": False}
+"""Keys added after runs were stored, with the value that keeps those runs' behaviour: a stored config without the
+key resumes under that value as if it had it (a run started before an upgrade continues after it)."""
 SAME_COMMAND_MAY_DIFFER = ("resume", "resume_allow_changes")
 """The keys in which a command may differ from an interrupted run's and still continue it by the "same command"
 rule: they say how to resume, not what the run is."""
@@ -72,8 +75,10 @@ def under(key: str, prefixes) -> bool:
 
 
 def differences(saved: dict, current: dict) -> dict[str, list]:
-    """{dotted key: [saved value, current value]} for every key whose value differs (an absent key counts)."""
+    """{dotted key: [saved value, current value]} for every key whose value differs (an absent key counts, but for
+    one `ADDED` since, at its value then)."""
     old, new = flatten(saved), flatten(current)
+    old |= {k: v for k, v in ADDED.items() if k not in old and k in new}
     return {k: [old.get(k, "<absent>"), new.get(k, "<absent>")] for k in sorted(old.keys() | new.keys())
             if old.get(k, "<absent>") != new.get(k, "<absent>")}
 

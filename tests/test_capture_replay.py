@@ -156,3 +156,12 @@ def test_capture_steps_are_checked_at_start():
 def test_a_resumed_run_may_capture_other_steps():
     """Capture steps are bookkeeping, as `threads` is: a run continues with other ones (to capture a later step)."""
     assert changed_keys({"trainer": {"capture_steps": []}}, {"trainer": {"capture_steps": [3]}}, []) == []
+
+
+def test_a_key_added_since_a_run_was_stored_resumes_at_the_value_it_had():
+    from rlvr.resume import ADDED
+
+    before = {"trainer": {"lr": 1e-3}}  # stored before trainer.partial_rollouts existed
+    assert ADDED["trainer.partial_rollouts"] is False
+    assert changed_keys(before, {"trainer": {"lr": 1e-3, "partial_rollouts": False}}, []) == []
+    assert changed_keys(before, {"trainer": {"lr": 1e-3, "partial_rollouts": True}}, []) == ["trainer.partial_rollouts"]
