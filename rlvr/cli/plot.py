@@ -86,7 +86,7 @@ LEGENDS: dict[str, str | None] = {
 _UNIT_INTERVAL = re.compile(r"(accuracy|_rate|_frac|_fraction|_fraction_mean|_share|^sepa_lambda|^sepa_gate_open)$")
 _NON_NEGATIVE = re.compile(r"(length|_time_s|tokens|_tokens|tokens_per_step|tokens_per_second|num_datums|"
                            r"batch_size|group_size|grad_norm|^lr|_mb|abs_kl|ratio_max|_surprisal_mean|"
-                           r"_entropy_mean|_var|examples|turns_mean|_count|_skips)$")
+                           r"_entropy_mean|_var|examples|turns_mean|_count|_skips|^staleness_mean|^staleness_max|^version_spread_max)$")
 
 METRIC_WORDS = {
     # docs/metrics.md, step rows
@@ -118,6 +118,13 @@ METRIC_WORDS = {
     "reward/error_frac": "fraction of gradings failed",
     "reward/parse_fail_frac": "fraction of completions without an answer",
     "train/nonfinite_skips": "non-finite updates skipped, cumulative",
+    # sampling ahead of training (rlvr/overlap.py) and partial rollouts (rlvr/rollout/partial.py)
+    "async/trainer_idle_frac": "share of the wall the trainer waited for samples",
+    "async/sampler_idle_frac": "share of the wall the sampler had nothing to sample",
+    "async/staleness_mean": "mean age of the trained tokens (updates)",
+    "async/staleness_max": "oldest trained token's age (updates)",
+    "async/partial_frac": "fraction of rows sampled by more than one version",
+    "async/version_spread_max": "most versions one row spans, less one",
     # from the backend
     "clip_fraction": "fraction of tokens with a clipped ratio",
     "policy/abs_kl": "mean |log π_θ − log π_old|",

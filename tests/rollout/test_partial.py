@@ -103,8 +103,9 @@ def train(run_dir, overrides):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("partial")
-    return {name: train(tmp / name, [f"trainer.off_policy_steps={k}"])
+    rows = {name: train(tmp / name, [f"trainer.off_policy_steps={k}"])
             for name, k in (("k2", 2), ("k2_again", 2), ("k1", 1), ("k4", 4))}
+    return {**rows, "folders": tmp}
 
 
 def test_a_run_repeats_bit_for_bit(runs):
@@ -125,6 +126,14 @@ def test_every_trained_token_is_at_most_k_updates_old(runs, k):
     if k == 1:  # every group is due at once: none is carried over an update
         assert {r["async/partial_frac"] for r in rows} == {0.0}
         assert all(r["async/staleness_max"] == min(1, r["step"]) for r in rows)
+
+
+def test_rlvr_plot_draws_the_rows_of_partial_rollouts(runs, tmp_path):
+    from rlvr.cli.plot import run as plot
+
+    written = plot(runs["folders"], ["async/partial_frac", "async/staleness_frac/2"], tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["plot_async_partial_frac.png",
+                                                                "plot_async_staleness_frac_2.png"], written
 
 
 @pytest.mark.parametrize("overrides, message", [
