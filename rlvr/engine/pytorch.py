@@ -401,6 +401,8 @@ class PyTorchEngine:
             return self._continue(segment, next(self.module.parameters()).device)
 
     def _continue(self, segment: Segment, device) -> Continued:
+        """`continue_rows` in this process. A row that ends leaves the batch (its cache rows dropped): a segment's
+        cost follows the tokens its rows still sample, not its longest row times its rows."""
         rows, N = segment.contexts, len(segment.contexts)
         L = max(len(r) for r in rows)
         input_ids = torch.tensor([[self.pad_id] * (L - len(r)) + r for r in rows], dtype=torch.long, device=device)
@@ -412,30 +414,30 @@ class PyTorchEngine:
         next_pos, eos = position[:, -1:] + 1, torch.tensor(self.eos_ids, device=device)
         budgets, groups = torch.tensor(segment.budgets, device=device), torch.tensor(segment.groups, device=device)
         forced = torch.tensor(segment.forced, dtype=torch.bool, device=device)
-        ended, ended_eos = torch.zeros(N, dtype=torch.bool, device=device), torch.zeros(N, dtype=torch.bool,
-                                                                                            device=device)
+        ended, ended_eos = (torch.zeros(N, dtype=torch.bool, device=device) for _ in range(2))
+        live = torch.arange(N, device=device)  # the batch's rows, as indices into the segment's
         noise = RowNoise(segment.seeds, segment.offsets)
-        steps: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
+        out: list[list[list]] = [[[] for _ in range(N)] for _ in range(3)]  # tokens, log-probs, entropies
         for t in range(max(segment.budgets)):
             token, logp, entropy = draw(logits.float(), segment.params, noise, t, segment.with_entropy)
-            alive = ~ended
-            steps.append((torch.where(alive, token, self.pad_id), logp, entropy, alive))
-            hit = alive & torch.isin(token, eos)
-            ended_eos, ended = ended_eos | hit, ended | hit | (alive & (budgets <= t + 1))
+            for values, drawn in zip(out, (token, logp, entropy), strict=True):
+                for row, value in zip(live.tolist(), drawn.tolist(), strict=True):
+                    values[row].append(value)
+            hit = torch.isin(token, eos)
+            done = hit | (budgets[live] <= t + 1)
+            ended_eos[live[hit]], ended[live[done]] = True, True
             if bool(ended.all()) or segment_may_end(ended, groups, forced, segment.need):
                 break
-            attn = torch.cat([attn, alive[:, None].to(attn.dtype)], dim=1)
-            logits = self.module(input_ids=steps[-1][0][:, None], attention_mask=attn, position_ids=next_pos,
+            keep = (~done).nonzero().squeeze(1)
+            if len(keep) < len(live):
+                cache.reorder_cache(keep)
+                attn, next_pos, token, live = attn[keep], next_pos[keep], token[keep], live[keep]
+                noise.keep(keep.tolist())
+            attn = torch.cat([attn, attn.new_ones((len(live), 1))], dim=1)
+            logits = self.module(input_ids=token[:, None], attention_mask=attn, position_ids=next_pos,
                                  past_key_values=cache, use_cache=True).logits[:, -1]
             next_pos = next_pos + 1
-        alive_N_T = torch.stack([a for *_, a in steps], 1).cpu()
-        counts = alive_N_T.sum(1).tolist()
-
-        def per_row(i: int) -> list[list]:
-            values = torch.stack([step[i] for step in steps], 1).cpu().tolist()
-            return [row[:n] for row, n in zip(values, counts, strict=True)]
-
-        return Continued(per_row(0), per_row(1), per_row(2) if segment.with_entropy else None, ended.cpu().tolist(),
+        return Continued(out[0], out[1], out[2] if segment.with_entropy else None, ended.cpu().tolist(),
                          ended_eos.cpu().tolist())
 
     def _rollouts(self, prompt_ids_P: list[list[int]], group_size: int, params: SamplingParams,
@@ -636,6 +638,10 @@ class RowNoise:
 
     def __init__(self, seeds: list[int], offsets: list[int]) -> None:
         self.seeds, self.offsets = seeds, offsets
+
+    def keep(self, rows: list[int]) -> None:
+        """These rows only, in this order (the others left the batch)."""
+        self.seeds, self.offsets = [self.seeds[r] for r in rows], [self.offsets[r] for r in rows]
 
     def at(self, t: int, like: Tensor) -> Tensor:
         gen = torch.Generator(device=like.device)
