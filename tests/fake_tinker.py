@@ -50,6 +50,18 @@ def reset() -> None:
     DELAY.clear(), TIMES.clear()
 
 
+def backend(call_timeout_s: float = 10.0) -> Any:
+    """A TinkerBackend on this fake service: LoRA rank 8 on q_proj and v_proj, importance_sampling, no retries."""
+    from rlvr.backend.tinker import TinkerBackend
+    from rlvr.types import LoraSpec
+
+    return TinkerBackend(
+        lora=LoraSpec(rank=8, alpha=16, dropout=0.0, target_modules=["q_proj", "v_proj"]), lora_seed=7,
+        base_model="fake/base", api_key_env="TINKER_API_KEY", base_url=None, loss_fn="importance_sampling",
+        betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0, grad_clip_norm=1.0, call_timeout_s=call_timeout_s, retries=0,
+        backoff_s=0.0, max_concurrent=4, client=FakeServiceClient)
+
+
 def calls(method: str) -> list[dict]:
     return [kw for m, kw in CALLS if m == method]
 

@@ -28,12 +28,7 @@ TINY = ["backend=tinker", "backend.client._target_=fake_tinker.FakeServiceClient
         "backend.backoff_s=0", "trainer.batch_size=2", "trainer.group_size=4", "data.eval_size=8"]
 
 
-@pytest.fixture(autouse=True)
-def fake_service(monkeypatch):
-    fake_tinker.reset()
-    monkeypatch.setenv("TINKER_API_KEY", "tk-test-secret")
-    yield
-    fake_tinker.reset()
+pytestmark = pytest.mark.usefixtures("fake_service")  # tests/backend/conftest.py
 
 
 def backend(**overrides) -> TinkerBackend:

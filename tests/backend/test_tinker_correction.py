@@ -20,20 +20,11 @@ LORA = LoraSpec(rank=8, alpha=16, dropout=0.0, target_modules=["q_proj", "v_proj
 ENGINE_LP = [[-0.5, -0.25, -0.125], [-1.0, -2.0, 0.0]]
 
 
-@pytest.fixture(autouse=True)
-def fake_service(monkeypatch):
-    fake_tinker.reset()
-    monkeypatch.setenv("TINKER_API_KEY", "tk-test-secret")
-    yield
-    fake_tinker.reset()
+pytestmark = pytest.mark.usefixtures("fake_service")  # tests/backend/conftest.py
 
 
 def backend() -> TinkerBackend:
-    return TinkerBackend(
-        lora=LORA, lora_seed=7, base_model="fake/base", api_key_env="TINKER_API_KEY", base_url=None,
-        loss_fn="importance_sampling", betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0, grad_clip_norm=1.0,
-        call_timeout_s=5.0, retries=0, backoff_s=0.0, max_concurrent=4, client=fake_tinker.FakeServiceClient,
-    )
+    return fake_tinker.backend(call_timeout_s=5.0)
 
 
 def batch() -> TrainBatch:
