@@ -244,6 +244,12 @@ def unanswered(url: str, timeout_s: float = HUB_PROBE_TIMEOUT_S) -> str | None:
     return result[0] if result else f"no answer within {timeout_s:g} s"
 
 
+def unanswered_probe(url: str, timeout_s: float) -> str | None:
+    """`unanswered`, its reason saying how long the probe waited (a tracker server's finding)."""
+    why = unanswered(url, timeout_s)
+    return why if why is None or why.startswith("no answer") else f"{why}, within a {timeout_s:g}-s probe"
+
+
 @dataclass(frozen=True)
 class Threads:
     """No more torch threads than the cores this process may run on (`threads=`, rlvr/threads.py): more only

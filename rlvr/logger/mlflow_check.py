@@ -28,14 +28,12 @@ class MlflowServer:
     at_start: bool = True
 
     def check(self) -> Finding:
-        from rlvr.requirements import unanswered
+        from rlvr.requirements import unanswered_probe
 
         if not self.uri or not self.uri.startswith(("http://", "https://")):
             return Finding("ok", f"logger.tracking_uri={self.uri} is not a server (nothing to contact)")
-        why = unanswered(self.uri, MLFLOW_PROBE_TIMEOUT_S)
+        why = unanswered_probe(self.uri, MLFLOW_PROBE_TIMEOUT_S)
         if why is None:
             return Finding("ok", f"{self.uri} answers")
-        if not why.startswith("no answer"):
-            why = f"{why}, within a {MLFLOW_PROBE_TIMEOUT_S:g}-s probe"
         return Finding("missing", f"logger.tracking_uri: the MLflow tracking server {self.uri} does not answer "
                                   f"({why}): {FILE_STORE_WAY_OUT}")
