@@ -33,7 +33,8 @@ def test_a_tracking_server_that_does_not_answer_is_refused_with_the_fix(silent_s
     start = time.monotonic()
     silent = MlflowServer(silent_server.url).check()
     assert silent.status == "missing" and "does not answer (no answer" in silent.detail
-    assert time.monotonic() - start < MLFLOW_PROBE_TIMEOUT_S + 2  # bounded: not MLflow's minutes of retries
+    assert time.monotonic() - start < 30  # bounded by the probe (3 s), not MLflow's minutes of retries; loose: a
+    # loaded machine may be slow to run the probe's thread
     assert [MlflowServer(uri).check().status for uri in (None, "file:///tmp/mlruns")] == ["ok", "ok"]
 
 
