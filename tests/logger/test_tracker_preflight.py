@@ -12,7 +12,7 @@ import pytest
 
 from composing import compose_config
 from rlvr.config_check import config_problems
-from rlvr.logger.mlflow_check import MLFLOW_PROBE_TIMEOUT_S, MlflowServer
+from rlvr.logger.mlflow_check import MlflowServer
 
 ROOT = Path(__file__).resolve().parents[2]
 WAY_OUT = "or log offline to a file store: logger.tracking_uri=null"
