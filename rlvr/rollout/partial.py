@@ -143,7 +143,9 @@ class PartialRollouts:
             g.ended[r], g.eos[r] = continued.ended[n], continued.eos[n]
         trained = sorted((g for g in self.pool if g.complete), key=lambda g: g.batch)[: self.B]
         late = [g.batch for g in self.pool if g.batch <= job.step and g not in trained]
-        assert not late, f"partial rollouts: groups of batches {late} outgrew the staleness bound at step {job.step}"
+        if late:  # cannot happen: a due group ends the segment only once complete, and the oldest train first
+            raise RuntimeError(f"partial rollouts: groups of batches {late} would outgrow the staleness bound at step "
+                               f"{job.step}")
         self.pool = [g for g in self.pool if g not in trained]
         job.partial = Partial([g.example for g in trained], fields_of(trained, job.step, self.k),
                               copy.deepcopy(self.pool))
@@ -152,6 +154,7 @@ class PartialRollouts:
     def _admit(self, index: int, examples: list[Example], position: int) -> list[Group]:
         seeds = group_sampling_seeds(self.rollout.seeds.sampler, index, position, len(examples))
         prompts = encode_prompts(self.rollout.tokenizer, [e.prompt for e in examples])
+
         def rows() -> list:
             return [[] for _ in range(self.G)]
 
