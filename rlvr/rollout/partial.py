@@ -74,7 +74,10 @@ class Partial:
     """The trained groups' examples, in the step's order."""
     fields: dict[str, float]
     pool: list[Group] = field(default_factory=list)
-    """The groups in flight after the job (a checkpoint's state)."""
+    """The groups in flight after the job (a checkpoint's state). The pool itself, not a copy: a checkpoint pickles
+    the pending jobs while the sampler is idle, when the last job sampled is the last to have changed it."""
+    admitted: int = 0
+    """The batches admitted so far (0 … admitted − 1)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class Admission:
     """The batches a job admits: (batch index, its examples, their data-stream position) each."""
 
     batches: list[tuple[int, list[Example], int]]
+    upto: int
+    """Every batch before this one is admitted once the job is."""
 
 
 class ContinuesRows(Protocol):
@@ -103,20 +108,26 @@ class PartialRollouts:
     """The pool of a run's partial rollouts over its single-turn rollout's engine, tokenizer and seeds."""
 
     def __init__(self, rollout: SingleTurnParts, batch_size: int, group_size: int, sampling: SamplingParams, k: int,
-                 pool: list[Group]) -> None:
+                 resumed: Partial | None = None, first: int = 0) -> None:
+        """`resumed`: what the checkpoint continued from at step `first` left in flight; None: nothing (a fresh run,
+        or one whose checkpoint was its last step's: every batch it admitted, 0 … first − 1, was trained)."""
         self.rollout, self.B, self.G, self.sampling, self.k = rollout, batch_size, group_size, sampling, k
-        self.pool = pool
+        self.pool = copy.deepcopy(resumed.pool) if resumed else []
+        self.admitted = resumed.admitted if resumed else first
+        """The batches admitted by the jobs submitted so far (main thread)."""
 
     @staticmethod
-    def resumed(jobs: list[Job]) -> list[Group]:
-        """The pool a checkpoint's pending jobs left (the last one's), or an empty one."""
+    def resumed(jobs: list[Job]) -> Partial | None:
+        """What a checkpoint's pending jobs left (the last one's), or None: a fresh pool."""
         done = [job for job in jobs if job.partial is not None]
-        return copy.deepcopy(max(done, key=lambda job: job.step).partial.pool) if done else []
+        return max(done, key=lambda job: job.step).partial if done else None
 
     def admissions(self, step: int, max_steps: int, batch: Callable[[int], tuple[list[Example], int]]) -> Admission:
-        """Job `step`'s batches (module docstring), each from `batch(i)`: (examples, position)."""
-        first = 0 if step == 0 else step + self.k - 1
-        return Admission([(i, *batch(i)) for i in range(first, min(step + self.k, max_steps))])
+        """Job `step`'s batches (module docstring), each from `batch(i)`: (examples, position). Those not admitted
+        yet up to batch step + k − 1, so a run continued with more steps (trainer.max_steps) admits what its shorter
+        self did not."""
+        first, self.admitted = self.admitted, max(self.admitted, min(step + self.k, max_steps))
+        return Admission([(i, *batch(i)) for i in range(first, self.admitted)], self.admitted)
 
     def sample(self, job: Job) -> Sampled[Completions]:
         """Job `job.step`: admit, decode under the engine's weights (version `job.version`), train the first
@@ -147,8 +158,8 @@ class PartialRollouts:
             raise RuntimeError(f"partial rollouts: groups of batches {late} would outgrow the staleness bound at step "
                                f"{job.step}")
         self.pool = [g for g in self.pool if g not in trained]
-        job.partial = Partial([g.example for g in trained], fields_of(trained, job.step, self.k),
-                              copy.deepcopy(self.pool))
+        job.partial = Partial([g.example for g in trained], fields_of(trained, job.step, self.k), self.pool,
+                              job.work.upto)
         return self._sampled(trained, clock.lap())
 
     def _admit(self, index: int, examples: list[Example], position: int) -> list[Group]:

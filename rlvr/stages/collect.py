@@ -62,7 +62,7 @@ def open_sampler(live: Live, batch_size: int, group_size: int, sampling: Samplin
     everywhere = lambda holds: all(c.world.gather(holds))  # noqa: E731
     if partial:
         pool = PartialRollouts(cast(SingleTurnParts, live.rollout), batch_size, group_size, sampling, ahead,
-                               PartialRollouts.resumed(live.restored_jobs))
+                               PartialRollouts.resumed(live.restored_jobs), first)
 
         def admit(step: int) -> Admission:
             return pool.admissions(step, max_steps, lambda i: (prompts_at(c.data, i, base + (i - first) * batch_size,

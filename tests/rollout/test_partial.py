@@ -68,10 +68,10 @@ def test_groups_unfinished_at_an_update_go_on_under_the_next_version():
     # due) and batch 2's rows stop at 2 tokens. Job 2 (version 1) finds batch 2's group due: its rows go on to 12.
     engine, _, tokenizer = engine_and_prompts(tokenizer_too=True)
     rollout = SimpleNamespace(engine=engine, tokenizer=tokenizer, seeds=SimpleNamespace(sampler=7), with_entropy=False)
-    pool = PartialRollouts(rollout, batch_size=1, group_size=2, sampling=SamplingParams(1.0, 1.0, 12), k=2, pool=[])
+    pool = PartialRollouts(rollout, batch_size=1, group_size=2, sampling=SamplingParams(1.0, 1.0, 12), k=2)
     head = pool._admit(0, [Example("12+34=", "46")], 0)[0]
     head.tokens, head.logprobs, head.versions = ([[v] * 10 for _ in range(2)] for v in (4, -1.0, 0))
-    pool.pool = [head]
+    pool.pool, pool.admitted = [head], 2  # as job 0 left it (batches 0 and 1 admitted, batch 1 trained)
 
     def job(step, version):
         made = Job(step, version, pool.admissions(step, 10, lambda i: ([Example(f"{i}0+00=", f"{i}0")], i)))
@@ -105,6 +105,8 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("partial")
     rows = {name: train(tmp / name, [f"trainer.off_policy_steps={k}"])
             for name, k in (("k2", 2), ("k2_again", 2), ("k1", 1), ("k4", 4))}
+    train(tmp / "k4_longer", ["trainer.off_policy_steps=4", f"trainer.max_steps={STEPS // 2}"])
+    rows["k4_longer"] = train(tmp / "k4_longer", ["trainer.off_policy_steps=4"])  # continued to STEPS steps
     return {**rows, "folders": tmp}
 
 
@@ -113,6 +115,12 @@ def test_a_run_repeats_bit_for_bit(runs):
         return [{k: v for k, v in r.items() if k not in NONDETERMINISTIC_KEYS} for r in rows]
 
     assert comparable(runs["k2"]) == comparable(runs["k2_again"])
+    # a finished run continued with more steps (trainer.max_steps may change on a resume) admits the batches its
+    # shorter self did not and keeps the bound. Its rows are not the longer run's: a run admits no batch past its
+    # last step, so the shorter one's last jobs decoded fewer groups
+    longer = runs["k4_longer"]
+    assert [r["step"] for r in longer] == list(range(STEPS)) and all(r["num_datums"] == 16 for r in longer)
+    assert all(r["async/staleness_max"] <= 4 for r in longer)
 
 
 @pytest.mark.parametrize("k", [1, 2, 4])
