@@ -59,14 +59,19 @@ def open_sampler(live: Live, batch_size: int, group_size: int, sampling: Samplin
     if not ahead:
         return SampleInline(work, sample, sync)
     live.engine.sample_beside_training(True)
-    everywhere = lambda holds: all(c.world.gather(holds))  # noqa: E731
-    if partial:
-        pool = PartialRollouts(cast(SingleTurnParts, live.rollout), batch_size, group_size, sampling, ahead,
-                               PartialRollouts.resumed(live.restored_jobs), first)
+    def everywhere(holds: bool) -> bool:
+        return all(c.world.gather(holds))
 
-        def admit(step: int) -> Admission:
-            return pool.admissions(step, max_steps, lambda i: (prompts_at(c.data, i, base + (i - first) * batch_size,
-                                                                          batch_size), base + (i - first) * batch_size))
+    if not partial:
+        return SampleAhead(ahead, mode, max_steps, work, sample, sync, everywhere=everywhere)
+    pool = PartialRollouts(cast(SingleTurnParts, live.rollout), batch_size, group_size, sampling, ahead,
+                           PartialRollouts.resumed(live.restored_jobs), first)
 
-        return SampleAhead(1, mode, max_steps, admit, pool.sample, sync, everywhere=everywhere)
-    return SampleAhead(ahead, mode, max_steps, work, sample, sync, everywhere=everywhere)
+    def batch(i: int) -> tuple[list[Example], int]:
+        position = base + (i - first) * batch_size
+        return prompts_at(c.data, i, position, batch_size), position
+
+    def admit(step: int) -> Admission:
+        return pool.admissions(step, max_steps, batch)
+
+    return SampleAhead(1, mode, max_steps, admit, pool.sample, sync, everywhere=everywhere)
