@@ -55,3 +55,14 @@ def warm(tmp_path_factory):
     the first test that asks and then loaded from a cache shared by the whole session."""
     cache = tmp_path_factory.mktemp("warmup-cache")
     return ["trainer.warmup.steps=800", f"trainer.warmup.cache_dir={cache}", "threads=1"]
+
+
+@pytest.fixture
+def fake_service(monkeypatch):
+    """The fake Tinker service (tests/fake_tinker.py), reset around the test, with a key in the environment."""
+    import fake_tinker
+
+    fake_tinker.reset()
+    monkeypatch.setenv("TINKER_API_KEY", "tk-test-secret")
+    yield
+    fake_tinker.reset()

@@ -224,14 +224,6 @@ TINKER = ["backend=tinker", "backend.client._target_=fake_tinker.FakeServiceClie
           "backend.backoff_s=0"]
 
 
-@pytest.fixture
-def fake_service(monkeypatch):
-    fake_tinker.reset()
-    monkeypatch.setenv("TINKER_API_KEY", "tk-test-secret")
-    yield
-    fake_tinker.reset()
-
-
 def test_tinker_datums_of_episodes_give_observation_tokens_no_advantage(fake_service):
     backend = TinkerBackend(lora=LoraSpec(8, 16, 0.0, ["q_proj", "v_proj"]), lora_seed=7, base_model="fake/base",
                             api_key_env="TINKER_API_KEY", base_url=None, loss_fn="importance_sampling",

@@ -28,7 +28,7 @@ SERVICE_S = 0.05
 """The fake service's answer time for sampling and for each training call."""
 
 
-pytestmark = pytest.mark.usefixtures("fake_service")  # tests/backend/conftest.py
+pytestmark = pytest.mark.usefixtures("fake_service")  # tests/conftest.py
 
 
 def backend() -> TinkerBackend:

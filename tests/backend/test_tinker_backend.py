@@ -28,7 +28,7 @@ TINY = ["backend=tinker", "backend.client._target_=fake_tinker.FakeServiceClient
         "backend.backoff_s=0", "trainer.batch_size=2", "trainer.group_size=4", "data.eval_size=8"]
 
 
-pytestmark = pytest.mark.usefixtures("fake_service")  # tests/backend/conftest.py
+pytestmark = pytest.mark.usefixtures("fake_service")  # tests/conftest.py
 
 
 def backend(**overrides) -> TinkerBackend:

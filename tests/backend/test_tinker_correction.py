@@ -20,7 +20,7 @@ LORA = LoraSpec(rank=8, alpha=16, dropout=0.0, target_modules=["q_proj", "v_proj
 ENGINE_LP = [[-0.5, -0.25, -0.125], [-1.0, -2.0, 0.0]]
 
 
-pytestmark = pytest.mark.usefixtures("fake_service")  # tests/backend/conftest.py
+pytestmark = pytest.mark.usefixtures("fake_service")  # tests/conftest.py
 
 
 def backend() -> TinkerBackend:
