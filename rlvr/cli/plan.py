@@ -7,7 +7,9 @@ engine=vllm what vLLM takes of the GPU beside the trainer while sampling and whi
 from a synchronous pilot, the step time sampling ahead of training would give (trainer.off_policy_steps=1).
 The step time is `--step-time`, or the median `step_time_s` of runs already in the campaign's folders (a pilot, or an
 earlier launch of the same campaign). A packed grid (`hydra/launcher=packed`, or slurm's `pack_size` > 1) also gets its
-packs, the base copies a pack holds and its wall time between all sampling shared and none (`packed`).
+packs, the base copies a pack holds and its wall time between all sampling shared and none (`packed`). With
+`pack_size: null` the packs are sized to this machine's free memory (rlvr/pack/fit.py): that one case builds the
+model on the meta device, so it imports torch, transformers and PEFT (no weights are read).
 
 `--pilot PATH` (a folder of pilot runs, at least 2 seeds per condition): the power lines `rlvr compare` prints,
 from the pilot's spread of seed-paired differences, for as many seeds as the campaign launches: the smallest
