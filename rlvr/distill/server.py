@@ -154,9 +154,9 @@ class ServerTeacher:
         except (KeyError, IndexError, TypeError, AttributeError):
             entries = None
         if not isinstance(entries, list):
-            raise ServerError(f"{CONFIG}.base_url={self.base_url}: the server answered without prompt log-probabilities "
-                              f"(choices[0].prompt_logprobs): a teacher's server must return them (vLLM's "
-                              f"prompt_logprobs); it answered {str(reply)[:200]!r}")
+            raise ServerError(f"{CONFIG}.base_url={self.base_url}: the server answered without prompt "
+                              "log-probabilities (choices[0].prompt_logprobs): a teacher's server must return them "
+                              f"(vLLM's prompt_logprobs); it answered {str(reply)[:200]!r}")
         if len(entries) != width:
             raise ServerError(f"{CONFIG}.base_url={self.base_url}: prompt_logprobs has {len(entries)} entries for a "
                               f"prompt of {width} tokens")
