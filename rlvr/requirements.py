@@ -73,43 +73,6 @@ class Setting:
         return Finding("ok", f"{self.item} is set") if self.ok else Finding("missing", self.expected)
 
 
-SERVER_CHECK_TIMEOUT_S = 3.0
-"""The most `ServesModel` waits for a server's model list (one attempt, no retry)."""
-
-
-@dataclass(frozen=True)
-class ServesModel:
-    """An OpenAI-compatible server answers `GET {base_url}/models` and lists `model`: checked by `rlvr doctor`
-    only (a request); a run finds out at its first request. `config` is the config group naming these settings
-    (distill.teacher), so that the finding names its keys."""
-
-    base_url: str
-    model: str
-    api_key_env: str | None
-    config: str
-    item: str = "server"
-    at_start: bool = False
-
-    def check(self) -> Finding:
-        from rlvr.openai_api import probe_models  # imports httpx: only when a server is asked
-
-        if not self.base_url.startswith(("http://", "https://")):
-            return Finding("missing", f"{self.config}.base_url={self.base_url!r} is not an http(s):// URL")
-        listing = probe_models(self.base_url, self.api_key_env, SERVER_CHECK_TIMEOUT_S)
-        if listing.status == 401:
-            which = f"${self.api_key_env}" if self.api_key_env else f"no key ({self.config}.api_key_env is null)"
-            return Finding("missing", f"GET {listing.url} answered HTTP 401: the server refuses {which}")
-        if listing.status is None:
-            return Finding("missing", f"GET {listing.url} ({self.config}.base_url) is not answering "
-                                      f"({listing.failure})")
-        if listing.failure is not None:
-            return Finding("missing", f"GET {listing.url} ({self.config}.base_url) answered {listing.failure}")
-        if self.model not in listing.models:
-            return Finding("missing", f"{self.base_url} does not serve {self.config}.model={self.model!r} (it "
-                                      f"serves {list(listing.models)})")
-        return Finding("ok", f"{self.base_url} answers and serves {self.model!r}")
-
-
 def pip_extra(*extras: str) -> str:
     """The command that installs rlvr with these extras (pyproject.toml [project.optional-dependencies])."""
     return " or ".join(f'pip install -e ".[{extra}]"' for extra in extras)

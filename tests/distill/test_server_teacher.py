@@ -16,11 +16,11 @@ from hydra.utils import instantiate
 from vllm_server import SERVED_NAME, VllmServer, free_port
 
 from composing import FAST, compose_config
-from rlvr.distill.server import ServerTeacher
+from rlvr.distill.server import ServerTeacher, ServesModel
 from rlvr.errors import ConfigError
 from rlvr.model.tiny import build_char_tokenizer
 from rlvr.openai_api import ServerError
-from rlvr.requirements import EnvVar, Package, ServesModel
+from rlvr.requirements import EnvVar, Package
 from rlvr.seeds import Seeds
 
 PROMPTS = [[4, 5, 13, 6, 7, 14], [3, 14], [12, 12, 12, 13, 4], [6, 7]]
@@ -96,8 +96,8 @@ def test_vocabulary_check(server, tiny):
 
 
 def test_the_doctor_check_asks_the_server(server):
-    assert ServesModel(server.base_url, SERVED_NAME, None, "distill.teacher").check().status == "ok"
-    wrong = ServesModel(server.base_url, "other", None, "distill.teacher").check()
+    assert ServesModel(server.base_url, SERVED_NAME, None).check().status == "ok"
+    wrong = ServesModel(server.base_url, "other", None).check()
     assert wrong.status == "missing" and "distill.teacher.model='other'" in wrong.detail
 
 
@@ -105,7 +105,7 @@ def test_a_closed_port_names_the_base_url():
     url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(ServerError, match=rf"distill.teacher.base_url={url}"):
         teacher_at(url).score(PROMPTS, COMPLETIONS, LENGTHS)
-    finding = ServesModel(url, SERVED_NAME, None, "distill.teacher").check()
+    finding = ServesModel(url, SERVED_NAME, None).check()
     assert finding.status == "missing" and "distill.teacher.base_url" in finding.detail
 
 
