@@ -104,7 +104,8 @@ def greedy_games(engine, policy, tokenizer, components, max_tokens: int) -> Feed
 
 def measure(path: Path, overrides: list[str], conf: Path) -> dict[str, dict]:
     """{"warm-up": …, "checkpoint": …} summaries of the warm-up's policy and the checkpoint's."""
-    from rlvr.cli.from_checkpoint import load_run_base, open_checkpoint
+    from rlvr.cli.from_checkpoint import open_checkpoint
+    from rlvr.run_weights import load_run_base
     from rlvr.start import local_policy
 
     opened = open_checkpoint(path, overrides, conf)

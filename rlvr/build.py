@@ -29,6 +29,7 @@ from rlvr.seeds import Seeds
 if TYPE_CHECKING:
     from rlvr.stages import Stage
     from rlvr.trainer import Trainer
+    from rlvr.transform.self_distill import SelfDistill
 
 log = logging.getLogger("rlvr")
 
@@ -65,6 +66,7 @@ def build_components(cfg: DictConfig, campaign_root: Path | None = None, world: 
         env=GuardedEnvironment(build_env(cfg)) if multi_turn else None,
         turn_credit=build(cfg, "turn_credit") if multi_turn else None,
         echo=build(cfg, "echo") if cfg.get("echo") is not None else None,
+        distill=build(cfg, "distill") if cfg.get("distill") is not None else None,
         make_backend=functools.partial(build(cfg, "backend", _partial_=True),
                                        **backend_runtime_args(cfg, campaign_root, world)),
         make_engine=build(cfg, "engine", _partial_=True),
@@ -84,7 +86,7 @@ def stages(t: Trainer, c: Components) -> list[Stage]:
     """The step's stages in the order they run (rlvr/stages/__init__.py), each from its part of the config
     (imported here: a command that builds no trainer, `rlvr eval`, imports no part of the step)."""
     from rlvr.stages.collect import Collect
-    from rlvr.stages.credit import CreditStage, Signals
+    from rlvr.stages.credit import CreditStage, SelfTeach, Signals, Teach
     from rlvr.stages.observe import (
         BackPressureStage,
         DataObserver,
@@ -108,6 +110,8 @@ def stages(t: Trainer, c: Components) -> list[Stage]:
         shaping,
         Select(t.dynamic, shaping, t.group_size, t.sampling),
         Signals(t.group_size, c.planning, c.wants_planning, c.wants_entropy),
+        Teach(c.distill),
+        SelfTeach(cast("SelfDistill", c.transform).teacher if c.wants_self_teacher else None),
         RewardKL(c.algorithm),
         CreditStage(c.algorithm, c.transform, c.turn_credit, t.overlong, t.sampling.max_tokens, c.echo),
         Train(c.algorithm, t.capture, t.lr, bool(t.off_policy_steps)),

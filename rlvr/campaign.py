@@ -171,12 +171,13 @@ def engine_memory(config: DictConfig) -> list[str] | None:
 
 
 def planned_memory(config: DictConfig) -> list[str] | None:
-    """`engine_memory`'s lines and the reference model's (algorithm.kl.coef > 0, rlvr/algorithm/kl.py
-    `reference_memory`); None when neither has any."""
+    """`engine_memory`'s lines, the reference model's (algorithm.kl.coef > 0, rlvr/algorithm/kl.py
+    `reference_memory`) and a teacher's (rlvr/distill/distill.py `teacher_memory`); None when none has any."""
     from rlvr.algorithm.kl import reference_memory
+    from rlvr.distill.distill import teacher_memory
 
     plain = cast(dict[str, Any], OmegaConf.to_container(config, resolve=False))
-    lines = (engine_memory(config) or []) + reference_memory(plain)
+    lines = (engine_memory(config) or []) + reference_memory(plain) + teacher_memory(plain)
     return lines or None
 
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from rlvr.backpressure import BackPressure
     from rlvr.checkpoint import Checkpoints
     from rlvr.credit import Credit
+    from rlvr.distill.distill import Distill
     from rlvr.echo.echo import Echo
     from rlvr.env.guarded import GuardedEnvironment
     from rlvr.outputs import RunDir
@@ -75,6 +76,8 @@ class Components:
     """This process's place in the run's processes (rlvr/distributed.py); one process is a world of size 1."""
     echo: Echo | None = None
     """echo=on: the auxiliary loss on observation tokens (rlvr/echo/echo.py); None: echo=none."""
+    distill: Distill | None = None
+    """distill=teacher|server: the frozen teacher whose per-token log-ratio joins the credit (rlvr/distill/)."""
     stages: list[Stage] = field(default_factory=list)
     """The step, as the ordered stages it runs (rlvr/stages/), built once with the trainer."""
 
@@ -97,6 +100,11 @@ class Components:
     def engine_entropy(self) -> bool:
         """The engine gives those entropies while it samples; when it cannot, the backend does (`EntropyBackend`)."""
         return self.wants_entropy and "entropy" in self.needs["engine"].provides
+
+    @property
+    def wants_self_teacher(self) -> bool:
+        """The transform reads the self-teacher's log-probabilities (transform=sdpo|sdft)."""
+        return "self_scoring" in self.needs["transform"].requires
 
     @property
     def wants_planning(self) -> bool:

@@ -7,6 +7,7 @@
               | turn_credit(adv_P_G, rewards_P_G, turns)     [P·G, T] on the action tokens (rlvr/turn_credit/), `turns`
                                                              read from the episodes as played
     adv_PG_T  = transform(base, signals)                   token level (none, GTPO, HICRA, SEPA, …)
+    adv_PG_T += signals.distill_PG_T                       a teacher's coef·(log π_teacher − log π) (distill=…)
     adv_PG_T  = algorithm.normalize(adv_PG_T, mask)        batch pass (REINFORCE++'s token z-score)
     adv_PG_T  = algorithm.loss.cap(adv_PG_T)               |advantage| ≤ adv_clip_max when set
 
@@ -74,6 +75,8 @@ def assign_credit(rewards_P_G: Tensor, signals: TokenSignals, algorithm: Algorit
         signals_of_turns = turns if isinstance(turns, TurnSignals) else turn_signals(turns)
         base, turn_metrics = turn_credit(adv_P_G, rewards_P_G, signals_of_turns)
     adv_PG_T, transform_metrics = transform(base, signals)
+    if signals.distill_PG_T is not None:
+        adv_PG_T = adv_PG_T + signals.distill_PG_T.to(adv_PG_T.device, adv_PG_T.dtype)
     adv_PG_T, norm_metrics = algorithm.normalize(adv_PG_T, signals.mask_PG_T)
     adv_PG_T, cap_metrics = algorithm.loss.cap(adv_PG_T)
     return Credit(adv_P_G, adv_PG_T,

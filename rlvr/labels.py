@@ -4,6 +4,7 @@
             [,clip=<ε>[/<ε_high>]][,cap=<cispo_max>][,ds=<dynamic sampling>][,overlong=<buffer_frac>[x<penalty>]]
             [,overlong_filter][,ahead=<k>[/bounded][/partial]]
             [,corr=<correction>[/decoupled]][,kl=<coef>[/<estimator>][/reward]][,ent=<entropy_coef>]
+            [,distill=<coef>]
             [,turn=<turn credit>]
             [,backend=<backend>]
     task  = [<env>-]<data>[-<reward>]-<model>
@@ -20,9 +21,10 @@ other than `none`, a loss form other than `ppo`, a loss mode other than `standar
 `token_mean`, PPO's clip range (or CISPO's cap other than 5), dynamic sampling and DAPO's overlong handling,
 sampling ahead of training (the rollouts come from weights k updates old), a
 mismatch correction (or a decoupled π_old), a reference KL (its coefficient, its estimator when not the default of
-where it applies, `reward` when in the reward) or an entropy bonus, the turn credit of multi-turn episodes, a backend
-that samples elsewhere (`tinker`; fsdp samples the same rollouts as one process), the environment, the data (with
-its file or task), the verifier (single turn: an environment scores its own episodes) and the model. Everything else
+where it applies, `reward` when in the reward) or an entropy bonus, a distillation teacher's coefficient, the turn
+credit of multi-turn episodes, a backend that samples elsewhere (`tinker`; fsdp samples the same rollouts as one
+process), the environment, the data (with its file or task), the verifier (single turn: an environment scores its
+own episodes) and the model. Everything else
 (learning rate, group size, …) is the same within a comparison by rule: `rlvr compare` refuses cells whose configs
 differ.
 
@@ -123,12 +125,25 @@ def condition_label(config: Mapping) -> str:
         label += f",corr={correction.get('kind', 'none')}" + ("/decoupled" if correction.get("pi_old") == "decoupled"
                                                               else "")
     label += regularizer_label(config.get("algorithm") or {})
+    label += distill_label(config)
     if config.get("env"):
         label += f",turn={name(config.get('turn_credit'))}"
     backend = name(config.get("backend"))
     if backend not in SAME_ROLLOUTS_BACKENDS:
         label += f",backend={backend}"
     return label
+
+
+def distill_label(config: Mapping) -> str:
+    """`,distill=<coef>` when a teacher's credit joins the RL credit; under algorithm=opd, whose credit it is alone,
+    only a coefficient other than 1 shows."""
+    distill = config.get("distill")
+    if not distill:
+        return ""
+    coef = distill.get("coef", 1.0)
+    if name(config.get("algorithm")) == "opd" and coef == 1.0:
+        return ""
+    return f",distill={coef:g}" if isinstance(coef, (int, float)) else f",distill={coef}"
 
 
 def clip_label(loss: Mapping) -> str:

@@ -71,6 +71,13 @@ CAPABILITIES: dict[str, Capability] = {
     "distributed": Capability("training over several processes (torchrun, SLURM tasks)", groups=("backend",)),
     "group_seeds": Capability("sampling that draws each prompt group from its own seeded generator",
                               groups=("engine",)),
+    "self_scoring": Capability("the policy's log-probabilities of given rows under other prompts, no grad (the "
+                               "self-teacher of transform=sdpo|sdft)", "(choose backend=local)", ("backend",)),
+    "teacher": Capability("a frozen teacher that scores the sampled tokens",
+                          "with distill.teacher.path=<an rlvr run folder, its export, or a transformers model> "
+                          "(distill=teacher) or distill.teacher.base_url=… and distill.teacher.model=… "
+                          "(distill=server)",
+                          ("distill",)),
     "planning_mask": Capability("which completion tokens are planning tokens", groups=("planning",)),
     "fork": Capability("episodes that copy themselves mid-play (branch probes)", groups=("env",)),
     "legal_actions": Capability("episodes that list the actions legal in their state",

@@ -9,7 +9,7 @@ import copy
 import json
 import logging
 from contextlib import nullcontext
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from rlvr.algorithm.kl import uses_reference
 from rlvr.chat.check import check_chat
@@ -26,6 +26,9 @@ from rlvr.reward.guarded import RewardGuard
 from rlvr.rollout import Episodes, SingleTurn
 from rlvr.types import Demonstration
 from rlvr.warmup import Warmup
+
+if TYPE_CHECKING:
+    from rlvr.transform.self_distill import SelfDistill
 
 log = logging.getLogger("rlvr")
 
@@ -48,12 +51,30 @@ def start(c: Components, warmup: Warmup, keep_last: int, out: RunDir, stop: Stop
         module, tokenizer, _, info = warmed_up(c, warmup, out, stop)
         if out.writes:
             save_base(out.path / "base", module, tokenizer, c.preset, info["key"] if info else None)
-        backend, engine = local_policy(c, module, tokenizer, reference=uses_reference(c.algorithm.loss))
+        reference = uses_reference(c.algorithm.loss) or "reference_model" in c.needs["transform"].requires
+        backend, engine = local_policy(c, module, tokenizer, reference=reference)
     engine.connect()
     engine = packed(engine)
+    open_teachers(c, tokenizer, backend)
     log.info("condition %s | %d trainable parameters", c.condition, backend.trainable_parameters)
     return Live(c, tokenizer, backend, engine, make_rollout(c, engine, tokenizer, stop), out, info,
                 Checkpoints(out.path / "checkpoints", keep_last, c.world), stop=stop)
+
+
+def open_teachers(c: Components, tokenizer: Any, backend: Any) -> None:
+    """distill=…: the teacher loaded beside the policy (or its server asked for its vocabulary), a tokenizer that
+    differs refused (rlvr/distill/distill.py `open`); the RNG is left as it was (loading a model draws from it).
+    transform=sdpo|sdft: templates whose text the tokenizer cannot spell refused."""
+    if c.wants_self_teacher:
+        from rlvr.distill.self_teacher import check_template
+
+        check_template(cast("SelfDistill", c.transform).teacher, tokenizer)
+    if c.distill is None:
+        return
+    before = rng_state()
+    c.distill.open(tokenizer, getattr(backend, "device", "cpu"))
+    set_rng_state(before)
+    log.info("distillation teacher: %s", c.distill.describe())
 
 
 def packed(engine: Engine) -> Engine:

@@ -262,6 +262,12 @@ class TokenSignals:
     """Full-distribution entropy from the engine, present when the transform asked for it."""
     planning_PG_T: Tensor | None = None
     """bool planning-token mask, present when the transform asked for it."""
+    distill_PG_T: Tensor | None = None
+    """distill=…: the teacher's credit coef·(log π_teacher − log π_student) on each action token (rlvr/distill/), added
+    to the token advantages after the transform; None without a teacher."""
+    self_teacher_PG_T: Tensor | None = None
+    """transform=self_distill: log π of each action token under the policy itself shown privileged context
+    (rlvr/distill/self_teacher.py), equal to the sampled log-probability where a row has no context; None otherwise."""
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,9 @@ MANDATORY = {
     "reward.function": "examples_rewards.contains_answer",
     "model.name_or_path": "Qwen/Qwen3-0.6B",  # Pretrained is lazy: nothing is downloaded or loaded
     "env.environment": "tests.env.verifiers_game",  # env=verifiers: no verifiers package installs offline
+    "distill.teacher.path": "outputs/teacher",  # LocalTeacher loads at start, not when built
+    "distill.teacher.base_url": "http://127.0.0.1:8000/v1",  # ServerTeacher asks nothing when built
+    "distill.teacher.model": "teacher",
 }
 RUNTIME_ARGS = {"backend", "engine"}  # built by the trainer around the loaded model: tested in tests/{backend,engine}
 

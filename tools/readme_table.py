@@ -67,6 +67,9 @@ DECIDES = {
     "[algorithms.md](algorithms.md#turn-credit))",
     "env": "a multi-turn environment the policy plays, or `none`: one prompt, one completion (see "
     "[multiturn.md](multiturn.md))",
+    "distill": "a frozen teacher whose per-token log-ratio log π_teacher − log π joins the credit (`algorithm=opd` "
+    "takes it alone): a local checkpoint or an OpenAI-compatible server that returns prompt log-probabilities "
+    "(formulas: [algorithms.md](algorithms.md#on-policy-distillation))",
     "echo": "ECHO, the predecessor's auxiliary cross-entropy on the observations' own tokens (multi-turn; in the same "
     "forward/backward as the policy loss; formulas: [algorithms.md](algorithms.md#echo))",
     "condition": "a named arm = algorithm + transform; `algorithm=`/`transform=` beside it must agree with it "

@@ -532,7 +532,7 @@ class LocalBackend:
         device = settings["device"]
         machine = (CudaDevice(device),) if device == "auto" or device.startswith("cuda") else ()
         return Needs(provides=frozenset({"local_policy", "ratio_clipping", "local_loss", "token_correction", "entropy",
-                                         "reference_model", "capture"}),
+                                         "reference_model", "capture", "self_scoring"}),
                      machine=machine, errors=tuple(optimizer_errors(settings) + packing_errors(settings)))
 
     def __init__(
@@ -585,6 +585,20 @@ class LocalBackend:
         t.policy.eval()
         try:
             part = t.step_logprobs(rows, t.micro_batches(rows, range(len(rows.prompts))), entropies=True)
+        finally:
+            t.policy.train(training)
+        return rows.scatter(part, mask.shape)
+
+    def policy_logprobs(self, rollouts: Rollouts) -> Tensor:
+        """[PG, T] log π of every completion token of the rollouts under the policy as it is now (0 on padding), from a
+        no-grad pass in eval mode, in micro-batches or packed as a train step's: the self-teacher's scores of rows
+        shown other prompts (rlvr/distill/self_teacher.py)."""
+        t, mask, training = self.trainee, rollouts.mask_PG_T, self.trainee.policy.training
+        rows = t.step_rows(TrainBatch(rollouts, mask.float()))  # every row with an action token, in order
+        t.policy.eval()
+        try:
+            with torch.no_grad():
+                part = t.step_logprobs(rows, t.micro_batches(rows, range(len(rows.prompts))))
         finally:
             t.policy.train(training)
         return rows.scatter(part, mask.shape)

@@ -22,15 +22,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlvr.checkpoint import Checkpoints
-from rlvr.cli.from_checkpoint import find_checkpoint, load_run_base, quiet_progress_bars, write_json
+from rlvr.cli.from_checkpoint import write_json
 from rlvr.cli.runs import CliError
+from rlvr.run_weights import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    FULL_WEIGHTS,
+    find_checkpoint,
+    full,
+    load_run_base,
+    merged,
+    quiet_progress_bars,
+)
 
 if TYPE_CHECKING:
-    from torch.nn.modules.module import _IncompatibleKeys
-
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-FULL_WEIGHTS = "model.safetensors"
+    pass
 
 
 def check_out(out: Path, run: Path, force: bool) -> None:
@@ -86,31 +92,3 @@ def run(path: Path, out: Path, force: bool) -> str:
         f"load it: transformers.AutoModelForCausalLM.from_pretrained({str(out)!r}), "
         f"vllm.LLM({str(out)!r}, dtype={dtype!r})",
     ])
-
-
-def merged(module, checkpoint: Path):
-    """The base with the checkpoint's adapter merged in, attached as the trainer's backend attaches it."""
-    import peft
-    from safetensors.torch import load_file
-
-    config = peft.LoraConfig.from_pretrained(str(checkpoint))
-    model = peft.get_peft_model(module, config)
-    # what torch's load_state_dict returns (PEFT annotates it as `namedtuple`, which is no type)
-    result: _IncompatibleKeys = peft.set_peft_model_state_dict(model, load_file(checkpoint / ADAPTER_WEIGHTS))
-    missing = [k for k in result.missing_keys if "lora_" in k]
-    if result.unexpected_keys or missing:
-        raise CliError(f"{checkpoint}: the adapter does not fit the run's base model (unexpected "
-                       f"{result.unexpected_keys[:3]}, missing {missing[:3]})")
-    modules = config.target_modules  # a list of suffixes, or one pattern (rlvr.model.lora.TextOnlyLora)
-    targets = modules if isinstance(modules, str) else ", ".join(sorted(modules))
-    return model.merge_and_unload(safe_merge=True), f"LoRA r={config.r}, alpha={config.lora_alpha} ({targets}) merged"
-
-
-def full(module, checkpoint: Path):
-    from safetensors.torch import load_model
-
-    try:
-        load_model(module, checkpoint / FULL_WEIGHTS)
-    except RuntimeError as err:
-        raise CliError(f"{checkpoint / FULL_WEIGHTS} does not fit the run's base model: {err}") from None
-    return module

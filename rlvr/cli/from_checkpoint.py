@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from rlvr.checkpoint import STATE_FILE, STEP_DIR, Checkpoints
+from rlvr.checkpoint import Checkpoints
 from rlvr.cli.runs import CliError
+from rlvr.run_weights import find_checkpoint, load_run_base, quiet_progress_bars
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -40,25 +41,6 @@ SWAPPABLE = ("engine", "reward", "data")
 FIXED = ("model",)
 """Groups whose keys no override may change: the weights and their tokenizer are the run's."""
 
-
-def find_checkpoint(path: Path) -> tuple[Path, Path]:
-    """(run folder, checkpoint folder) for a run folder or a `checkpoints/step_N` folder."""
-    path = Path(path)
-    if not path.exists():
-        raise CliError(f"{path}: no such file or directory")
-    if (path / STATE_FILE).is_file():
-        if path.parent.name != "checkpoints":
-            raise CliError(f"{path} is a checkpoint outside a run folder's checkpoints/: its run folder (with base/) "
-                           "cannot be found")
-        return path.parent.parent, path
-    root = path / "checkpoints"
-    complete = sorted((int(m.group(1)), p) for p in root.glob("step_*")
-                      if (m := STEP_DIR.match(p.name)) and (p / STATE_FILE).is_file()) if root.is_dir() else []
-    if not complete:
-        raise CliError(f"{path} holds no complete checkpoint (checkpoints/step_N/ with {STATE_FILE}): give a run "
-                       "folder that has saved one, or a checkpoints/step_N folder")
-    finals = [p for _, p in complete if Checkpoints.read_state(p).get("final")]
-    return path, finals[-1] if finals else (Checkpoints(root, 0).latest() or complete[-1][1])
 
 
 def run_config(stored: dict, overrides: list[str], conf: Path) -> DictConfig:
@@ -180,22 +162,6 @@ def open_checkpoint(path: Path, overrides: list[str], conf: Path) -> Opened:
     config = cast(dict, OmegaConf.to_container(cfg, resolve=True))  # a DictConfig's container is a dict
     return Opened(run, checkpoint, state, config, components, tokenizer, backend, engine)
 
-
-def load_run_base(run: Path):
-    """(module, tokenizer) from `<run>/base/`, a BaseFolderError turned into a CliError."""
-    from rlvr.model.base_folder import BaseFolderError, load_base
-
-    try:
-        return load_base(run / "base")
-    except BaseFolderError as err:
-        raise CliError(str(err)) from None
-
-
-def quiet_progress_bars() -> None:
-    """No 'Loading weights' / 'Writing model shards' bars from transformers on the command's output."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
 
 
 def checkpoint_label(checkpoint: Path, state: dict) -> str:

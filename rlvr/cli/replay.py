@@ -104,8 +104,9 @@ def replay(capture: Path, manifest: dict, overrides: list[str], conf: Path, thre
 
     from rlvr.algorithm.kl import uses_reference
     from rlvr.build import build_components
-    from rlvr.cli.from_checkpoint import load_run_base, quiet_progress_bars, run_config
+    from rlvr.cli.from_checkpoint import run_config
     from rlvr.errors import ConfigError
+    from rlvr.run_weights import load_run_base, quiet_progress_bars
 
     capture = Path(capture)
     run = capture.parent.parent

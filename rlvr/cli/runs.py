@@ -32,19 +32,12 @@ from pathlib import Path
 
 import yaml
 
+from rlvr.errors import CliError as CliError  # the commands' failure, raised by their helpers outside rlvr/cli
 from rlvr.folder_lock import alive, is_held
 from rlvr.labels import condition_label
 
 STALE_AFTER_S = 1800.0
 _WATCHED_FILES = ("metrics.jsonl", "warmup.jsonl", "status.json", "summary.json", "train.log")
-
-
-class CliError(Exception):
-    """A user-facing failure: printed without a traceback, exit status `code`."""
-
-    def __init__(self, message: str, code: int = 2) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass
@@ -267,7 +260,7 @@ def label(run: Run, root: Path) -> str:
 
 CONDITION_GROUPS = ("algorithm", "transform", "turn_credit", "trainer.dynamic_sampling", "trainer.max_sample_batches",
                     "trainer.overlong", "trainer.off_policy_steps", "trainer.off_policy_mode",
-                    "trainer.partial_rollouts")
+                    "trainer.partial_rollouts", "distill")
 """The config groups and keys `condition_label` reads (a recipe such as `condition=dapo` sets the trainer's dynamic
 sampling and overlong handling): they may differ between conditions (and `backend`, where the conditions' backends
 differ); every other key must be equal, or it is not the condition that is compared."""

@@ -4,7 +4,9 @@
     shape     OverlongShaping  DAPO's soft overlong punishment on the rewards (trainer.overlong)
     select    Select           dynamic sampling: tied groups kept, dropped, or refilled (trainer.dynamic_sampling)
     shape     RewardKL         the reference KL folded into the rewards (algorithm.loss.kl_in_reward)
-    credit    CreditStage      token signals → advantages (algorithm, transform, turn credit), overlong filter,
+    credit    Teach            a distillation teacher scores the completions (distill=…)
+              SelfTeach        the policy shown privileged context scores them (transform=sdpo|sdft)
+              CreditStage      token signals → advantages (algorithm, transform, turn credit), overlong filter,
                                echo's targets
     train     Train            the backend's update (trainer.capture_steps: written down for `rlvr replay`)
     observe   DataObserver     a data source that learns from the scored rows (data=discover's archive)

@@ -1,6 +1,6 @@
-"""credit: what the transform reads (token signals), then the rewards turned into token advantages (rlvr/credit.py:
-the algorithm, the transform, a multi-turn run's turn credit), truncated completions filtered out
-(trainer.overlong.filter) and echo's targets on observation tokens (echo=on)."""
+"""credit: what the transform reads (token signals), a teacher's scores (distill=…, transform=sdpo|sdft), then the
+rewards turned into token advantages (rlvr/credit.py: the algorithm, the transform, a multi-turn run's turn credit),
+truncated completions filtered out (trainer.overlong.filter) and echo's targets on observation tokens (echo=on)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from dataclasses import replace
 from typing import Any, ClassVar, cast
 
 from rlvr.credit import assign_credit
+from rlvr.distill.distill import Distill
+from rlvr.distill.self_teacher import SelfTeacher
 from rlvr.echo.echo import Echo
 from rlvr.model.prompt_encoding import token_pieces
 from rlvr.protocols import Algorithm, EntropyBackend, PlanningDetector, Transform, TurnCredit
@@ -41,6 +43,47 @@ class Signals(Stateless):
             planning_PG_T=None if s.pieces_PG is None else self.planning.mask(s.pieces_PG,
                                                                              rollouts.mask_PG_T.shape[1]),
         )
+
+
+class Teach(Stateless):
+    """distill=…: the teacher scores the step's completions and its credit coef·(log π_teacher − log π) joins the
+    signals (rlvr/distill/distill.py); its seconds are the credit stage's. Without a teacher it does nothing."""
+
+    fields: ClassVar[tuple[str, ...]] = ("distill/*",)
+
+    def __init__(self, distill: Distill | None) -> None:
+        self.distill = distill
+
+    def apply(self, s: StepState) -> None:
+        if self.distill is None:
+            return
+        assert s.signals is not None, "signals run first"
+        _, d_PG_T, fields = self.distill.score(s.scored.rollouts)
+        s.signals = replace(s.signals, distill_PG_T=d_PG_T)
+        s.fields.update(fields)
+
+
+class SelfTeach(Stateless):
+    """transform=sdpo|sdft: each row's privileged context (a successful sibling, the reference answer) and the
+    policy's log-probabilities of the row's tokens under it (rlvr/distill/self_teacher.py), for the transform to read.
+    Without a self-teacher it does nothing."""
+
+    fields: ClassVar[tuple[str, ...]] = ("self_distill/*",)
+
+    def __init__(self, teacher: SelfTeacher | None) -> None:
+        self.teacher = teacher
+
+    def apply(self, s: StepState) -> None:
+        if self.teacher is None:
+            return
+        assert s.signals is not None, "signals run first"
+        batch, live = s.scored, s.live
+        rollouts = batch.rollouts
+        texts = self.teacher.contexts(s.examples, batch.completions, batch.rewards_P_G.flatten().tolist(),
+                                      rollouts.group_size)
+        teacher_PG_T, fields = self.teacher.score(live.backend, live.tokenizer, rollouts, texts)
+        s.signals = replace(s.signals, self_teacher_PG_T=teacher_PG_T)
+        s.fields.update(fields)
 
 
 class CreditStage:

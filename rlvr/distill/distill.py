@@ -1,0 +1,145 @@
+"""The `distill` config node: a frozen teacher whose per-token log-ratio joins the step's credit.
+
+    python train.py algorithm=opd distill=teacher distill.teacher.path=<run folder | export | transformers model>
+    python train.py transform=gtpo distill=teacher distill.teacher.path=… distill.coef=0.5     (RL credit + coef·d_t)
+    python train.py algorithm=opd distill=server distill.teacher.base_url=http://host:8000/v1 distill.teacher.model=…
+
+Each step the teacher scores the step's completions (one no-grad pass, or one request per row); the credit stage
+adds coef · d_t (rlvr/distill/credit.py) to the transform's token advantages, before the algorithm's batch pass and
+the cap. `algorithm=opd` gives no RL credit: d_t alone. The teacher is loaded (or its vocabulary asked for) at start,
+and a tokenizer that maps a token to another id than the student's is refused there unless `token_map` names a JSON
+object {student id: teacher id} that translates every token the student may sample.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlvr.distill.credit import log_ratio, reverse_kl, within_topk
+from rlvr.errors import ConfigError
+from rlvr.lazy import lazy_import
+from rlvr.protocols import Needs
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from rlvr.distill.teacher import Teacher
+    from rlvr.types import Rollouts
+
+torch = lazy_import("torch")
+
+
+class Distill:
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        from hydra.utils import get_class
+
+        errors = []
+        coef = settings.get("coef")
+        if not isinstance(coef, (int, float)) or not math.isfinite(coef) or coef <= 0:
+            errors.append(f"distill.coef={coef}: expected a finite number > 0 (distill=none turns distillation off)")
+        topk = settings.get("topk", 0)
+        if not isinstance(topk, int) or topk < 0:
+            errors.append(f"distill.topk={topk}: expected an integer >= 0 (0: the sampled token's exact "
+                          "log-probability)")
+        teacher = settings.get("teacher") or {}
+        inner = getattr(get_class(teacher["_target_"]), "needs", None) if "_target_" in teacher else None
+        machine = inner(teacher).machine if inner is not None else ()
+        return Needs(provides=frozenset({"teacher"}), machine=machine, errors=tuple(errors),
+                     excludes={"episodes": "distillation scores single-turn completions: a multi-turn row's later "
+                                           "turns follow prompts the teacher is not shown (choose env=none)"})
+
+    def __init__(self, *, teacher: Teacher, coef: float = 1.0, topk: int = 0, token_map: str | None = None) -> None:
+        if token_map is not None and topk:
+            raise ConfigError(f"distill.topk={topk} with distill.token_map: the top-k variant reads the teacher's own "
+                              "token ids, which a map from the student's does not translate back (set distill.topk=0)")
+        self.teacher, self.coef, self.topk = teacher, float(coef), int(topk)
+        self.token_map_file = token_map
+        self.token_map: Tensor | None = None
+
+    def describe(self) -> str:
+        return f"{self.teacher.describe()}, coef {self.coef:g}"
+
+    def open(self, student_tokenizer: Any, device: Any = "cpu") -> None:
+        """At start: load the teacher (a local one), then refuse a vocabulary that differs from the student's unless
+        `token_map` translates the student's ids."""
+        load = getattr(self.teacher, "load", None)
+        if load is not None:
+            load(device)
+        if self.token_map_file is not None:
+            self.token_map = read_token_map(Path(self.token_map_file), len(student_tokenizer))
+            return
+        check = getattr(self.teacher, "vocabulary_check", None)
+        difference = check(student_tokenizer) if check is not None else None
+        if difference is not None:
+            raise ConfigError(f"distill.teacher ({self.teacher.describe()}) does not tokenize as the student does: "
+                              f"{difference}. Give distill.token_map=<a JSON file {{student id: teacher id}}>, or a "
+                              "teacher with the student's tokenizer")
+
+    def score(self, rollouts: Rollouts) -> tuple[Tensor, Tensor, dict[str, float]]:
+        """(log π_teacher of each sampled token [PG, T] (0 off action tokens), coef · d_t [PG, T], the step's
+        `distill/*` fields)."""
+        t0, G = time.perf_counter(), rollouts.group_size
+        mask = rollouts.action_mask_PG_T
+        prompts = [rollouts.prompt_ids_P[r // G] for r in range(mask.shape[0])]
+        tokens, lengths = rollouts.tokens_PG_T, rollouts.mask_PG_T.sum(-1).tolist()
+        if self.token_map is not None:
+            tokens = self.token_map[tokens]
+            prompts = [self.token_map[torch.tensor(p, dtype=torch.long)].tolist() for p in prompts]
+        scores = self.teacher.score(prompts, tokens, lengths, self.topk)
+        fields: dict[str, float] = {}
+        if self.topk:
+            assert scores.topk_ids_N_T_K is not None and scores.topk_logprobs_N_T_K is not None, "asked for top-k"
+            teacher_PG_T, found = within_topk(tokens, scores.topk_ids_N_T_K, scores.topk_logprobs_N_T_K)
+            fields["distill/topk_hit_frac"] = float((found & mask).sum()) / max(int(mask.sum()), 1)
+        else:
+            teacher_PG_T = scores.logprobs_N_T
+        teacher_PG_T = teacher_PG_T.to(mask.device).where(mask, teacher_PG_T.new_zeros(()))
+        d_PG_T = log_ratio(teacher_PG_T, rollouts.logprobs_PG_T, mask)
+        fields |= {"distill/reverse_kl": reverse_kl(d_PG_T, mask), "distill/coef": self.coef,
+                   "distill/teacher_seconds": time.perf_counter() - t0}
+        return teacher_PG_T, self.coef * d_PG_T, fields
+
+
+def read_token_map(path: Path, student_vocab: int) -> Tensor:
+    """`distill.token_map`: a JSON object {student id: teacher id} covering every student id, as a lookup tensor."""
+    try:
+        pairs = {int(k): int(v) for k, v in json.loads(path.read_text()).items()}
+    except (OSError, ValueError, AttributeError) as err:
+        raise ConfigError(f"distill.token_map={path}: expected a JSON object {{student id: teacher id}} ({err})"
+                          ) from None
+    missing = [i for i in range(student_vocab) if i not in pairs]
+    if missing:
+        raise ConfigError(f"distill.token_map={path} maps no teacher id for {len(missing)} of the student's "
+                          f"{student_vocab} token ids (first: {missing[0]}): every id the student may sample needs one")
+    return torch.tensor([pairs[i] for i in range(student_vocab)], dtype=torch.long)
+
+
+def teacher_memory(config: Mapping[str, Any]) -> list[str]:
+    """What a teacher costs a run (lines for `rlvr plan`), from the composed config (nothing loaded): a local
+    teacher's weights beside the policy (their files' size when they are on this machine) and its no-grad pass each
+    step; a server's requests; the self-teacher's extra pass (transform=sdpo|sdft)."""
+    from rlvr.algorithm.kl import DTYPE_BYTES, weight_file_bytes
+
+    lines = []
+    teacher = (config.get("distill") or {}).get("teacher") or {}
+    if str(teacher.get("_target_", "")).endswith("LocalTeacher"):
+        path, dtype = str(teacher.get("path")), str(teacher.get("dtype", "float32"))
+        size = weight_file_bytes(str(Path(path) / "base")) or weight_file_bytes(path)
+        what = (f"{size / 2**20:.3g} MiB (its files)" if size is not None else
+                f"its parameter count × {DTYPE_BYTES.get(dtype, 4)} bytes")
+        lines.append(f"distillation teacher ({path}): {what} in {dtype} beside the policy, and one no-grad forward "
+                     "pass over the step's rows each step")
+    elif teacher:
+        lines.append(f"distillation teacher on its server ({teacher.get('base_url')}): no memory here, one request "
+                     "per row each step")
+    transform = config.get("transform") or {}
+    if "context_template" in transform:
+        lines.append(f"self-teacher (transform.teacher={transform.get('teacher')}): no copy, one more no-grad "
+                     "forward pass over the rows with context each step")
+    return lines

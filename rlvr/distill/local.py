@@ -1,0 +1,142 @@
+"""`distill=teacher`: a frozen teacher loaded into this process from a local checkpoint.
+
+`distill.teacher.path` is one of
+
+    an rlvr run folder (or its checkpoints/step_N)   its base (<run>/base/) with the checkpoint's weights: the LoRA
+                                                      adapter merged in, or the full weights (as `rlvr export` does)
+    a Hugging Face model folder or hub id            `AutoModelForCausalLM.from_pretrained` (an `rlvr export`
+                                                      folder is one), read from the local cache when offline
+
+The teacher runs in eval mode under no_grad, in float32 unless `dtype` says otherwise, on the policy's device,
+`batch_rows` rows per forward pass: each row is its prompt then the student's completion, right-padded (a causal
+model's real positions never see the padding after them), and log π_teacher(y_t) is the log-softmax of the
+untempered logits at the position before token t. The teacher's tokenizer must equal the student's (the same
+vocabulary: token → id), or `distill.token_map` must map one onto the other (rlvr/distill/distill.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlvr.distill.teacher import TeacherScores
+from rlvr.errors import ConfigError
+from rlvr.lazy import lazy_import
+from rlvr.protocols import Needs
+from rlvr.requirements import ChildProbe
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+
+torch = lazy_import("torch")
+
+DOCTOR_LOAD_TIMEOUT_S = 300.0
+"""How long `rlvr doctor` waits for the teacher to load in its child process."""
+
+
+class LocalTeacher:
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        """`rlvr doctor` loads the teacher in a child process (a run loads it at start)."""
+        path = str(settings.get("path"))
+        code = ("from pathlib import Path; from rlvr.distill.local import load_teacher; "
+                f"print(load_teacher(Path({path!r}), {path!r})[2])")
+        return Needs(machine=(ChildProbe(f"distill.teacher.path={path}", code, None, DOCTOR_LOAD_TIMEOUT_S),))
+
+    def __init__(self, *, path: str, dtype: str = "float32", batch_rows: int = 64) -> None:
+        if not path or str(path).startswith("???"):
+            raise ConfigError("distill.teacher.path is not set: give an rlvr run folder, its export, or a "
+                              "transformers model (a folder or a hub id)")
+        if dtype not in ("float32", "bfloat16", "float16"):
+            raise ConfigError(f"distill.teacher.dtype={dtype!r}: expected float32, bfloat16 or float16")
+        if batch_rows < 1:
+            raise ConfigError(f"distill.teacher.batch_rows={batch_rows}: expected >= 1")
+        self.path, self.dtype, self.batch_rows = str(path), dtype, batch_rows
+        self.model: nn.Module | None = None
+        self.tokenizer: Any = None
+        self.origin = ""
+
+    def describe(self) -> str:
+        return f"local {self.origin or self.path}"
+
+    def load(self, device: Any = "cpu") -> None:
+        """The weights and the tokenizer, once (the first `score` loads them otherwise)."""
+        if self.model is not None:
+            return
+        model, self.tokenizer, self.origin = load_teacher(Path(self.path), self.path)
+        self.model = model.to(device=device, dtype=getattr(torch, self.dtype)).eval().requires_grad_(False)
+
+    def vocabulary_check(self, student_tokenizer: Any) -> str | None:
+        """None when the teacher's tokenizer maps every token to the student's id; else the first difference."""
+        self.load()
+        return vocabulary_difference(student_tokenizer.get_vocab(), self.tokenizer.get_vocab())
+
+    def score(self, prompts: Sequence[Sequence[int]], completions_N_T: Tensor, lengths: Sequence[int], topk: int = 0
+              ) -> TeacherScores:
+        self.load()
+        assert self.model is not None
+        device = next(self.model.parameters()).device
+        N, T = completions_N_T.shape
+        lp = torch.zeros(N, T)
+        ids = torch.zeros(N, T, topk, dtype=torch.long) if topk else None
+        top = torch.zeros(N, T, topk) if topk else None
+        with torch.no_grad():
+            for a in range(0, N, self.batch_rows):
+                rows = range(a, min(a + self.batch_rows, N))
+                seqs = [list(prompts[i]) + completions_N_T[i, :lengths[i]].tolist() for i in rows]
+                width = max(len(s) for s in seqs)
+                input_ids = torch.zeros(len(seqs), width, dtype=torch.long)
+                attention = torch.zeros(len(seqs), width, dtype=torch.long)
+                for j, s in enumerate(seqs):
+                    input_ids[j, :len(s)] = torch.tensor(s)
+                    attention[j, :len(s)] = 1
+                logits = self.model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
+                logp = torch.log_softmax(logits.float(), dim=-1).cpu()
+                for j, i in enumerate(rows):
+                    at = len(prompts[i]) - 1 + torch.arange(lengths[i])  # the position before each completion token
+                    lp[i, :lengths[i]] = logp[j, at].gather(-1, completions_N_T[i, :lengths[i], None]).squeeze(-1)
+                    if ids is not None and top is not None:
+                        values, indices = logp[j, at].topk(topk, dim=-1)
+                        top[i, :lengths[i]], ids[i, :lengths[i]] = values, indices
+        return TeacherScores(lp, ids, top)
+
+
+def load_teacher(path: Path, given: str) -> tuple[Any, Any, str]:
+    """(module, tokenizer, where it came from) for an rlvr run folder or checkpoint, or a transformers model."""
+    from rlvr.checkpoint import STATE_FILE
+
+    if path.is_dir() and ((path / "checkpoints").is_dir() or (path / STATE_FILE).is_file()):
+        from rlvr.errors import CliError
+        from rlvr.run_weights import FULL_WEIGHTS, find_checkpoint, full, load_run_base, merged, quiet_progress_bars
+
+        quiet_progress_bars()
+        try:
+            run, checkpoint = find_checkpoint(path)
+            module, tokenizer = load_run_base(run)
+            if (checkpoint / FULL_WEIGHTS).is_file():
+                return full(module, checkpoint), tokenizer, f"{checkpoint} (full weights)"
+            model, detail = merged(module, checkpoint)
+            return model, tokenizer, f"{checkpoint} ({detail})"
+        except CliError as err:
+            raise ConfigError(f"distill.teacher.path={given}: {err}") from None
+    import transformers
+
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(given)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(given)
+    except OSError as err:
+        raise ConfigError(f"distill.teacher.path={given}: neither an rlvr run folder (with checkpoints/) nor a "
+                          f"model transformers can load ({str(err).splitlines()[0]})") from None
+    return model, tokenizer, given
+
+
+def vocabulary_difference(student: dict[str, int], teacher: dict[str, int]) -> str | None:
+    """The first token whose id differs between two vocabularies (token → id), or that one of them lacks."""
+    if student == teacher:
+        return None
+    for token, i in sorted(student.items(), key=lambda kv: kv[1]):
+        if teacher.get(token) != i:
+            return f"the student's token {token!r} is id {i}, the teacher's {teacher.get(token, 'absent')}"
+    extra = sorted(set(teacher) - set(student))
+    return f"the teacher has {len(extra)} tokens the student lacks (first {extra[0]!r})"

@@ -1,0 +1,128 @@
+"""The self-teacher of transform=sdpo and transform=sdft: the policy itself, shown privileged context, scoring the
+tokens it sampled without it (docs/algorithms.md#self-distillation).
+
+Each row's context is one of (`context`):
+
+    sibling     the first other completion of its group whose reward ≥ `success_threshold` (SDPO's "successful
+                previous attempt": the row itself never counts); a row whose group has no other success gets none
+    reference   the data's reference answer (SDFT's expert demonstration; what a verifier that knows the answer
+                could tell): every row gets one
+
+A row with context is scored under the prompt `template.format(prompt=…, context=context_template.format(prompt=…,
+solution=…))`, encoded as the student's prompts are (the chat template's user turn, or the plain text), with the
+row's own completion tokens after it, at the sampling temperature (as SDPO's code divides both passes' logits by it),
+by the policy as it is now (`teacher: live`, PRIME-RL's opsd) or as RL started (`teacher: base`: the LoRA adapter
+disabled, or the frozen copy under full fine-tuning; SDFT's frozen teacher). A row without context keeps its own
+sampled log-probabilities: its log-ratio is 0 and, with `weight` 1, it trains nothing (SDPO masks it out).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from rlvr.errors import ConfigError
+from rlvr.model.prompt_encoding import encode_prompts
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from rlvr.types import Example, Rollouts
+
+CONTEXTS = ("sibling", "reference")
+TEACHERS = ("live", "base")
+
+
+class SelfScoringBackend(Protocol):
+    def policy_logprobs(self, rollouts: Rollouts) -> Tensor:
+        """[PG, T] log π of every completion token under the policy now (no grad; 0 on padding)."""
+        ...
+
+    def reference_logprobs(self, rollouts: Rollouts) -> Tensor:
+        """[PG, T] the same under the policy RL started from."""
+        ...
+
+
+@dataclass(frozen=True)
+class SelfTeacher:
+    context: str
+    teacher: str
+    success_threshold: float
+    template: str
+    context_template: str
+
+    def problems(self) -> list[str]:
+        """What is wrong with the settings (`transform.<key>=…` and what is expected)."""
+        out = []
+        if self.context not in CONTEXTS:
+            out.append(f"transform.context={self.context!r}: expected one of {', '.join(CONTEXTS)}")
+        if self.teacher not in TEACHERS:
+            out.append(f"transform.teacher={self.teacher!r}: expected one of {', '.join(TEACHERS)}")
+        for key, text, fields in (("template", self.template, ("prompt", "context")),
+                                  ("context_template", self.context_template, ("prompt", "solution"))):
+            try:
+                text.format(**dict.fromkeys(fields, ""))
+            except (KeyError, IndexError, ValueError) as err:
+                out.append(f"transform.{key}={text!r}: expected a format string of {{{'}, {'.join(fields)}}} ({err})")
+        if "{context}" not in self.template:
+            out.append(f"transform.template={self.template!r} never shows {{context}}: the teacher would see nothing "
+                       "the student does not")
+        return out
+
+    def contexts(self, examples: Sequence[Example], completions: Sequence[str], rewards: Sequence[float],
+                 group_size: int) -> list[str | None]:
+        """Per row (prompt-major), its teacher prompt text, or None where it has no context."""
+        out: list[str | None] = []
+        for r, _ in enumerate(completions):
+            p = r // group_size
+            example = examples[p]
+            if self.context == "reference":
+                solution: str | None = example.reference
+            else:
+                group = range(p * group_size, (p + 1) * group_size)
+                solution = next((completions[j] for j in group if j != r and rewards[j] >= self.success_threshold),
+                                None)
+            out.append(None if solution is None else self.template.format(
+                prompt=example.prompt,
+                context=self.context_template.format(prompt=example.prompt, solution=solution)))
+        return out
+
+    def score(self, backend: Any, tokenizer: Any, rollouts: Rollouts, texts: Sequence[str | None]
+              ) -> tuple[Tensor, dict[str, float]]:
+        """[PG, T] the self-teacher's log-probabilities of the sampled tokens (the sampled ones where a row has no
+        context) and the step's `self_distill/*` fields."""
+        from dataclasses import replace
+
+        t0 = time.perf_counter()
+        rows = [r for r, text in enumerate(texts) if text is not None]
+        teacher_PG_T = rollouts.logprobs_PG_T.clone()
+        if rows:
+            prompts = encode_prompts(tokenizer, [cast(str, texts[r]) for r in rows])
+            check_encodable(tokenizer, prompts, self.template)
+            sub = replace(rollouts, prompt_ids_P=prompts, group_size=1, **{
+                k: getattr(rollouts, k)[rows] for k in ("tokens_PG_T", "logprobs_PG_T", "mask_PG_T", "finished_PG")},
+                entropy_PG_T=None, actions_PG_T=None, turn_PG_T=None, observation_body_PG_T=None, segments_PG=None)
+            scorer: SelfScoringBackend = backend
+            lp = scorer.reference_logprobs(sub) if self.teacher == "base" else scorer.policy_logprobs(sub)
+            teacher_PG_T[rows] = lp.to(teacher_PG_T.dtype).where(sub.mask_PG_T, teacher_PG_T.new_zeros(()))
+        return teacher_PG_T, {"self_distill/context_frac": len(rows) / max(len(texts), 1),
+                              "self_distill/teacher_seconds": time.perf_counter() - t0}
+
+
+def check_template(teacher: SelfTeacher, tokenizer: Any) -> None:
+    """At start: the templates' own text, rendered with empty fields, is text the tokenizer can spell."""
+    text = teacher.template.format(prompt="", context=teacher.context_template.format(prompt="", solution=""))
+    check_encodable(tokenizer, encode_prompts(tokenizer, [text]), teacher.template)
+
+
+def check_encodable(tokenizer: Any, prompts: list[list[int]], template: str) -> None:
+    """A teacher prompt the tokenizer cannot spell (the tiny model's characters are digits, `+` and `=`) is refused:
+    its unknown tokens would teach nothing."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is not None and any(unk in p for p in prompts):
+        raise ConfigError(f"transform.template={template!r} (with transform.context_template) renders text this "
+                          f"tokenizer cannot spell (it becomes {tokenizer.unk_token!r}): use only characters it has, "
+                          "for the tiny model, e.g. \"transform.template='{context}{prompt}'\" "
+                          "\"transform.context_template='{prompt}{solution}'\" (Hydra reads braces only when quoted)")

@@ -1,0 +1,74 @@
+"""`transform=sdpo` and `transform=sdft`: self-distillation as token credit (docs/algorithms.md#self-distillation).
+
+The self-teacher (rlvr/distill/self_teacher.py) is the policy shown privileged context: a successful sibling of the
+same group (SDPO, Hübotter et al. 2026) or the data's reference answer (SDFT, Shenfeld et al. 2026). With
+q_t its log-probability of the sampled token y_t and s_t the student's (the sampler's), on each action token
+
+    S_t     = q_t − s_t                                    (0 on rows without context)
+    A_{i,t} = (1 − w) · A_i + w · S_t                      w = `weight`
+
+S_t is the sampled-token form of SDPO's reverse KL, the per-token advantage whose policy gradient is that of TRL's
+`SDPOTrainer` in its default `sampled_token` mode; w = 1 (the default) is SDPO's own choice, its loss replacing
+GRPO's; 0 < w < 1 mixes the credits as TRL's `distillation_weight` mixes the losses. Metrics:
+`self_distill/reverse_kl` (the mean of s_t − q_t over the action tokens of rows with context),
+`self_distill/context_frac` (rows with context) and `self_distill/teacher_seconds`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from rlvr.distill.credit import log_ratio, reverse_kl
+from rlvr.distill.self_teacher import SelfTeacher
+from rlvr.protocols import Needs
+from rlvr.transform.signals import per_token
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from rlvr.types import TokenSignals
+
+
+class SelfDistill:
+    @classmethod
+    def needs(cls, settings: Mapping[str, Any]) -> Needs:
+        teacher = SelfTeacher(**{k: settings[k] for k in ("context", "teacher", "success_threshold", "template",
+                                                          "context_template")})
+        errors = teacher.problems()
+        weight = settings["weight"]
+        if not isinstance(weight, (int, float)) or not 0.0 < weight <= 1.0:
+            errors.append(f"transform.weight={weight}: expected 0 < weight <= 1 (1: the self-teacher's credit alone)")
+        requires = {"self_scoring": f"transform.teacher={settings['teacher']}"}
+        if settings["teacher"] == "base":
+            requires["reference_model"] = "transform.teacher=base"
+        return Needs(requires=requires, errors=tuple(errors),
+                     excludes={"episodes": "self-distillation re-prompts single-turn completions (choose env=none)"})
+
+    def __init__(self, *, context: str, teacher: str, weight: float, success_threshold: float, template: str,
+                 context_template: str) -> None:
+        self.teacher = SelfTeacher(context, teacher, float(success_threshold), template, context_template)
+        self.weight = float(weight)
+
+    def __call__(self, adv_PG: Tensor, signals: TokenSignals) -> tuple[Tensor, dict[str, float]]:
+        assert signals.self_teacher_PG_T is not None, "the SelfTeach stage scores the rows first"
+        mask = signals.mask_PG_T
+        S = log_ratio(signals.self_teacher_PG_T, signals.logprobs_PG_T, mask)
+        rl = per_token(adv_PG, S.dtype) * mask
+        adv = S * self.weight if self.weight == 1.0 else rl * (1.0 - self.weight) + S * self.weight
+        scored = mask & (S != 0).any(-1, keepdim=True)
+        return adv, {"self_distill/reverse_kl": reverse_kl(S, scored)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class SDPO(SelfDistill):
+    """`transform=sdpo`: the defaults of conf/transform/sdpo.yaml (a successful sibling, the live policy)."""
+
+
+class SDFT(SelfDistill):
+    """`transform=sdft`: the defaults of conf/transform/sdft.yaml (the reference answer, the policy RL started from)."""

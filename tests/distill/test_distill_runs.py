@@ -1,0 +1,102 @@
+"""Distillation in real runs on the tiny model: a local teacher loaded from a run folder or its export, the
+student's own start as a teacher (its credit is then 0 at the first step), a tokenizer that differs refused at start
+(or mapped), and the self-teacher (transform=sdpo|sdft) shown an empty context (its credit is then 0 at every
+step). docs/algorithms.md#on-policy-distillation, #self-distillation."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from composing import FAST, MIXED, compose_config
+from rlvr.distill.local import LocalTeacher
+from rlvr.errors import ConfigError
+from rlvr.run import run
+
+SHORT = FAST + ["trainer.evaluate=false"]
+TINY_TEMPLATES = ["transform.template='{context}{prompt}'", "transform.context_template='{prompt}{solution}'"]
+
+
+def rows(folder):
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def start(tmp_path_factory):
+    """A run of 0 steps: its checkpoint is the policy every FAST run at seed 0 starts from (its LoRA adapter is 0)."""
+    folder = tmp_path_factory.mktemp("start")
+    run(compose_config(SHORT + ["trainer.max_steps=0"]), folder)
+    return folder
+
+
+def test_the_students_own_start_as_teacher_gives_no_credit_at_first(start, tmp_path):
+    run(compose_config(SHORT + ["algorithm=opd", "distill=teacher", f"distill.teacher.path={start}",
+                                "trainer.max_steps=2"]), tmp_path)
+    steps = rows(tmp_path)
+    assert {r["condition"] for r in steps} == {"opd+none"}
+    # step 0 samples from the teacher's own weights: log π_teacher − log π_sampler is float noise on every token
+    assert steps[0]["distill/reverse_kl"] == pytest.approx(0.0, abs=1e-5)
+    assert all(r["distill/coef"] == 1.0 and r["distill/teacher_seconds"] > 0 for r in steps)
+
+
+def test_a_teacher_scores_alike_from_its_run_folder_its_export_and_by_hand(start, tmp_path):
+    out = tmp_path / "export"
+    subprocess.run([sys.executable, "-m", "rlvr.cli.main", "export", str(start), "--out", str(out)], check=True,
+                   capture_output=True)
+    from_run, from_export = LocalTeacher(path=str(start), batch_rows=2), LocalTeacher(path=str(out))
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
+    completions = torch.tensor([[3, 4, 0, 0], [5, 6, 7, 0], [1, 2, 3, 4]])
+    lengths = [2, 3, 4]
+    a, b = from_run.score(prompts, completions, lengths, topk=3), from_export.score(prompts, completions, lengths, 3)
+    assert torch.allclose(a.logprobs_N_T, b.logprobs_N_T, atol=1e-6)
+    assert torch.equal(a.topk_ids_N_T_K, b.topk_ids_N_T_K)
+    model = from_export.model
+    for i, (prompt, n) in enumerate(zip(prompts, lengths, strict=True)):  # each row alone, unpadded
+        ids = torch.tensor([prompt + completions[i, :n].tolist()])
+        logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+        at = torch.arange(len(prompt) - 1, len(prompt) - 1 + n)
+        assert torch.allclose(a.logprobs_N_T[i, :n], logp[at].gather(-1, completions[i, :n, None]).squeeze(-1),
+                              atol=1e-5)
+        assert torch.equal(a.topk_ids_N_T_K[i, :n], logp[at].topk(3, -1).indices)
+        assert (a.logprobs_N_T[i, n:] == 0).all()
+
+
+def test_a_teacher_with_another_tokenizer_is_refused_at_start_unless_mapped(tmp_path):
+    teacher = tmp_path / "teacher"
+    run(compose_config(SHORT + ["trainer.max_steps=0", "model.alphabet='0123456789=+'"]), teacher)
+    opd = SHORT + ["algorithm=opd", "distill=teacher", f"distill.teacher.path={teacher}", "trainer.max_steps=1"]
+    with pytest.raises(ConfigError, match=r"does not tokenize as the student does: the student's token '\+' is id "
+                                          r"13, the teacher's 14.*distill.token_map"):
+        run(compose_config(opd), tmp_path / "refused")
+    assert not (tmp_path / "refused" / "metrics.jsonl").exists()
+    student = list(range(15))
+    student[13], student[14] = 14, 13  # '+' and '=' swap places; every other id is the same token
+    (tmp_path / "map.json").write_text(json.dumps({str(i): t for i, t in enumerate(student)}))
+    run(compose_config(opd + [f"distill.token_map={tmp_path / 'map.json'}"]), tmp_path / "mapped")
+    assert rows(tmp_path / "mapped")[0]["distill/reverse_kl"] != 0
+
+
+def test_the_self_teacher_shown_nothing_more_scores_as_the_sampler(tmp_path):
+    run(compose_config(SHORT + MIXED + ["transform=sdpo", "transform.template='{context}{prompt}'",
+                                        "transform.context_template=''", "trainer.max_steps=3"]), tmp_path)
+    steps = rows(tmp_path)
+    assert {r["condition"] for r in steps} == {"grpo+sdpo"}
+    assert any(r["self_distill/context_frac"] > 0 for r in steps)  # rows with a successful sibling
+    for r in steps:  # the live policy, shown its own prompt: q_t − s_t is float noise
+        assert r["self_distill/reverse_kl"] == pytest.approx(0.0, abs=1e-5)
+
+
+def test_sdft_scores_each_row_under_the_reference_answer(tmp_path):
+    run(compose_config(SHORT + ["transform=sdft", *TINY_TEMPLATES, "trainer.max_steps=2"]), tmp_path)
+    steps = rows(tmp_path)
+    assert {r["condition"] for r in steps} == {"grpo+sdft"}
+    assert all(r["self_distill/context_frac"] == 1.0 for r in steps)  # every row is shown its answer
+    assert all(r["self_distill/reverse_kl"] != 0 for r in steps)
+
+
+def test_a_template_the_tokenizer_cannot_spell_is_refused_at_start(tmp_path):
+    with pytest.raises(ConfigError, match=r"transform.template=.*renders text this tokenizer cannot spell"):
+        run(compose_config(SHORT + ["transform=sdpo", "trainer.max_steps=1"]), tmp_path)
+    assert not (tmp_path / "metrics.jsonl").exists()
