@@ -1,7 +1,9 @@
 """`rlvr compare PATH`: a metric per condition across seeds, with 95% Student-t intervals that say their n.
 
 Per run the metric is reduced to one number: `final` = its last value (evaluation rows for `eval/…`,
-training rows otherwise), `last-k` = the mean of its last k values. Per condition: the seeds' values, their
+training rows otherwise), `last-k` = the mean of its last k values; `--reach X` = the first step at which it is
+≥ X, fewer steps winning (a run that never reaches X counts at its last logged step, a lower bound, and the
+table says how many did not). Per condition: the seeds' values, their
 mean and the 95% t-interval of the mean, mean ± t(0.975, n−1)·sd/√n (sd with n−1). Against the baseline
 the difference is paired by seed (only seeds both conditions have): the per-seed differences, their mean
 and t-interval, and how many seeds it won.
@@ -66,11 +68,18 @@ def no_interval_reason(n: int, paired: bool = False) -> str | None:
     return f"{n} {what}; an interval needs at least {MIN_SEEDS}"
 
 
-def reduce_run(run: Run, metric: str, at: str, k: int) -> float | None:
-    values = [v for _, v in run.series(metric)]
-    if not values:
+def reduce_run(run: Run, metric: str, at: str, k: int, reach: float | None = None) -> float | None:
+    series = run.series(metric)
+    if not series:
         return None
+    if reach is not None:  # the first step at or above `reach`; never: the last step (censored)
+        return float(next((step for step, v in series if v >= reach), series[-1][0]))
+    values = [v for _, v in series]
     return values[-1] if at == "final" else float(np.mean(values[-k:]))
+
+
+def reached(run: Run, metric: str, reach: float) -> bool:
+    return any(v >= reach for _, v in run.series(metric))
 
 
 def cells(runs: list[Run], metric: str) -> dict[str, dict[int | None, Run]]:
@@ -89,9 +98,10 @@ def cells(runs: list[Run], metric: str) -> dict[str, dict[int | None, Run]]:
     return dict(sorted(table.items()))
 
 
-def per_seed(runs: list[Run], metric: str, at: str, k: int) -> dict[str, dict[int | None, float]]:
+def per_seed(runs: list[Run], metric: str, at: str, k: int, reach: float | None = None
+             ) -> dict[str, dict[int | None, float]]:
     """condition → seed → value (`cells`)."""
-    return {condition: {seed: cast(float, reduce_run(run, metric, at, k)) for seed, run in by_seed.items()}
+    return {condition: {seed: cast(float, reduce_run(run, metric, at, k, reach)) for seed, run in by_seed.items()}
             for condition, by_seed in cells(runs, metric).items()}
 
 
@@ -123,22 +133,25 @@ def default_metrics(runs: list[Run]) -> list[str]:
 
 
 def compare(runs: list[Run], metric: str, at: str = "final", k: int = 10, baseline: str | None = None,
-            ignore_keys: Sequence[str] = (), detect: float | None = None) -> dict:
+            ignore_keys: Sequence[str] = (), detect: float | None = None, reach: float | None = None) -> dict:
     require_metric(runs, metric)
     check_comparable([r for r in runs if reduce_run(r, metric, at, k) is not None], ignore_keys)
-    table = per_seed(runs, metric, at, k)
+    table = per_seed(runs, metric, at, k, reach)
     base = pick_baseline(list(table), baseline)
+    by_cell = cells(runs, metric)
     rows = []
     for condition, by_seed in table.items():
         seeds = _seed_order(by_seed)
         row = {"condition": condition, **estimate(seeds, [by_seed[s] for s in seeds])}
+        if reach is not None:
+            row["unreached"] = sum(not reached(by_cell[condition][s], metric, reach) for s in seeds)
         if condition != base:
             paired = _seed_order(set(by_seed) & set(table[base]))
             diffs = [by_seed[s] - table[base][s] for s in paired]
-            row["diff"] = {**estimate(paired, diffs, paired=True), "wins": sum(d > 0 for d in diffs),
-                           "power": power_of(diffs, detect)}
+            wins = sum(d < 0 for d in diffs) if reach is not None else sum(d > 0 for d in diffs)
+            row["diff"] = {**estimate(paired, diffs, paired=True), "wins": wins, "power": power_of(diffs, detect)}
         rows.append(row)
-    return {"metric": metric, "at": at, "k": k if at == "last-k" else None, "baseline": base,
+    return {"metric": metric, "at": at, "k": k if at == "last-k" else None, "reach": reach, "baseline": base,
             "ci_method": f"{METHOD_TEXT}; none from fewer than {MIN_SEEDS} seeds",
             "ignored_keys": sorted(ignore_keys), "conditions": rows}
 
@@ -161,7 +174,9 @@ def _columns(table: Sequence[tuple[str, ...]]) -> list[str]:
 
 def render(result: dict) -> str:
     at = "final value" if result["at"] == "final" else f"mean of last {result['k']} values"
-    base = result["baseline"]
+    base, reach = result["baseline"], result.get("reach")
+    if reach is not None:
+        at = f"steps until it is ≥ {reach:g}, fewer winning"
     lines = [f"{result['metric']} ({at} per run); 95% CI: {result['ci_method']}",
              f"baseline: {base} (differences paired by seed)"]
     if result.get("ignored_keys"):
@@ -183,6 +198,9 @@ def render(result: dict) -> str:
         if d is not None and d["mean"] is not None and d["ci95"] is None:
             without.append((f"{r['condition']} − {base}", _values(d, "+")))
     lines += _columns(table)
+    unreached = [f"{r['condition']} {r['unreached']}/{r['n']}" for r in result["conditions"] if r.get("unreached")]
+    if unreached:
+        lines += ["", f"Never reached {reach:g} (counted at their last step, a lower bound): {', '.join(unreached)}"]
     if without:
         lines += ["", f"No interval from fewer than {MIN_SEEDS} seeds: from 2, a 95% t-interval is the mean ± 12.7 × "
                       "half their gap,",
@@ -197,10 +215,10 @@ def render(result: dict) -> str:
 
 
 def run(path: Path, metrics: Sequence[str] | None, at: str, k: int, baseline: str | None, as_json: bool,
-        ignore_keys: Sequence[str] = (), detect: float | None = None) -> str:
+        ignore_keys: Sequence[str] = (), detect: float | None = None, reach: float | None = None) -> str:
     """One table per metric (`default_metrics` when none is named); in --json one object, a list for several."""
     runs = load_runs(path)
-    results = [compare(runs, metric, at, k, baseline, ignore_keys, detect)
+    results = [compare(runs, metric, at, k, baseline, ignore_keys, detect, reach)
                for metric in metrics or default_metrics(runs)]
     if as_json:
         return json.dumps(results[0] if len(results) == 1 else results, indent=2)

@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
                               "repeatable (without it, runs whose configs differ are refused)")
     compare.add_argument("--detect", type=float, default=None, metavar="DIFF",
                          help="a difference to find (e.g. 0.05): the power lines add the seeds it needs")
+    compare.add_argument("--reach", type=float, default=None, metavar="X",
+                         help="per run: the first step at which the metric is >= X (fewer steps win; a run that "
+                              "never reaches X counts at its last step, and the table says so)")
 
     plot = sub.add_parser("plot", help="PNG, PDF, SVG: one curve per condition, mean over seeds, 95%% band (≥3 seeds)")
     plot.add_argument("path", type=Path, metavar="PATH")
@@ -181,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             from rlvr.cli import compare
 
             print(compare.run(args.path, args.metric, args.at, args.k, args.baseline, args.json, args.ignore_key,
-                              args.detect))
+                              args.detect, args.reach))
         elif args.command == "plan":
             from rlvr.cli import plan
 
