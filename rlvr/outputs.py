@@ -36,7 +36,7 @@ NONDETERMINISTIC_KEYS = frozenset(
         "tokens_per_second", "sample_share", "train_share", "process_max_rss_mb", "gpu_max_allocated_mb",
         "local_train_wall_s",
         "env/step_time_s", "env/probe_time_s", "engine/sync_s",
-        "async/trainer_idle_frac", "async/sampler_idle_frac",
+        "async/trainer_idle_frac", "async/sampler_idle_frac", "distill/teacher_seconds", "self_distill/teacher_seconds",
     }
 )
 """Fields that measure the machine rather than the run: the only ones that may differ between two runs
