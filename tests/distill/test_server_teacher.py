@@ -157,3 +157,17 @@ def test_needs():
     assert [type(r) for r in machine] == [Package, ServesModel] and not machine[1].at_start
     keyed = ServerTeacher.needs({**settings, "api_key_env": "TEACHER_KEY"}).machine
     assert EnvVar("TEACHER_KEY", "distill.teacher.api_key_env") in keyed
+
+
+def test_a_run_distils_from_the_server_its_own_start_scoring_as_its_sampler(server, tmp_path):
+    """The server holds the seed-0 init a FAST run at seed 0 starts from: at step 0, log π_teacher − log π_sampler is
+    float noise on every sampled token (vLLM's kernels against PyTorch's); the run's label and rows say opd."""
+    from rlvr.run import run
+
+    run(compose_config(FAST + ["trainer.evaluate=false", "trainer.max_steps=2", "algorithm=opd", "distill=server",
+                               f"distill.teacher.base_url={server.base_url}", f"distill.teacher.model={SERVED_NAME}",
+                               "distill.teacher.retries=0"]), tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert {r["condition"] for r in rows} == {"opd+none"}
+    assert rows[0]["distill/reverse_kl"] == pytest.approx(0.0, abs=TOL)
+    assert all(r["distill/teacher_seconds"] > 0 for r in rows)
