@@ -30,14 +30,14 @@ compares the ids with the student tokenizer's: teacher and student must share th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlvr.distill.teacher import TeacherScores
+from rlvr.engine.openai import ServerServes
 from rlvr.errors import ConfigError
 from rlvr.lazy import lazy_import
-from rlvr.openai_api import OpenAIClient, ServerError, probe_models
-from rlvr.protocols import Finding, Needs
+from rlvr.openai_api import OpenAIClient, ServerError
+from rlvr.protocols import Needs
 from rlvr.requirements import EnvVar, Package, pip_dependency
 
 if TYPE_CHECKING:
@@ -51,46 +51,13 @@ PROBE_TEXTS = ("0123456789", "12+34=46", "The quick brown fox", " leading  and t
 """What `vocabulary_check` tokenizes on both sides: digits, words, spaces, punctuation (and the student's EOS)."""
 
 
-SERVER_CHECK_TIMEOUT_S = 3.0
-"""The most `ServesModel` waits for the server's model list (one attempt, no retry)."""
-
-
-@dataclass(frozen=True)
-class ServesModel:
-    """The teacher's server answers `GET {base_url}/models` and lists `model`: checked by `rlvr doctor` only (a
-    request); a run finds out at its first request. engine=openai's `ServerServes` asks the same of its server, but
-    names the `engine.` keys."""
-
-    base_url: str
-    model: str
-    api_key_env: str | None
-    item: str = "teacher server"
-    at_start: bool = False
-
-    def check(self) -> Finding:
-        if not self.base_url.startswith(("http://", "https://")):
-            return Finding("missing", f"{CONFIG}.base_url={self.base_url!r} is not an http(s):// URL")
-        listing = probe_models(self.base_url, self.api_key_env, SERVER_CHECK_TIMEOUT_S)
-        if listing.status == 401:
-            which = f"${self.api_key_env}" if self.api_key_env else f"no key ({CONFIG}.api_key_env is null)"
-            return Finding("missing", f"GET {listing.url} answered HTTP 401: the server refuses {which}")
-        if listing.status is None:
-            return Finding("missing", f"GET {listing.url} ({CONFIG}.base_url) is not answering ({listing.failure})")
-        if listing.failure is not None:
-            return Finding("missing", f"GET {listing.url} ({CONFIG}.base_url) answered {listing.failure}")
-        if self.model not in listing.models:
-            return Finding("missing", f"{self.base_url} does not serve {CONFIG}.model={self.model!r} (it serves "
-                                      f"{list(listing.models)})")
-        return Finding("ok", f"{self.base_url} answers and serves {self.model!r}")
-
-
 class ServerTeacher:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         key = settings["api_key_env"]
         return Needs(machine=(Package("httpx", pip_dependency("httpx>=0.27")),
                               *((EnvVar(key, f"{CONFIG}.api_key_env"),) if key else ()),
-                              ServesModel(settings["base_url"], settings["model"], key)))
+                              ServerServes(settings["base_url"], settings["model"], key, CONFIG, "teacher server")))
 
     def __init__(self, *, model: str, base_url: str, api_key_env: str | None, timeout_s: float,
                  max_concurrency: int, retries: int, backoff_s: float) -> None:

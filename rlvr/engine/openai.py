@@ -141,26 +141,31 @@ SERVER_CHECK_TIMEOUT_S = 3.0
 
 @dataclass(frozen=True)
 class ServerServes:
-    """The server answers `GET {base_url}/models` and lists `model` (checked by `rlvr doctor`; a run checks the
-    same in `connect`)."""
+    """The server answers `GET {base_url}/models` and lists `model` (checked by `rlvr doctor`; an engine's run checks
+    the same in `connect`, a distillation teacher's at its first request). `config` is the node whose keys the
+    messages name (`engine`, `distill.teacher`)."""
 
     base_url: str
     model: str
     api_key_env: str | None
+    config: str = "engine"
     item: str = "server"
     at_start: bool = False
 
     def check(self) -> Finding:
+        if not self.base_url.startswith(("http://", "https://")):
+            return Finding("missing", f"{self.config}.base_url={self.base_url!r} is not an http(s):// URL")
         listing = probe_models(self.base_url, self.api_key_env, SERVER_CHECK_TIMEOUT_S)
         if listing.status == 401:
-            which = f"${self.api_key_env}" if self.api_key_env else "no key (engine.api_key_env is null)"
+            which = f"${self.api_key_env}" if self.api_key_env else f"no key ({self.config}.api_key_env is null)"
             return Finding("missing", f"GET {listing.url} answered HTTP 401: the server refuses {which}")
         if listing.status is None:
-            return Finding("missing", f"GET {listing.url} is not answering ({listing.failure})")
+            return Finding("missing", f"GET {listing.url} is not answering ({listing.failure}; "
+                                      f"{self.config}.base_url)")
         if listing.failure is not None:
-            return Finding("missing", f"GET {listing.url} answered {listing.failure}")
+            return Finding("missing", f"GET {listing.url} answered {listing.failure} ({self.config}.base_url)")
         if self.model not in listing.models:
-            return Finding("missing", f"{self.base_url} does not serve engine.model={self.model!r} (it serves "
+            return Finding("missing", f"{self.base_url} does not serve {self.config}.model={self.model!r} (it serves "
                                       f"{list(listing.models)})")
         return Finding("ok", f"{self.base_url} answers and serves {self.model!r}")
 

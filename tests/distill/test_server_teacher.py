@@ -16,7 +16,8 @@ from hydra.utils import instantiate
 from vllm_server import SERVED_NAME, VllmServer, free_port
 
 from composing import FAST, compose_config
-from rlvr.distill.server import ServerTeacher, ServesModel
+from rlvr.distill.server import CONFIG, ServerTeacher
+from rlvr.engine.openai import ServerServes
 from rlvr.errors import ConfigError
 from rlvr.model.tiny import build_char_tokenizer
 from rlvr.openai_api import ServerError
@@ -96,8 +97,8 @@ def test_vocabulary_check(server, tiny):
 
 
 def test_the_doctor_check_asks_the_server(server):
-    assert ServesModel(server.base_url, SERVED_NAME, None).check().status == "ok"
-    wrong = ServesModel(server.base_url, "other", None).check()
+    assert ServerServes(server.base_url, SERVED_NAME, None, CONFIG).check().status == "ok"
+    wrong = ServerServes(server.base_url, "other", None, CONFIG).check()
     assert wrong.status == "missing" and "distill.teacher.model='other'" in wrong.detail
 
 
@@ -105,7 +106,7 @@ def test_a_closed_port_names_the_base_url():
     url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(ServerError, match=rf"distill.teacher.base_url={url}"):
         teacher_at(url).score(PROMPTS, COMPLETIONS, LENGTHS)
-    finding = ServesModel(url, SERVED_NAME, None).check()
+    finding = ServerServes(url, SERVED_NAME, None, CONFIG).check()
     assert finding.status == "missing" and "distill.teacher.base_url" in finding.detail
 
 
@@ -154,7 +155,7 @@ def test_settings_are_checked_by_name(monkeypatch):
 def test_needs():
     settings = {"model": SERVED_NAME, "base_url": "http://127.0.0.1:1/v1", "api_key_env": None}
     machine = ServerTeacher.needs(settings).machine
-    assert [type(r) for r in machine] == [Package, ServesModel] and not machine[1].at_start
+    assert [type(r) for r in machine] == [Package, ServerServes] and not machine[1].at_start
     keyed = ServerTeacher.needs({**settings, "api_key_env": "TEACHER_KEY"}).machine
     assert EnvVar("TEACHER_KEY", "distill.teacher.api_key_env") in keyed
 
