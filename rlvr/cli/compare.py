@@ -2,8 +2,8 @@
 
 Per run the metric is reduced to one number: `final` = its last value (evaluation rows for `eval/…`,
 training rows otherwise), `last-k` = the mean of its last k values; `--reach X` = the first step at which it is
-≥ X, fewer steps winning (a run that never reaches X counts at its last logged step, a lower bound, and the
-table says how many did not). Per condition: the seeds' values, their
+≥ X, fewer steps winning (a run that never reaches X counts as its trainer.max_steps, or its last logged step if
+later: a lower bound; the table says how many did not). Per condition: the seeds' values, their
 mean and the 95% t-interval of the mean, mean ± t(0.975, n−1)·sd/√n (sd with n−1). Against the baseline
 the difference is paired by seed (only seeds both conditions have): the per-seed differences, their mean
 and t-interval, and how many seeds it won.
@@ -72,8 +72,8 @@ def reduce_run(run: Run, metric: str, at: str, k: int, reach: float | None = Non
     series = run.series(metric)
     if not series:
         return None
-    if reach is not None:  # the first step at or above `reach`; never: the last step (censored)
-        return float(next((step for step, v in series if v >= reach), series[-1][0]))
+    if reach is not None:  # the first step at or above `reach`; never: the steps it was to run (censored)
+        return float(next((step for step, v in series if v >= reach), max(run.max_steps or 0, series[-1][0])))
     values = [v for _, v in series]
     return values[-1] if at == "final" else float(np.mean(values[-k:]))
 
@@ -200,7 +200,8 @@ def render(result: dict) -> str:
     lines += _columns(table)
     unreached = [f"{r['condition']} {r['unreached']}/{r['n']}" for r in result["conditions"] if r.get("unreached")]
     if unreached:
-        lines += ["", f"Never reached {reach:g} (counted at their last step, a lower bound): {', '.join(unreached)}"]
+        lines += ["", f"Never reached {reach:g} (counted at their planned last step, a lower bound): "
+                      f"{', '.join(unreached)}"]
     if without:
         lines += ["", f"No interval from fewer than {MIN_SEEDS} seeds: from 2, a 95% t-interval is the mean ± 12.7 × "
                       "half their gap,",

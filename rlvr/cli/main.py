@@ -46,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
                          help="a difference to find (e.g. 0.05): the power lines add the seeds it needs")
     compare.add_argument("--reach", type=float, default=None, metavar="X",
                          help="per run: the first step at which the metric is >= X (fewer steps win; a run that "
-                              "never reaches X counts at its last step, and the table says so)")
+                              "never reaches X counts as its trainer.max_steps, and the table says so)")
 
     plot = sub.add_parser("plot", help="PNG, PDF, SVG: one curve per condition, mean over seeds, 95%% band (≥3 seeds)")
     plot.add_argument("path", type=Path, metavar="PATH")

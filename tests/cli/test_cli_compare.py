@@ -109,14 +109,14 @@ def test_reach_counts_the_steps_until_a_threshold_fewer_winning(campaign, capsys
     out = compare_json(campaign, capsys, "--reach", "0.55")
     rows = {r["condition"]: r for r in out["conditions"]}
     # maxrl+sepa evaluations: seed 0 {0: 0.1, 5: 0.3, 10: 0.55} → step 10; seed 1 {0: 0.1, 5: 0.60} → step 5;
-    # seed 2 {0: 0.1, 5: 0.3, 10: 0.50} never reaches 0.55 → its last step, 10 (a lower bound, counted as unreached)
+    # seed 2 {0: 0.1, 5: 0.3, 10: 0.50} never reaches 0.55 → its 10 steps (a lower bound, counted as unreached)
     sepa = rows["maxrl+sepa"]
     assert sepa["values"] == [10.0, 5.0, 10.0] and sepa["unreached"] == 1
-    # grpo never reaches 0.55 (finals 0.40, 0.50, 0.30): each counts at its last evaluation
-    assert rows["grpo+none"]["unreached"] == 3
+    # grpo never reaches 0.55 (finals 0.40, 0.50, 0.30): each counts as its 10 planned steps, the killed one too
+    assert rows["grpo+none"]["unreached"] == 3 and rows["grpo+none"]["values"] == [10.0, 10.0, 10.0]
     diffs = [s - g for s, g in zip(sepa["values"], rows["grpo+none"]["values"], strict=True)]
     assert sepa["diff"]["values"] == diffs and sepa["diff"]["wins"] == sum(d < 0 for d in diffs)
     assert main(["compare", str(campaign), "--reach", "0.55"]) == 0
     text = capsys.readouterr().out
     assert "steps until it is ≥ 0.55, fewer winning" in text
-    assert "Never reached 0.55 (counted at their last step, a lower bound): " in text and "maxrl+sepa 1/3" in text
+    assert "Never reached 0.55 (counted at their planned last step, a lower bound): " in text and "maxrl+sepa 1/3" in text
