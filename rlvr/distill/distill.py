@@ -74,16 +74,14 @@ class Distill:
         if self.token_map_file is not None:
             self.token_map = read_token_map(Path(self.token_map_file), len(student_tokenizer))
             return
-        check = getattr(self.teacher, "vocabulary_check", None)
-        difference = check(student_tokenizer) if check is not None else None
+        difference = self.teacher.vocabulary_check(student_tokenizer)
         if difference is not None:
             raise ConfigError(f"distill.teacher ({self.teacher.describe()}) does not tokenize as the student does: "
                               f"{difference}. Give distill.token_map=<a JSON file {{student id: teacher id}}>, or a "
                               "teacher with the student's tokenizer")
 
-    def score(self, rollouts: Rollouts) -> tuple[Tensor, Tensor, dict[str, float]]:
-        """(log π_teacher of each sampled token [PG, T] (0 off action tokens), coef · d_t [PG, T], the step's
-        `distill/*` fields)."""
+    def score(self, rollouts: Rollouts) -> tuple[Tensor, dict[str, float]]:
+        """(coef · d_t [PG, T], 0 off action tokens; the step's `distill/*` fields)."""
         t0, G = time.perf_counter(), rollouts.group_size
         mask = rollouts.action_mask_PG_T
         prompts = [rollouts.prompt_ids_P[r // G] for r in range(mask.shape[0])]
@@ -103,7 +101,7 @@ class Distill:
         d_PG_T = log_ratio(teacher_PG_T, rollouts.logprobs_PG_T, mask)
         fields |= {"distill/reverse_kl": reverse_kl(d_PG_T, mask), "distill/coef": self.coef,
                    "distill/teacher_seconds": time.perf_counter() - t0}
-        return teacher_PG_T, self.coef * d_PG_T, fields
+        return self.coef * d_PG_T, fields
 
 
 def read_token_map(path: Path, student_vocab: int) -> Tensor:

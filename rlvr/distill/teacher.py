@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -38,4 +38,8 @@ class Teacher(Protocol):
 
     def describe(self) -> str:
         """One line for logs and `rlvr plan`: what the teacher is and where it lives."""
+        ...
+
+    def vocabulary_check(self, student_tokenizer: Any) -> str | None:
+        """None when the teacher gives every token the student's id; else the first difference, in words."""
         ...

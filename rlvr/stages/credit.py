@@ -58,7 +58,7 @@ class Teach(Stateless):
         if self.distill is None:
             return
         assert s.signals is not None, "signals run first"
-        _, d_PG_T, fields = self.distill.score(s.scored.rollouts)
+        d_PG_T, fields = self.distill.score(s.scored.rollouts)
         s.signals = replace(s.signals, distill_PG_T=d_PG_T)
         s.fields.update(fields)
 
