@@ -83,9 +83,11 @@ def values(condition: str) -> dict[str, object]:
 
 @pytest.mark.parametrize("condition", CONDITIONS)
 def test_condition_is_the_same_run_as_its_pair_with_its_values(condition):
-    assert {p.split("=")[0] for p in picks(condition)} == {"algorithm", "transform"}, "a condition is an arm: both"
+    groups = {p.split("=")[0] for p in picks(condition)}
+    assert {"algorithm", "transform"} <= groups <= {"algorithm", "transform", "distill"}, "a condition is an arm: both"
     by_name = compose_config([f"condition={condition}"])
-    by_pair = compose_config(picks(condition) + [f"{k}={v}" for k, v in values(condition).items()])
+    by_pair = compose_config(picks(condition) + [f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
+                                                 for k, v in values(condition).items()])
     assert OmegaConf.to_container(by_name) == OmegaConf.to_container(by_pair)
 
 
@@ -125,8 +127,16 @@ def test_campaign_grids_name_existing_conditions():
             assert set(str(params.condition).split(",")) <= set(CONDITIONS), campaign
 
 
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory):
+    """condition=opd's teacher: a run of 0 steps (its policy is the students' start)."""
+    folder = tmp_path_factory.mktemp("teacher")
+    run(compose_config(FAST + ["trainer.max_steps=0", "trainer.evaluate=false"]), folder)
+    return folder
+
+
 @pytest.mark.parametrize("condition", CONDITIONS)
-def test_every_condition_trains(condition, tmp_path):
+def test_every_condition_trains(condition, tmp_path, request):
     transform = compose_config([f"condition={condition}"]).transform
     scheduled = "schedule" in transform  # SEPA's λ schedule
     # its gate and delay would keep λ = 0 for 50 steps: open them so that the pooling really runs here
@@ -135,6 +145,8 @@ def test_every_condition_trains(condition, tmp_path):
     # pkpo_t16: k = 16 needs G ≥ 16; at G = k only groups with exactly one correct completion train, so G = 2k
     k = compose_config([f"condition={condition}"]).algorithm.get("k", 1)
     extra += [f"trainer.group_size={2 * k}"] if k > compose_config(FAST).trainer.group_size else []
+    distill = compose_config([f"condition={condition}"]).get("distill")
+    extra += [f"distill.teacher.path={request.getfixturevalue('teacher')}"] if distill else []
     run(compose_config(FAST + MIXED + [f"condition={condition}", "trainer.max_steps=4"] + extra), tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "loss" in r and not r["skipped"]]

@@ -179,7 +179,10 @@ def weight_file_bytes(name_or_path: Any, revision: Any = None) -> int | None:
         except ImportError:
             return None
         for name in ("model.safetensors.index.json", "model.safetensors"):
-            found = try_to_load_from_cache(str(name_or_path), name, revision=revision)
+            try:
+                found = try_to_load_from_cache(str(name_or_path), name, revision=revision)
+            except ValueError:  # not a hub id either (HFValidationError): a path that does not exist
+                return None
             if isinstance(found, str):
                 folder = Path(found).parent
                 break

@@ -17,32 +17,28 @@ vocabulary: token → id), or `distill.token_map` must map one onto the other (r
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlvr.distill.teacher import TeacherScores
 from rlvr.errors import ConfigError
 from rlvr.lazy import lazy_import
-from rlvr.protocols import Needs
-from rlvr.requirements import ChildProbe
+from rlvr.protocols import Finding, Needs
+from rlvr.requirements import hub_offline
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
 torch = lazy_import("torch")
 
-DOCTOR_LOAD_TIMEOUT_S = 300.0
-"""How long `rlvr doctor` waits for the teacher to load in its child process."""
-
 
 class LocalTeacher:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        """`rlvr doctor` loads the teacher in a child process (a run loads it at start)."""
-        path = str(settings.get("path"))
-        code = ("from pathlib import Path; from rlvr.distill.local import load_teacher; "
-                f"print(load_teacher(Path({path!r}), {path!r})[2])")
-        return Needs(machine=(ChildProbe(f"distill.teacher.path={path}", code, None, DOCTOR_LOAD_TIMEOUT_S),))
+        """The teacher's files are on this machine (`TeacherFiles`, checked in a run's first second and by `rlvr
+        doctor`); a run then loads them at start."""
+        return Needs(machine=(TeacherFiles(str(settings.get("path"))),))
 
     def __init__(self, *, path: str, dtype: str = "float32", batch_rows: int = 64) -> None:
         if not path or str(path).startswith("???"):
@@ -140,3 +136,37 @@ def vocabulary_difference(student: dict[str, int], teacher: dict[str, int]) -> s
             return f"the student's token {token!r} is id {i}, the teacher's {teacher.get(token, 'absent')}"
     extra = sorted(set(teacher) - set(student))
     return f"the teacher has {len(extra)} tokens the student lacks (first {extra[0]!r})"
+
+
+@dataclass(frozen=True)
+class TeacherFiles:
+    """`distill.teacher.path` names weights this machine has: an rlvr run folder with a complete checkpoint and its
+    `base/`, a model folder with its config.json, or a hub id in the local cache (else downloaded at start, unless
+    offline). Files only: nothing is loaded."""
+
+    path: str
+    item: str = "teacher"
+    at_start: bool = True
+
+    def check(self) -> Finding:
+        from rlvr.algorithm.kl import weight_file_bytes
+        from rlvr.checkpoint import STATE_FILE
+
+        key, folder = f"distill.teacher.path={self.path}", Path(self.path)
+        if folder.is_dir() and ((folder / "checkpoints").is_dir() or (folder / STATE_FILE).is_file()):
+            run = folder if (folder / "checkpoints").is_dir() else folder.parent.parent
+            saved = [p for p in (run / "checkpoints").glob("step_*") if (p / STATE_FILE).is_file()]
+            if not saved or not (run / "base" / "base.json").is_file():
+                return Finding("missing", f"{key}: an rlvr run folder needs a complete checkpoint "
+                                          f"(checkpoints/step_N/{STATE_FILE}) and its base/ (base/base.json)")
+            return Finding("ok", f"{key}: an rlvr run folder, {len(saved)} checkpoint(s)")
+        if folder.is_dir():
+            found = (folder / "config.json").is_file()
+            return Finding("ok" if found else "missing", f"{key}: a model folder" if found else
+                           f"{key}: a folder without config.json (not a transformers model, nor an rlvr run folder)")
+        if weight_file_bytes(self.path) is not None:
+            return Finding("ok", f"{key}: in the local hub cache")
+        offline = hub_offline()
+        if offline:
+            return Finding("missing", f"{key}: no such folder, and not in the local hub cache ({offline})")
+        return Finding("warning", f"{key}: not in the local hub cache: the run downloads it at start")

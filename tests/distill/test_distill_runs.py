@@ -100,3 +100,12 @@ def test_a_template_the_tokenizer_cannot_spell_is_refused_at_start(tmp_path):
     with pytest.raises(ConfigError, match=r"transform.template=.*renders text this tokenizer cannot spell"):
         run(compose_config(SHORT + ["transform=sdpo", "trainer.max_steps=1"]), tmp_path)
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_a_teacher_that_is_not_on_this_machine_is_refused_before_anything_loads(tmp_path):
+    missing = tmp_path / "no-teacher"
+    with pytest.raises(ConfigError, match=rf"distill.teacher.path={missing}: no such folder, and not in the local "
+                                          r"hub cache"):
+        run(compose_config(SHORT + ["algorithm=opd", "distill=teacher", f"distill.teacher.path={missing}"]),
+            tmp_path / "run")
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
