@@ -224,7 +224,7 @@ def test_an_unwritable_run_folder_is_named(tmp_path):
     ("algoritm=grpo", "algoritm=grpo: no config group or key of that name, so nothing would read it (did you mean "
                       "algorithm=grpo?)"),
     ("algorithm=grpoo", "algorithm=grpoo: no option 'grpoo' in group algorithm (did you mean algorithm=grpo? options: "
-                        "discover_entropic, grpo, maxrl, pkpo, reinforce_pp, rloo)"),
+                        "discover_entropic, grpo, maxrl, opd, pkpo, reinforce_pp, rloo)"),
     ("trainer.lrr=1e-3", "trainer.lrr=1e-3: trainer has no key 'lrr' (did you mean trainer.lr=1e-3?)"),
     # a key of the default algorithm (grpo) but not of the one chosen: no did-you-mean naming the key itself
     ("algorithm=maxrl algorithm.scale=std", "algorithm.scale=std: algorithm has no key 'scale'\n"),

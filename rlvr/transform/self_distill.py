@@ -51,7 +51,9 @@ class SelfDistill:
         self.weight = float(weight)
 
     def __call__(self, adv_PG: Tensor, signals: TokenSignals) -> tuple[Tensor, dict[str, float]]:
-        assert signals.self_teacher_PG_T is not None, "the SelfTeach stage scores the rows first"
+        if signals.self_teacher_PG_T is None:
+            raise ValueError("transform=sdpo|sdft reads self_teacher_PG_T, the self-teacher's log-probabilities "
+                             "(rlvr/stages/credit.py SelfTeach), which these signals lack")
         mask = signals.mask_PG_T
         S = log_ratio(signals.self_teacher_PG_T, signals.logprobs_PG_T, mask)
         rl = per_token(adv_PG, S.dtype) * mask

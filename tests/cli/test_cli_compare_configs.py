@@ -70,7 +70,7 @@ def test_conditions_at_different_learning_rates_are_not_a_comparison_of_algorith
     err = refused("compare", root, capsys, "--metric", "mean_reward")
     assert ("runs of grpo+none and maxrl+none differ outside algorithm, transform, turn_credit, "
             "trainer.dynamic_sampling, trainer.max_sample_batches, trainer.overlong, trainer.off_policy_steps, "
-            "trainer.off_policy_mode, trainer.partial_rollouts, in trainer.lr "
+            "trainer.off_policy_mode, trainer.partial_rollouts, distill, in trainer.lr "
             f"(0.001 in grpo+none, e.g. {root / 'grpo_none' / 'seed=0'}; "
             f"0.0005 in maxrl+none, e.g. {root / 'maxrl_none' / 'seed=0'})") in err
     assert "--ignore-key trainer.lr" in err
