@@ -174,10 +174,12 @@ def planned_memory(config: DictConfig) -> list[str] | None:
     """`engine_memory`'s lines, the reference model's (algorithm.kl.coef > 0, rlvr/algorithm/kl.py
     `reference_memory`) and a teacher's (rlvr/distill/distill.py `teacher_memory`); None when none has any."""
     from rlvr.algorithm.kl import reference_memory
+    from rlvr.config_check import declared_needs
     from rlvr.distill.distill import teacher_memory
 
     plain = cast(dict[str, Any], OmegaConf.to_container(config, resolve=False))
-    lines = (engine_memory(config) or []) + reference_memory(plain) + teacher_memory(plain)
+    self_scoring = "self_scoring" in declared_needs(config, "transform").requires
+    lines = (engine_memory(config) or []) + reference_memory(plain) + teacher_memory(plain, self_scoring)
     return lines or None
 
 

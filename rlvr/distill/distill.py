@@ -66,11 +66,9 @@ class Distill:
         return f"{self.teacher.describe()}, coef {self.coef:g}"
 
     def open(self, student_tokenizer: Any, device: Any = "cpu") -> None:
-        """At start: load the teacher (a local one), then refuse a vocabulary that differs from the student's unless
-        `token_map` translates the student's ids."""
-        load = getattr(self.teacher, "load", None)
-        if load is not None:
-            load(device)
+        """At start: load the teacher (a local one's weights), then refuse a vocabulary that differs from the
+        student's unless `token_map` translates the student's ids."""
+        self.teacher.load(device)
         if self.token_map_file is not None:
             self.token_map = read_token_map(Path(self.token_map_file), len(student_tokenizer))
             return
@@ -118,26 +116,16 @@ def read_token_map(path: Path, student_vocab: int) -> Tensor:
     return torch.tensor([pairs[i] for i in range(student_vocab)], dtype=torch.long)
 
 
-def teacher_memory(config: Mapping[str, Any]) -> list[str]:
-    """What a teacher costs a run (lines for `rlvr plan`), from the composed config (nothing loaded): a local
-    teacher's weights beside the policy (their files' size when they are on this machine) and its no-grad pass each
-    step; a server's requests; the self-teacher's extra pass (transform=sdpo|sdft)."""
-    from rlvr.algorithm.kl import DTYPE_BYTES, weight_file_bytes
+def teacher_memory(config: Mapping[str, Any], self_scoring: bool) -> list[str]:
+    """What a teacher costs a run (lines for `rlvr plan`), from the composed config (nothing loaded): the teacher
+    class's own line (`memory(settings)`: a local teacher's weights and pass, a server's requests), and the
+    self-teacher's extra pass when the transform requires `self_scoring` (transform=sdpo|sdft)."""
+    from hydra.utils import get_class
 
-    lines = []
     teacher = (config.get("distill") or {}).get("teacher") or {}
-    if str(teacher.get("_target_", "")).endswith("LocalTeacher"):
-        path, dtype = str(teacher.get("path")), str(teacher.get("dtype", "float32"))
-        size = weight_file_bytes(str(Path(path) / "base")) or weight_file_bytes(path)
-        what = (f"{size / 2**20:.3g} MiB (its files)" if size is not None else
-                f"its parameter count × {DTYPE_BYTES.get(dtype, 4)} bytes")
-        lines.append(f"distillation teacher ({path}): {what} in {dtype} beside the policy, and one no-grad forward "
-                     "pass over the step's rows each step")
-    elif teacher:
-        lines.append(f"distillation teacher on its server ({teacher.get('base_url')}): no memory here, one request "
-                     "per row each step")
-    transform = config.get("transform") or {}
-    if "context_template" in transform:
-        lines.append(f"self-teacher (transform.teacher={transform.get('teacher')}): no copy, one more no-grad "
-                     "forward pass over the rows with context each step")
+    cls: Any = get_class(teacher["_target_"]) if "_target_" in teacher else None  # a teacher class: `memory`
+    lines = [cls.memory(teacher)] if cls is not None else []
+    if self_scoring:
+        lines.append(f"self-teacher (transform.teacher={(config.get('transform') or {}).get('teacher')}): no copy, "
+                     "one more no-grad forward pass over the rows with context each step")
     return lines

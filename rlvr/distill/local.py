@@ -40,6 +40,18 @@ class LocalTeacher:
         doctor`); a run then loads them at start."""
         return Needs(machine=(TeacherFiles(str(settings.get("path"))),))
 
+    @classmethod
+    def memory(cls, settings: Mapping[str, Any]) -> str:
+        """`rlvr plan`'s line: the weights beside the policy (their files' size when on this machine), a pass a step."""
+        from rlvr.algorithm.kl import DTYPE_BYTES, weight_file_bytes
+
+        path, dtype = str(settings.get("path")), str(settings.get("dtype", "float32"))
+        size = weight_file_bytes(str(Path(path) / "base")) or weight_file_bytes(path)
+        what = (f"{size / 2**20:.3g} MiB (its files)" if size is not None else
+                f"its parameter count × {DTYPE_BYTES.get(dtype, 4)} bytes")
+        return (f"distillation teacher ({path}): {what} in {dtype} beside the policy, and one no-grad forward pass "
+                "over the step's rows each step")
+
     def __init__(self, *, path: str, dtype: str = "float32", batch_rows: int = 64) -> None:
         if not path or str(path).startswith("???"):
             raise ConfigError("distill.teacher.path is not set: give an rlvr run folder, its export, or a "

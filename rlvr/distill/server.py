@@ -59,6 +59,12 @@ class ServerTeacher:
                               *((EnvVar(key, f"{CONFIG}.api_key_env"),) if key else ()),
                               ServerServes(settings["base_url"], settings["model"], key, CONFIG, "teacher server")))
 
+    @classmethod
+    def memory(cls, settings: Mapping[str, Any]) -> str:
+        """`rlvr plan`'s line: nothing here, a request per row a step."""
+        return (f"distillation teacher on its server ({settings.get('base_url')}): no memory here, one request per "
+                "row each step")
+
     def __init__(self, *, model: str, base_url: str, api_key_env: str | None, timeout_s: float,
                  max_concurrency: int, retries: int, backoff_s: float) -> None:
         rules = [
@@ -87,6 +93,9 @@ class ServerTeacher:
 
     def describe(self) -> str:
         return f"server {self.model} at {self.base_url}"
+
+    def load(self, device: Any = "cpu") -> None:
+        """Nothing to load here: the weights are the server's."""
 
     def score(self, prompts: Sequence[Sequence[int]], completions_N_T: Tensor, lengths: Sequence[int], topk: int = 0
               ) -> TeacherScores:

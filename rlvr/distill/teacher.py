@@ -30,6 +30,10 @@ class TeacherScores:
 
 
 class Teacher(Protocol):
+    def load(self, device: Any = "cpu") -> None:
+        """At start, once: whatever the teacher keeps in this process (a local one's weights, on `device`)."""
+        ...
+
     def score(self, prompts: Sequence[Sequence[int]], completions_N_T: Tensor, lengths: Sequence[int], topk: int = 0
               ) -> TeacherScores:
         """Row i: the prompt `prompts[i]`, then `completions_N_T[i, :lengths[i]]` (int64 student token ids).
