@@ -98,8 +98,10 @@ what is not cyclic; the next collection after the pause finds any cycle made dur
 
 def import_paused(name: str) -> ModuleType:
     """`importlib.import_module(name)` with the cyclic garbage collector paused (the module docstring says why)."""
-    if name in sys.modules:  # imported already (or being imported): nothing to pause for
-        return sys.modules[name]
+    module = sys.modules.get(name)
+    if module is not None and not getattr(module.__spec__, "_initializing", False):
+        return module  # imported already: nothing to pause for
+    # absent, or half-initialised by another thread: import_module waits on the module's import lock for it
     with collector_paused():
         return importlib.import_module(name)
 

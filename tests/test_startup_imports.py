@@ -6,11 +6,13 @@ and a heavy library imports with the cyclic garbage collector paused, which is t
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -107,3 +109,23 @@ def test_a_pause_that_imported_modules_freezes_what_is_alive_then(collector_enab
     import_paused(probe_module)
     assert gc.get_freeze_count() > 0  # the module's objects, out of the collector's sight until fit's gc.unfreeze
     gc.unfreeze()
+
+
+def test_a_module_another_thread_is_importing_is_returned_once_it_is_whole(tmp_path, monkeypatch):
+    """`rlvr doctor` checks side by side: one thread's `import torch` was seen half done by another's import_paused
+    (`partially initialized module 'torch' has no attribute 'cuda'`); it now waits for the import to end."""
+    started = tmp_path / "started"
+    (tmp_path / "slow_probe.py").write_text(
+        f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(1.0)\nfinished = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importer = threading.Thread(target=importlib.import_module, args=("slow_probe",))
+    try:
+        importer.start()
+        deadline = time.monotonic() + 30
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "slow_probe" in sys.modules  # half-initialised: the other thread is inside its body
+        assert import_paused("slow_probe").finished is True
+    finally:
+        importer.join(30)
+        sys.modules.pop("slow_probe", None)
