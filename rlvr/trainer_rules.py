@@ -34,8 +34,6 @@ def needs(settings: Mapping[str, Any]) -> Needs:
         requires["partial_rollouts"] = "trainer.partial_rollouts=true continues unfinished sequences under new weights"
         excludes["episodes"] = ("trainer.partial_rollouts=true continues single-turn completions (an episode's turns "
                                 "are not built): with an env set trainer.partial_rollouts=false")
-        excludes["distributed"] = ("trainer.partial_rollouts=true samples in one process (over several: not built): "
-                                   "use backend=local, or trainer.partial_rollouts=false")
     return Needs(provides=frozenset({"sampled_ahead"}) if isinstance(ahead, int) and ahead > 0 else frozenset(),
                  requires=requires, excludes=excludes, errors=tuple(errors(settings)))
 

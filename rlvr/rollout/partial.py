@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from rlvr.distributed import World
 from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import decode_completions, encode_prompts
 from rlvr.rollout.single_turn import Completions
@@ -68,16 +69,25 @@ class Group:
 
 @dataclass
 class Partial:
-    """What a job of partial rollouts trains, reports and leaves in flight."""
+    """What a job of partial rollouts trains, reports and leaves in flight (this process's share of it)."""
 
     examples: list[Example]
     """The trained groups' examples, in the step's order."""
-    fields: dict[str, float]
+    versions: list[list[int]]
+    """Each trained row's tokens' versions (its row fields: `gathered`)."""
+    k: int
     pool: list[Group] = field(default_factory=list)
     """The groups in flight after the job (a checkpoint's state). The pool itself, not a copy: a checkpoint pickles
     the pending jobs while the sampler is idle, when the last job sampled is the last to have changed it."""
     admitted: int = 0
     """The batches admitted so far (0 … admitted − 1)."""
+
+    def gathered(self, world: World, step: int) -> tuple[list[Example], dict[str, float]]:
+        """The step's trained examples over every process, in the order their rows are gathered (rank after rank),
+        and its row fields over all their tokens: a collective on several processes, so from the main thread."""
+        shares = world.gather((self.examples, self.versions))
+        versions = [row for _, rows in shares for row in rows]
+        return [e for examples, _ in shares for e in examples], fields_of(versions, step, self.k)
 
 
 @dataclass(frozen=True)
@@ -101,17 +111,24 @@ class SingleTurnParts(Protocol):
     engine: Any
     tokenizer: Any
     seeds: Seeds
+    world: World
     with_entropy: bool
 
 
 class PartialRollouts:
-    """The pool of a run's partial rollouts over its single-turn rollout's engine, tokenizer and seeds."""
+    """The pool of a run's partial rollouts over its single-turn rollout's engine, tokenizer and seeds: this
+    process's share of it. Over several processes (backend=fsdp) each admits its share of every batch (the groups
+    `World.share` gives it, each from its own seed) and trains its share of `batch_size`: the first of its own
+    groups to complete, so which groups a step trains depends on the number of processes (a run continues on as
+    many: its checkpoint holds each one's pool)."""
 
     def __init__(self, rollout: SingleTurnParts, batch_size: int, group_size: int, sampling: SamplingParams, k: int,
                  resumed: Partial | None = None, first: int = 0) -> None:
         """`resumed`: what the checkpoint continued from at step `first` left in flight; None: nothing (a fresh run,
         or one whose checkpoint was its last step's: every batch it admitted, 0 … first − 1, was trained)."""
-        self.rollout, self.B, self.G, self.sampling, self.k = rollout, batch_size, group_size, sampling, k
+        self.rollout, self.P, self.G, self.sampling, self.k = rollout, batch_size, group_size, sampling, k
+        self.B = len(rollout.world.share(batch_size))
+        """This process's share of the groups a step trains."""
         self.pool = copy.deepcopy(resumed.pool) if resumed else []
         self.admitted = resumed.admitted if resumed else first
         """The batches admitted by the jobs submitted so far (main thread)."""
@@ -158,12 +175,14 @@ class PartialRollouts:
             raise RuntimeError(f"partial rollouts: groups of batches {late} would outgrow the staleness bound at step "
                                f"{job.step}")
         self.pool = [g for g in self.pool if g not in trained]
-        job.partial = Partial([g.example for g in trained], fields_of(trained, job.step, self.k), self.pool,
-                              job.work.upto)
+        job.partial = Partial([g.example for g in trained], [g.versions[r] for g in trained for r in range(self.G)],
+                              self.k, self.pool, job.work.upto)
         return self._sampled(trained, clock.lap())
 
     def _admit(self, index: int, examples: list[Example], position: int) -> list[Group]:
         seeds = group_sampling_seeds(self.rollout.seeds.sampler, index, position, len(examples))
+        mine = self.rollout.world.share(len(examples))
+        examples, seeds = [examples[i] for i in mine], [seeds[i] for i in mine]
         prompts = encode_prompts(self.rollout.tokenizer, [e.prompt for e in examples])
 
         def rows() -> list:
@@ -190,12 +209,11 @@ class PartialRollouts:
             entropy_PG_T=padded(lambda g, r: g.entropies[r], 0.0, torch.float32) if self.rollout.with_entropy else None)
         completions = decode_completions(self.rollout.tokenizer, rollouts)
         references = [g.example.reference for g in trained for _ in range(self.G)]
-        return Sampled(Completions(rollouts, completions, references, len(trained), self.G), seconds)
+        return Sampled(Completions(rollouts, completions, references, self.P, self.G), seconds)
 
 
-def fields_of(trained: list[Group], step: int, k: int) -> dict[str, float]:
-    """The row fields of a step's trained groups (module docstring)."""
-    versions = [g.versions[r] for g in trained for r in range(len(g.versions))]
+def fields_of(versions: list[list[int]], step: int, k: int) -> dict[str, float]:
+    """The row fields of a step's trained rows, each given by its tokens' versions (module docstring)."""
     ages = [step - v for row in versions for v in row]
     count = max(len(ages), 1)
     spreads = [max(row) - min(row) for row in versions if row]

@@ -23,12 +23,12 @@ class Collect(Stateless):
         live = s.live
         assert live.sampler is not None, "the trainer opens the sampler before the first step"
         job, synced = live.sampler.next(s.step)  # sampled now, or ahead
-        examples = job.partial.examples if job.partial is not None else job.work[0]
+        examples, partial = job.partial.gathered(live.c.world, s.step) if job.partial is not None else (job.work[0], {})
         live.totals["prompts"] += len(examples)
         s.wait_s = s.clock.lap()
         s.prompts = len(examples)
         s.job, s.examples, s.batch = job, examples, live.rollout.finish(job.sampled)
-        s.fields.update(synced | (job.partial.fields if job.partial is not None else {}))
+        s.fields.update(synced | partial)
 
 
 def open_sampler(live: Live, batch_size: int, group_size: int, sampling: SamplingParams, ahead: int, mode: str,

@@ -218,6 +218,34 @@ def test_two_ranks_sample_ahead_in_bounded_mode_syncing_at_the_same_steps(tmp_pa
     assert all(0 <= r["step"] - r["async/policy_version"] == r["async/staleness_max"] <= 1 for r in steps)
 
 
+PARTIAL = ["trainer.off_policy_steps=2", "trainer.partial_rollouts=true", "correction=token_tis",
+           "algorithm.loss.correction.pi_old=decoupled", "trainer.max_steps=6", "trainer.sampling.max_tokens=20",
+           "trainer.group_size=2", "trainer.warmup.steps=10", "trainer.warmup.cache_dir=null"]
+"""Partial rollouts at k = 2 (docs/overlap.md), after a short warm-up: its policy ends completions at an EOS after
+a few tokens or runs on to 20, so a job cuts groups not yet due (the untrained policy runs every row to 20 tokens:
+all the groups of a job end together)."""
+
+
+def test_two_ranks_continue_their_shares_of_partial_rollouts_and_resume_on_as_many(tmp_path):
+    """trainer.partial_rollouts=true on 2 ranks: each rank admits its share of every batch and trains its share of
+    the step, the first of its groups to complete; the run keeps the bound, its row fields count both ranks' tokens,
+    and killed while writing its step-2 checkpoint it continues (each rank from its own pool) to the rows of the run
+    never stopped."""
+    reference = tmp_path / "whole"
+    train(2, reference, *PARTIAL)
+    steps = [r for r in rows(reference) if "loss" in r]
+    assert [r["step"] for r in steps] == list(range(6)) and all(r["num_datums"] == 16 for r in steps)
+    assert all(r["async/staleness_max"] <= min(2, r["step"]) for r in steps)
+    assert all(sum(r[f"async/staleness_frac/{d}"] for d in range(3)) == pytest.approx(1.0) for r in steps)
+    assert any(r["async/partial_frac"] > 0 for r in steps), "some rows crossed an update"
+    folder = tmp_path / "run"
+    died = subprocess.run(command(2, folder, *PARTIAL), cwd=REPO, env={**ENV, "RLVR_FAULT": "checkpoint:2"},
+                          capture_output=True, text=True, timeout=300)
+    assert died.returncode != 0 and (folder / "checkpoints" / "latest").read_text().strip() == "step_2"
+    train(2, folder, *PARTIAL)
+    assert_same_metrics(rows(folder), rows(reference))
+
+
 def adapter(folder: Path, step: int) -> dict:
     from safetensors.torch import load_file
 

@@ -13,6 +13,7 @@ import pytest
 
 from composing import MIXED, OVERLAP, compose_config
 from rlvr.config_check import config_problems
+from rlvr.distributed import ONE_PROCESS
 from rlvr.engine.pytorch import PyTorchEngine
 from rlvr.model.tiny import TinyLlama
 from rlvr.outputs import NONDETERMINISTIC_KEYS
@@ -67,7 +68,8 @@ def test_groups_unfinished_at_an_update_go_on_under_the_next_version():
     # batch 0's rows end at 12 tokens, 2 decoding steps later: the job may then end (1 group complete, none other
     # due) and batch 2's rows stop at 2 tokens. Job 2 (version 1) finds batch 2's group due: its rows go on to 12.
     engine, _, tokenizer = engine_and_prompts(tokenizer_too=True)
-    rollout = SimpleNamespace(engine=engine, tokenizer=tokenizer, seeds=SimpleNamespace(sampler=7), with_entropy=False)
+    rollout = SimpleNamespace(engine=engine, tokenizer=tokenizer, seeds=SimpleNamespace(sampler=7), world=ONE_PROCESS,
+                              with_entropy=False)
     pool = PartialRollouts(rollout, batch_size=1, group_size=2, sampling=SamplingParams(1.0, 1.0, 12), k=2)
     head = pool._admit(0, [Example("12+34=", "46")], 0)[0]
     head.tokens, head.logprobs, head.versions = ([[v] * 10 for _ in range(2)] for v in (4, -1.0, 0))
@@ -79,14 +81,15 @@ def test_groups_unfinished_at_an_update_go_on_under_the_next_version():
         return made
 
     first = job(1, 0)
-    assert [e.reference for e in first.partial.examples] == ["46"] and first.sampled.rows.rollouts.mask_PG_T.sum() == 24
-    assert first.partial.fields["async/partial_frac"] == 0.0 and first.partial.fields["async/staleness_max"] == 1.0
+    examples, fields = first.partial.gathered(ONE_PROCESS, 1)
+    assert [e.reference for e in examples] == ["46"] and first.sampled.rows.rollouts.mask_PG_T.sum() == 24
+    assert fields["async/partial_frac"] == 0.0 and fields["async/staleness_max"] == 1.0
     left = first.partial.pool
     assert [g.batch for g in left] == [2] and [len(t) for t in left[0].tokens] == [2, 2] and not left[0].complete
     second = job(2, 1)
     assert [e.reference for e in second.partial.examples] == ["20"]
     assert second.partial.pool == [] or all(g.batch == 3 for g in second.partial.pool)
-    fields = second.partial.fields  # 2 rows × (2 tokens of version 0 + 10 of version 1), trained at step 2
+    _, fields = second.partial.gathered(ONE_PROCESS, 2)  # 2 rows × (2 tokens of version 0 + 10 of version 1)
     assert fields["async/partial_frac"] == 1.0 and fields["async/version_spread_max"] == 1.0
     assert fields["async/staleness_max"] == 2.0 and fields["async/policy_version"] == 0.0
     assert fields["async/staleness_frac/2"] == pytest.approx(4 / 24) and fields["async/staleness_mean"] == (
@@ -150,7 +153,6 @@ def test_rlvr_plot_draws_the_rows_of_partial_rollouts(runs, tmp_path):
     (["trainer.off_policy_steps=2", "trainer.partial_rollouts=yes"], "trainer.partial_rollouts='yes' must be bool"),
     (["trainer.off_policy_steps=1", "env=guess"], "with an env set trainer.partial_rollouts=false"),
     (["trainer.off_policy_steps=1", "engine=vllm"], "abort and resubmit each prefix: not built"),
-    (["trainer.off_policy_steps=1", "backend=fsdp"], "samples in one process (over several: not built)"),
 ])
 def test_what_partial_rollouts_cannot_do_is_refused_naming_the_setting(overrides, message):
     _, errors = config_problems(compose_config([*OVERLAP, "trainer.partial_rollouts=true", *overrides]),
