@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:  # torch and peft stay out of the composing/submitting process
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from peft import LoraConfig
     from torch import Tensor
@@ -122,6 +122,20 @@ class Segment:
     params: SamplingParams
     with_entropy: bool = False
 
+    @property
+    def settled(self) -> bool:
+        """Nothing to decode: no rows, or enough groups complete already and none forced."""
+        return not self.contexts or (self.need <= 0 and not any(self.forced))
+
+    def may_end(self, ended: Sequence[bool]) -> bool:
+        """The segment may end once each row has `ended` as given: at least `need` of its groups have every row
+        ended, and so has every forced group."""
+        running = [0] * len(self.forced)
+        for group, done in zip(self.groups, ended, strict=True):
+            running[group] += not done
+        complete = [count == 0 for count in running]
+        return sum(complete) >= self.need and all(c for c, forced in zip(complete, self.forced) if forced)
+
 
 @dataclass(frozen=True)
 class Continued:
@@ -134,6 +148,12 @@ class Continued:
     """Whether the row ended: EOS, or its budget spent."""
     eos: list[bool]
     """Whether it ended with EOS."""
+
+    @staticmethod
+    def nothing(segment: Segment) -> Continued:
+        """A settled segment's: no row sampled a token."""
+        n = len(segment.contexts)
+        return Continued([[]] * n, [[]] * n, [[]] * n if segment.with_entropy else None, [False] * n, [False] * n)
 
 
 @dataclass(frozen=True)

@@ -394,9 +394,8 @@ class PyTorchEngine:
         while sampling runs beside training on a CPU."""
         if self.worker is not None:
             return self.worker.call("continue", (segment,))
-        if not segment.contexts or (segment.need <= 0 and not any(segment.forced)):  # enough groups are complete
-            n = len(segment.contexts)
-            return Continued([[]] * n, [[]] * n, [[]] * n if segment.with_entropy else None, [False] * n, [False] * n)
+        if segment.settled:
+            return Continued.nothing(segment)
         with evaluating(self.module):
             return self._continue(segment, next(self.module.parameters()).device)
 
@@ -412,8 +411,7 @@ class PyTorchEngine:
         logits = self.module(input_ids=input_ids, attention_mask=attn, position_ids=position, past_key_values=cache,
                              use_cache=True, logits_to_keep=1).logits[:, -1]
         next_pos, eos = position[:, -1:] + 1, torch.tensor(self.eos_ids, device=device)
-        budgets, groups = torch.tensor(segment.budgets, device=device), torch.tensor(segment.groups, device=device)
-        forced = torch.tensor(segment.forced, dtype=torch.bool, device=device)
+        budgets = torch.tensor(segment.budgets, device=device)
         ended, ended_eos = (torch.zeros(N, dtype=torch.bool, device=device) for _ in range(2))
         live = torch.arange(N, device=device)  # the batch's rows, as indices into the segment's
         noise = RowNoise(segment.seeds, segment.offsets)
@@ -426,7 +424,7 @@ class PyTorchEngine:
             hit = torch.isin(token, eos)
             done = hit | (budgets[live] <= t + 1)
             ended_eos[live[hit]], ended[live[done]] = True, True
-            if bool(ended.all()) or segment_may_end(ended, groups, forced, segment.need):
+            if bool(ended.all()) or segment.may_end(ended.tolist()):
                 break
             keep = (~done).nonzero().squeeze(1)
             if len(keep) < len(live):
@@ -618,13 +616,6 @@ class Noise:
             self.drawn = drawn if self.rows is None else drawn[:, self.rows.to(drawn.device)]
             self.start = t
         return self.drawn[t - self.start]
-
-
-def segment_may_end(ended: Tensor, groups: Tensor, forced: Tensor, need: int) -> bool:
-    """A `Segment` may end: at least `need` of its groups have every row ended, and so has every forced group."""
-    running = torch.zeros(len(forced), dtype=torch.long, device=ended.device).index_add_(0, groups, (~ended).long())
-    complete = running == 0
-    return int(complete.sum()) >= need and bool(complete[forced].all())
 
 
 TOKEN_STRIDE = 0x9E3779B97F4A7C15

@@ -91,8 +91,8 @@ from rlvr.errors import ConfigError
 from rlvr.lazy import lazy_import, no_grad
 from rlvr.protocols import Finding, Needs
 from rlvr.requirements import ChildProbe, CudaDevice, Package, distribution_version, pip_extra
-from rlvr.seeds import group_seeds
-from rlvr.types import Rollouts, SamplingParams
+from rlvr.seeds import group_seeds, sub_seed
+from rlvr.types import Continued, Rollouts, SamplingParams, Segment
 
 torch = lazy_import("torch")
 
@@ -102,6 +102,7 @@ if TYPE_CHECKING:
     from torch import dtype as TorchDtype
     from vllm import LLM
     from vllm.lora.request import LoRARequest
+    from vllm.outputs import RequestOutput
 
 VLLM_IMPORT_TIMEOUT_S = 120.0
 CPU_KV_CACHE_BYTES = 1 << 30
@@ -209,7 +210,7 @@ class VLLMEngine:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         sleep = settings["sleep_level"]
-        return Needs(provides=frozenset({"engine_gpu_memory"}),
+        return Needs(provides=frozenset({"engine_gpu_memory", "partial_rollouts"}),
                      requires={"local_policy": "it is started on the policy's files, then given each step's weights"},
                      excludes={"sampled_ahead": f"engine.sleep_level={sleep} puts vLLM to sleep while the trainer "
                                                 "trains, when an overlapped run samples: use engine.sleep_level=0"}
@@ -254,6 +255,8 @@ class VLLMEngine:
         self.workdir = Path(tempfile.mkdtemp(prefix="rlvr-vllm-", dir=root))
         self._cleanup = weakref.finalize(self, shutil.rmtree, self.workdir, True)
         self._ids = itertools.count(1)
+        self._segment_rows = itertools.count()
+        """Request ids of `continue_rows`' rows (`segment-<n>`, apart from `generate`'s own numbers)."""
         self._lora_request: LoRARequest | None = None
         self._pushed: Path | None = None
         self.policy = policy
@@ -363,23 +366,12 @@ class VLLMEngine:
         seeds: Sequence[int],
         with_entropy: bool = False,
     ) -> Rollouts:
-        if with_entropy:
-            raise ValueError("engine=vllm cannot give full-distribution entropy")
-        if self.asleep:  # a sleeping vLLM would hold the requests forever (and after level 2 has no weights)
-            self.sync(self.policy)
+        self._ready(with_entropy)
         seeds = group_seeds(seeds, len(prompt_ids_P))
-        from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
         greedy = params.temperature == 0
-        requests = [
-            VLLMSamplingParams(
-                n=group_size, temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens,
-                seed=seeds[p] % 2**63, stop_token_ids=self.eos_ids, ignore_eos=True,
-                logprobs=None if greedy else 0, detokenize=False, skip_special_tokens=False,
-            )
-            for p in range(len(prompt_ids_P))
-        ]
+        requests = [self._request(params, group_size, params.max_tokens, seeds[p]) for p in range(len(prompt_ids_P))]
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_ids_P], requests,
             lora_request=self._lora_request, use_tqdm=False,
@@ -392,6 +384,67 @@ class VLLMEngine:
                                     params.temperature)
             rollouts = dataclasses.replace(rollouts, logprobs_PG_T=logprobs)
         return rollouts
+
+    def continue_rows(self, segment: Segment) -> Continued:
+        """Partial rollouts (rlvr/rollout/partial.py) by abort and resubmit: each row goes in as a request of its
+        own, its prompt and tokens so far as the prompt, which vLLM prefills under the weights it holds now (a sync
+        resets the prefix cache); vLLM's engine is stepped until the segment may end (`Segment.may_end`), then the
+        requests still running are aborted and their tokens so far kept. A row's draws come from a seed of its
+        seed and its offset, so the same pool decodes the same tokens; unlike engine=pytorch's (drawn per token),
+        they depend on where an update cut the row."""
+        if segment.settled:
+            return Continued.nothing(segment)
+        self._ready(segment.with_entropy)
+        from vllm.inputs.engine import tokens_input  # the engine's own input (a raw prompt is deprecated there)
+
+        params, engine = segment.params, self.llm.llm_engine
+        rows: dict[str, int] = {}
+        for n, (context, budget, offset, seed) in enumerate(zip(segment.contexts, segment.budgets, segment.offsets,
+                                                                segment.seeds, strict=True)):
+            rows[request := f"segment-{next(self._segment_rows)}"] = n  # vLLM's outputs and aborts name it so
+            engine.add_request(request, tokens_input(list(context)),
+                               self._request(params, 1, budget, sub_seed(seed, f"offset/{offset}")),
+                               lora_request=self._lora_request)
+        N = len(segment.contexts)
+        tokens: list[list[int]] = [[] for _ in range(N)]
+        logprobs: list[list[float]] = [[] for _ in range(N)]
+        ended = [False] * N
+        while not segment.may_end(ended) and engine.has_unfinished_requests():
+            for out in engine.step():
+                n, child = rows[out.request_id], cast("RequestOutput", out).outputs[0]  # a generative model's
+                tokens[n] = list(child.token_ids)
+                logprobs[n] = [0.0] * len(tokens[n]) if params.temperature == 0 else sampled_logprobs(child)
+                ended[n] = out.finished
+        running = [request for request, n in rows.items() if not ended[n]]
+        if running:
+            engine.abort_request(running)
+        if params.temperature > 0 and params.top_p < 1:  # vLLM's are the nucleus's: the policy's instead
+            rescored = self.rescore(segment.contexts, 1, *self._padded(tokens), params.temperature)
+            logprobs = [rescored[n, : len(row)].tolist() for n, row in enumerate(tokens)]
+        eos = [done and bool(row) and row[-1] in self.eos_ids for done, row in zip(ended, tokens, strict=True)]
+        return Continued(tokens, logprobs, None, ended, eos)
+
+    def _ready(self, with_entropy: bool) -> None:
+        if with_entropy:
+            raise ValueError("engine=vllm cannot give full-distribution entropy")
+        if self.asleep:  # a sleeping vLLM would hold the requests forever (and after level 2 has no weights)
+            self.sync(self.policy)
+
+    def _request(self, params: SamplingParams, n: int, max_tokens: int, seed: int):
+        """vLLM's sampling parameters for `n` completions of one prompt, seeded (module docstring)."""
+        from vllm import SamplingParams as VLLMSamplingParams
+
+        return VLLMSamplingParams(
+            n=n, temperature=params.temperature, top_p=params.top_p, max_tokens=max_tokens, seed=seed % 2**63,
+            stop_token_ids=self.eos_ids, ignore_eos=True, logprobs=None if params.temperature == 0 else 0,
+            detokenize=False, skip_special_tokens=False)
+
+    def _padded(self, rows: list[list[int]]) -> tuple[Tensor, Tensor]:
+        """Rows of tokens right-padded into one tensor, with their mask."""
+        T = max((len(r) for r in rows), default=0)
+        tokens = torch.tensor([r + [self.pad_id] * (T - len(r)) for r in rows], dtype=torch.long).view(len(rows), T)
+        mask = torch.tensor([[True] * len(r) + [False] * (T - len(r)) for r in rows], dtype=torch.bool)
+        return tokens, mask.view(len(rows), T)
 
     @no_grad
     def rescore(self, prompt_ids_P: list[list[int]], G: int, tokens: Tensor, mask: Tensor, T: float) -> Tensor:

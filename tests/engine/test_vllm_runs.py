@@ -13,6 +13,7 @@ import pytest
 from composing import OVERLAP, compose_config
 from rlvr.build import build_all
 from rlvr.errors import ConfigError
+from rlvr.outputs import NONDETERMINISTIC_KEYS
 from rlvr.run import run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,3 +49,29 @@ def test_vllm_samples_ahead_of_training_from_the_weights_it_was_synced(tmp_path)
     assert [r["async/policy_version"] for r in rows] == [0, 0, 1, 2]
     assert rows[0]["engine/sync_delta"] < 1e-4 and not any("engine/sync_delta" in r for r in rows[1:])
     assert rows[0]["mismatch/kl"] < 1e-5 < min(r["mismatch/kl"] for r in rows[1:])
+
+
+def test_vllm_continues_partial_rollouts_across_updates_and_repeats(tmp_path):
+    """trainer.partial_rollouts=true with engine=vllm (docs/overlap.md): rows unfinished at an update are aborted
+    and their prefixes resubmitted to the updated vLLM; every trained token stays within k = 2 updates, some rows
+    span two versions, step 0 (one version, on-policy) has no mismatch, and the same command writes the same rows.
+    After a short warm-up, whose policy ends some completions early and runs others to 20 tokens."""
+    overrides = ["engine=vllm", "trainer.off_policy_steps=2", "trainer.partial_rollouts=true", *OVERLAP,
+                 "trainer.max_steps=6", "trainer.warmup.steps=10", "trainer.warmup.cache_dir=null",
+                 "trainer.evaluate=false", "threads=1", "reward=function",
+                 "reward.function=tests.backpressure.mixed_rewards.parity", "trainer.sampling.max_tokens=20",
+                 "trainer.group_size=2"]
+    runs = []
+    for name in ("a", "b"):
+        proc = subprocess.run([sys.executable, "train.py", *overrides, f"hydra.run.dir={tmp_path / name}"], cwd=REPO,
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append([json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()])
+    rows = runs[0]
+    assert [r["step"] for r in rows] == list(range(6)) and all(r["num_datums"] == 16 for r in rows)
+    assert all(r["async/staleness_max"] <= min(2, r["step"]) for r in rows)
+    assert any(r["async/partial_frac"] > 0 for r in rows), "some rows crossed an update"
+    assert rows[0]["mismatch/kl"] < 1e-5
+    assert [{k: v for k, v in r.items() if k not in NONDETERMINISTIC_KEYS} for r in runs[1]] == \
+        [{k: v for k, v in r.items() if k not in NONDETERMINISTIC_KEYS} for r in rows]
