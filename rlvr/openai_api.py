@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, overload
@@ -186,6 +186,13 @@ class OpenAIClient:
         request ends without a 2xx JSON reply."""
         return asyncio.run(self._post_all(self.url(url), [_encode(b) for b in bodies], strict=True))
 
+    def stream_all(self, url: str, bodies: Sequence[Mapping[str, Any]], event: Callable[[int, dict], bool]) -> None:
+        """Each body (a dict: `"stream": true` is added) POSTed as a server-sent-event stream, concurrently, at most
+        `max_concurrency` open; each event's JSON handed to `event(i, data)`, in arrival order. Once it returns
+        True every stream still open is closed (a vLLM server aborts a request whose client has gone). A stream is
+        not retried: a failure raises ServerError, naming the server's answer."""
+        asyncio.run(self._stream_all(self.url(url), [_encode(dict(b) | {"stream": True}) for b in bodies], event))
+
     def list_models(self) -> ModelListing:
         """`GET {base_url}/models`, retried; never raises for the server's or the network's failures."""
         url = self.url("models")
@@ -247,6 +254,45 @@ class OpenAIClient:
                                       f"with a body that is not JSON: {excerpt(response)}") from err
 
             return await asyncio.gather(*(one(c) for c in contents))
+
+    async def _stream_all(self, url: str, contents: list[bytes], event: Callable[[int, dict], bool]) -> None:
+        gate, enough = asyncio.Semaphore(self.max_concurrency), asyncio.Event()
+        headers = {"Content-Type": "application/json"}
+        async with self._session(self.max_concurrency) as (client, key):
+
+            async def one(i: int, content: bytes) -> None:
+                async with gate:
+                    try:
+                        await read(i, content)
+                    except (httpx.TransportError, httpx.TimeoutException) as err:
+                        raise ServerError(f"{self.owner}: POST {url} (a stream) failed: "
+                                          f"{_redact(f'{type(err).__name__}: {err}', key)}") from err
+
+            async def read(i: int, content: bytes) -> None:
+                async with client.stream("POST", url, content=content, headers=headers) as response:
+                    if not response.is_success:
+                        await response.aread()
+                        raise self._error("POST", url, Outcome(response, _redact(
+                            f"HTTP {response.status_code}: {excerpt(response)}", key), False, 1))
+                    async for line in response.aiter_lines():
+                        data = line.removeprefix("data:").strip()
+                        if not line.startswith("data:") or data == "[DONE]":
+                            continue
+                        if event(i, json.loads(data)):
+                            enough.set()
+                            return
+
+            streams = [asyncio.ensure_future(one(i, c)) for i, c in enumerate(contents)]
+            try:
+                running = set(streams)
+                while running and not enough.is_set():  # a stream that returns has ended, or said enough
+                    ended, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                    for task in ended:
+                        task.result()  # a failed stream's error, raised here
+            finally:
+                for task in streams:
+                    task.cancel()
+                await asyncio.gather(*streams, return_exceptions=True)
 
     async def _send(
         self, client: httpx.AsyncClient, key: str | None, method: str, url: str, content: bytes | None

@@ -1,7 +1,10 @@
 """rlvr.openai_api.OpenAIClient against the loopback OpenAI-compatible server (tests/openai_compatible_server.py):
 what is sent, what is retried and how long it waits, timeouts, bounded concurrency, the key."""
 
+import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from openai_compatible_server import OpenAICompatibleServer
@@ -176,3 +179,62 @@ def test_bad_settings_are_refused():
         client("127.0.0.1:8000/v1")
     with pytest.raises(ValueError, match="max_concurrency >= 1"):
         client("http://127.0.0.1:9/v1", max_concurrency=0)
+
+
+class Streams(BaseHTTPRequestHandler):
+    """Server-sent events, as vLLM streams a completion: `{"prompt": [n]}` gets 3·n events 20 ms apart, the last
+    with a finish_reason, then `data: [DONE]`; n = 0 is answered HTTP 500. Whether each stream's client left
+    before its end goes to `server.left[n]`."""
+
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        n = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["prompt"][0]
+        if n == 0:
+            self.send_response(500)
+            self.send_header("Content-Length", "5")
+            self.end_headers()
+            self.wfile.write(b"oops!")
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        try:
+            for i in range(3 * n):
+                end = "length" if i == 3 * n - 1 else None
+                self.wfile.write(f"data: {json.dumps({'choices': [{'index': 0, 'finish_reason': end}]})}\n\n".encode())
+                self.wfile.flush()
+                time.sleep(0.02)
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+            self.server.left[n] = False  # type: ignore[attr-defined]
+        except (BrokenPipeError, ConnectionResetError):
+            self.server.left[n] = True  # type: ignore[attr-defined]
+
+    def log_message(self, format, *args) -> None:  # noqa: A002 - quiet
+        pass
+
+
+def test_streams_are_read_as_events_arrive_and_closed_once_enough(monkeypatch):
+    """stream_all (engine=openai's partial rollouts): once `event` says enough, the streams still open are closed
+    (a vLLM server then aborts their requests); a stream answered with an error status raises, naming it."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    listener = ThreadingHTTPServer(("127.0.0.1", 0), Streams)
+    listener.left = {}  # type: ignore[attr-defined]
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.server_address[1]}/v1"
+    try:
+        events: dict[int, int] = {}
+
+        def event(i: int, data: dict) -> bool:
+            events[i] = events.get(i, 0) + 1
+            return data["choices"][0]["finish_reason"] is not None  # the first stream to end is enough
+
+        client(url).stream_all("completions", [{"prompt": [n]} for n in (1, 20, 40)], event)
+        assert events[0] == 3 and events[1] < 60 and events[2] < 120, events
+        deadline = time.monotonic() + 10
+        while len(listener.left) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert listener.left == {1: False, 20: True, 40: True}
+        with pytest.raises(ServerError, match="answered HTTP 500: 'oops!'"):
+            client(url).stream_all("completions", [{"prompt": [0]}, {"prompt": [5]}], lambda i, data: False)
+    finally:
+        listener.shutdown()

@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import shutil
 import tempfile
@@ -97,8 +98,8 @@ from rlvr.lazy import lazy_import, no_grad
 from rlvr.openai_api import OpenAIClient, ServerError, excerpt, probe_models
 from rlvr.protocols import Finding, Needs
 from rlvr.requirements import EnvVar
-from rlvr.seeds import group_seeds
-from rlvr.types import Rollouts, SamplingParams
+from rlvr.seeds import group_seeds, sub_seed
+from rlvr.types import Continued, Rollouts, SamplingParams, Segment
 
 if TYPE_CHECKING:
     from torch import nn
@@ -175,6 +176,7 @@ class OpenAIEngine:
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         key = settings["api_key_env"]
         return Needs(
+            provides=frozenset({"partial_rollouts"}),
             requires={"local_policy": "it pushes the trained module's weights to the server after each step"},
             machine=(*((EnvVar(key, "engine.api_key_env"),) if key else ()),
                      ServerServes(settings["base_url"], settings["model"], key),
@@ -293,6 +295,43 @@ class OpenAIEngine:
         replies = outside_running_loop(self.client.post_all_json, "completions", bodies)
         rows = [row for reply in replies for row in self._read_choices(reply, group_size, params.temperature > 0)]
         return rollouts_from_rows(prompt_ids_P, group_size, rows, self.pad_id, self.eos_ids, params.temperature)
+
+    def continue_rows(self, segment: Segment) -> Continued:
+        """Partial rollouts (rlvr/rollout/partial.py) by abort and resubmit, over HTTP: each row is a streamed
+        completion of its own, its prompt and tokens so far as the prompt (the server prefills it under the weights
+        pushed last), seeded by its seed and its offset as engine=vllm's; the streams are read as tokens arrive
+        until the segment may end (`Segment.may_end`), then those still open are closed, which aborts their requests
+        on a vLLM server; their tokens so far are kept."""
+        if segment.settled:
+            return Continued.nothing(segment)
+        if segment.with_entropy:
+            raise ValueError("engine=openai cannot give full-distribution entropy")
+        params = segment.params
+        self._check_logprobs_available(params)
+        bodies = [self._body(context, 1, dataclasses.replace(params, max_tokens=budget),
+                             sub_seed(seed, f"offset/{offset}") % 2**63)
+                  for context, budget, offset, seed in zip(segment.contexts, segment.budgets, segment.offsets,
+                                                           segment.seeds, strict=True)]
+        N = len(bodies)
+        tokens: list[list[int]] = [[] for _ in range(N)]
+        logprobs: list[list[float]] = [[] for _ in range(N)]
+        ended = [False] * N
+
+        def event(n: int, data: dict) -> bool:
+            for choice in data.get("choices") or ():  # a usage chunk has none
+                ids = [int(t) for t in choice.get("token_ids") or ()]
+                tokens[n] += ids
+                logprobs[n] += [float(x) for x in choice["logprobs"]["token_logprobs"]] if params.temperature > 0 \
+                    else [0.0] * len(ids)
+                ended[n] = ended[n] or choice.get("finish_reason") is not None
+            return segment.may_end(ended)
+
+        outside_running_loop(self.client.stream_all, "completions", bodies, event)
+        if any(len(t) != len(lp) for t, lp in zip(tokens, logprobs, strict=True)):
+            raise ServerError("engine=openai: a streamed completion's token ids and log-probabilities differ in "
+                              "length; the server must be vLLM-compatible (return_token_ids, logprobs)")
+        eos = [done and bool(row) and row[-1] in self.eos_ids for done, row in zip(ended, tokens, strict=True)]
+        return Continued(tokens, logprobs, None, ended, eos)
 
     def _check_logprobs_available(self, params: SamplingParams) -> None:
         if params.temperature == 0:

@@ -328,10 +328,44 @@ def test_api_key_is_required_and_sent_as_bearer(server, lora_setup, monkeypatch)
         engine_for(backend, tok, server.base_url)
 
 
-@pytest.mark.parametrize("ahead", [[], ["trainer.off_policy_steps=1", *OVERLAP]], ids=["synchronous", "ahead"])
+def test_partial_rollouts_close_the_streams_still_open_and_resubmit_their_prefixes(lora_setup):
+    """continue_rows (trainer.partial_rollouts): one streamed completion per row, read until the segment may end
+    (the 1st row's group, allowed 4 tokens), the streams still open then closed; resubmitted, a prefix is
+    continued. Every token's log-probability is the policy's given all the tokens before it, and the same segment
+    decodes the same tokens."""
+    from engine.parity import policy_logprobs
+
+    from rlvr.types import Segment
+
+    backend, tok, engine = lora_setup
+    budgets = (4, 8, 12)
+
+    def segment(tokens, need, forced, rows=(0, 1, 2)):
+        return Segment(contexts=[PROMPTS[n] + tokens[n] for n in rows],
+                       budgets=[budgets[n] - len(tokens[n]) for n in rows], offsets=[len(tokens[n]) for n in rows],
+                       seeds=[(11, 22, 33)[n] for n in rows], groups=list(range(len(rows))), forced=forced,
+                       need=need, params=SamplingParams(1.0, 1.0, max(budgets)))
+
+    first = engine.continue_rows(segment([[], [], []], need=1, forced=[False] * 3))
+    assert any(first.ended) and not all(first.ended), first
+    assert all(len(t) <= b for t, b in zip(first.tokens, budgets))
+    assert first == engine.continue_rows(segment([[], [], []], need=1, forced=[False] * 3))
+    cut = [n for n in range(3) if not first.ended[n]]
+    rest = engine.continue_rows(segment(first.tokens, need=len(cut), forced=[True] * len(cut), rows=cut))
+    assert all(rest.ended)
+    for i, n in enumerate(cut):
+        whole = first.tokens[n] + rest.tokens[i]
+        assert len(whole) == budgets[n] or whole[-1] == tok.eos_token_id
+        policy = policy_logprobs(backend.policy, PROMPTS[n], whole, 1.0)
+        assert (policy - torch.tensor(first.logprobs[n] + rest.logprobs[i])).abs().max() < TOL
+
+
+@pytest.mark.parametrize("ahead", [[], ["trainer.off_policy_steps=1", *OVERLAP],
+                                   ["trainer.off_policy_steps=2", "trainer.partial_rollouts=true", *OVERLAP]],
+                         ids=["synchronous", "ahead", "partial"])
 def test_a_run_trains_with_engine_openai(server, tmp_path, ahead):
     """Also sampling ahead of training (docs/overlap.md): the sampler thread's HTTP requests to the server while
-    the trainer trains, the adapter pushed between steps."""
+    the trainer trains, the adapter pushed between steps; and partial rollouts, their rows streamed."""
     from rlvr.run import run
 
     overrides = ["engine=openai", f"engine.base_url={server.base_url}", f"engine.model={SERVED_NAME}",
@@ -339,7 +373,10 @@ def test_a_run_trains_with_engine_openai(server, tmp_path, ahead):
     summary = run(compose_config(FAST + MIXED + overrides), tmp_path)  # MIXED: steps that train (and check)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "loss" in r] == [0, 1, 2] and summary
-    assert [r.get("async/policy_version") for r in rows if "loss" in r] == ([0, 0, 1] if ahead else [None] * 3)
+    if "trainer.partial_rollouts=true" in ahead:  # every trained token at most k = 2 updates old
+        assert all(r["async/staleness_max"] <= min(2, r["step"]) for r in rows if "loss" in r)
+    else:
+        assert [r.get("async/policy_version") for r in rows if "loss" in r] == ([0, 0, 1] if ahead else [None] * 3)
     checked = [r["engine/sync_delta"] for r in rows if "engine/sync_delta" in r]  # on-policy steps (the sync check)
     assert len(checked) >= (1 if ahead else 2) and max(checked) < 1e-3
     print("engine=openai run: sync+sample s", [round(r["sample_time_s"], 3) for r in rows if "loss" in r],
