@@ -87,8 +87,10 @@ CAPABILITIES: dict[str, Capability] = {
     "episodes": Capability("multi-turn episodes (turns, observations between them)", groups=("env",)),
     "capture": Capability("an update written down exactly (its starting state and its result, for rlvr replay)",
                           groups=("backend",)),
-    "decoupled_pi_old": Capability("the decoupled loss (π_old recomputed by the trainer, weighted by π_old/π_engine)",
-                                   "add correction=token_tis algorithm.loss.correction.pi_old=decoupled"),
+    "off_policy_loss": Capability("a loss for rollouts sampled by an older policy: the decoupled correction (π_old "
+                                  "recomputed by the trainer, weighted by π_old/π_engine), or PRIME-RL's own loss "
+                                  "(each token's ratio to its inference log-probability, backend=prime_rl)",
+                                  "add correction=token_tis algorithm.loss.correction.pi_old=decoupled"),
     "masked_token_mean": Capability("a correction that masks tokens under algorithm.loss.aggregation=token_mean "
                                     "(the kept tokens rescale the step's gradients, rlvr/backend/local.py "
                                     "`kept_scale`)"),

@@ -28,7 +28,7 @@ def needs(settings: Mapping[str, Any]) -> Needs:
                                 "and trainer.overlong off")
     ahead = settings.get("off_policy_steps", 0)
     if isinstance(ahead, int) and ahead > 0:
-        requires["decoupled_pi_old"] = f"trainer.off_policy_steps={ahead} trains on rollouts sampled {ahead} " \
+        requires["off_policy_loss"] = f"trainer.off_policy_steps={ahead} trains on rollouts sampled {ahead} " \
                                        "update(s) behind"
     if settings.get("partial_rollouts") is True:
         requires["partial_rollouts"] = "trainer.partial_rollouts=true continues unfinished sequences under new weights"

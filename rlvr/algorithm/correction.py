@@ -67,7 +67,7 @@ class Correction:
         if settings["kind"] == "none" and settings["pi_old"] == "bypass":
             return Needs()
         decoupled = settings["kind"] != "none" and settings["pi_old"] == "decoupled"
-        return Needs(provides=frozenset({"decoupled_pi_old"}) if decoupled else frozenset(),
+        return Needs(provides=frozenset({"off_policy_loss"}) if decoupled else frozenset(),
                      requires={"token_correction": f"correction={settings['kind']} (pi_old={settings['pi_old']})"})
 
     def __post_init__(self) -> None:

@@ -45,20 +45,24 @@ with nothing to train (every advantage 0) is not sent and does not advance the c
 The handshake. After step n the trainer writes `{output_dir}/broadcasts/step_{n}/` (safetensors, or the adapter
 under LoRA) and then touches `STABLE` in it; at start it broadcasts its initial weights as step 0. `train_step`
 waits for step n's marker (at most `backend.step_timeout_s`, polling every `backend.poll_s`; past it, an error
-naming the marker and what to check), so an rlvr step includes the trainer's.
+naming the marker and what to check), so an rlvr step includes the trainer's. `engine=prime_rl` then makes the
+inference server load that folder (rlvr/engine/prime_rl.py). The step's `loss` is the trainer's `loss/mean` for step
+n from its file monitor, `{output_dir}/metrics.jsonl` (the trainer's `monitors.file`, on by default), waited for at most
+`backend.metrics_wait_s` after the marker (the trainer logs it just after broadcasting); NaN when it does not come
+(file monitor off).
 
 Sampling ahead. PRIME-RL bounds staleness in its orchestrator: `[orchestrator] max_off_policy_steps` (default 8,
 >= 0; packages/prime-rl-configs/src/prime_rl/configs/orchestrator.py), the version a batch trains on minus the
 version that sampled it, past which rollouts are dropped. rlvr is the orchestrator here, so
 `trainer.off_policy_steps` = k is that bound (exactly k in `fixed` mode, at most k in `bounded`, nothing dropped)
 and k = 0 is `max_off_policy_steps = 0`; the PRIME-RL trainer reads no such key, so nothing is written for it.
-Sampling ahead needs nothing of this backend (`train_step` runs in the main thread while the engine samples), but
-it refuses k >= 1 (it excludes `sampled_ahead`): rlvr's k >= 1 trains with its decoupled correction, and PRIME-RL's
-loss weighs each token by its own ratio to the inference log-probabilities instead. `engine=prime_rl` then makes the
-inference server load that folder (rlvr/engine/prime_rl.py). The step's `loss` is the trainer's `loss/mean` for step
-n from its file monitor, `{output_dir}/metrics.jsonl` (the trainer's `monitors.file`, on by default), waited for at most
-`backend.metrics_wait_s` after the marker (the trainer logs it just after broadcasting); NaN when it does not come
-(file monitor off). The trainer must use `weight_broadcast.type = "filesystem"` and `rollout_transport.type =
+Sampling ahead needs nothing more of this backend (`train_step` runs in the main thread while the engine samples):
+each token's `logprobs` are the engine's, of the version that sampled it, and PRIME-RL's loss weighs each token by
+its ratio to them (its trainer's `[loss]`, masking tokens whose ratio leaves its bounds) — the correction its
+orchestrator's rollouts get at the same staleness. So this backend provides `off_policy_loss` itself, in place of
+rlvr's decoupled correction (`correction=…`, which it refuses: the loss is the trainer's).
+
+The trainer must use `weight_broadcast.type = "filesystem"` and `rollout_transport.type =
 "filesystem"` (its default is zmq), and its inference server `weight_broadcast.type = "filesystem"` (ZMQ and NCCL
 are not built here: `backend.transport` must be `filesystem`).
 
@@ -393,10 +397,7 @@ class PrimeRLBackend:
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         transport = settings["transport"]
         return Needs(
-            provides=frozenset({"remote_policy"}),
-            excludes={"sampled_ahead": "PRIME-RL's loss weighs each token by its own ratio to the inference "
-                                       "log-probabilities (its trainer's [loss]), not by rlvr's decoupled correction, "
-                                       "which rollouts sampled ahead need: set trainer.off_policy_steps=0"},
+            provides=frozenset({"remote_policy", "off_policy_loss"}),  # its loss: each token's ratio to the engine's
             machine=(
                 Setting("backend.output_dir", bool(settings["output_dir"]), "backend.output_dir is null: name the "
                         "PRIME-RL trainer's output_dir (the folder it reads rollouts/ from and writes broadcasts/ to)"),

@@ -14,7 +14,7 @@ futures, so sampling and training are in flight on the service together. Each `p
 the weights after `version` optimizer steps: the engine keeps the one it was synced with while later steps save
 new ones (rlvr/engine/tinker.py). `Calls` is shared by both threads: it keeps no state per call, and a campaign's
 `Throttle` counts a slot per call in flight whichever thread holds it. Stale rows need the decoupled loss (k ≥ 1
-requires `decoupled_pi_old`, which `algorithm.loss.correction` provides), and the correction needs
+requires `off_policy_loss`, which `algorithm.loss.correction` provides), and the correction needs
 `token_correction`, which this backend provides with a loss_fn of `CORRECTING_LOSSES`: `corrected` computes it (one
 `forward` at the current weights gives π_train; the datums carry π_old and each advantage times the correction's
 factor).

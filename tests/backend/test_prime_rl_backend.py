@@ -358,21 +358,26 @@ def test_what_prime_rl_cannot_do_is_refused_before_anything_starts(overrides, me
     assert not (tmp_path / "prime").exists()
 
 
-def test_a_run_trains_through_the_prime_rl_trainer(tmp_path):
-    """The tiny preset (LoRA) through rlvr's trainer, with a reward that pays about half the completions."""
+@pytest.mark.parametrize("ahead", [0, 1])
+def test_a_run_trains_through_the_prime_rl_trainer(tmp_path, ahead):
+    """The tiny preset (LoRA) through rlvr's trainer, with a reward that pays about half the completions; also
+    sampling one step ahead (PRIME-RL's max_off_policy_steps = 1, its loss the correction: no correction=…)."""
     prime = tmp_path / "prime"
     with FakeTrainer(prime, lora=True) as trainer, PrimeInferenceServer() as server:
         summary = run(compose_config(FAST + MIXED + PRIME + [
             f"backend.output_dir={prime}", f"engine.base_url={server.base_url}", "engine.poll_s=0.01",
-            "trainer.max_steps=3", "trainer.batch_size=4", "trainer.group_size=4"]), tmp_path / "run")
+            "trainer.max_steps=3", "trainer.batch_size=4", "trainer.group_size=4",
+            f"trainer.off_policy_steps={ahead}"]), tmp_path / "run")
     assert summary["steps"] == 3
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("async/policy_version") for r in rows if "mean_reward" in r] == ([0, 0, 1] if ahead else [None] * 3)
     trained = [r for r in rows if "mean_reward" in r and not r["skipped"]]
     assert trained and sorted(trainer.received) == list(range(1, len(trained) + 1))
     assert [r["loss"] for r in trained] == [0.25 * k for k in range(1, len(trained) + 1)]
     assert [r["prime_rl/step"] for r in trained] == list(range(1, len(trained) + 1))
     loaded = [(route, body["lora_path"], stable) for route, body, stable in server.admin]
-    assert loaded == [("/load_lora_adapter", str(prime / "broadcasts" / f"step_{k}"), True)
-                      for k in range(len(trained) + 1)]
+    synced = [0, 1, 3] if ahead else range(len(trained) + 1)  # ahead: step 2 samples nothing (the last), step 3's
+    assert loaded == [("/load_lora_adapter", str(prime / "broadcasts" / f"step_{k}"), True)  # weights evaluate
+                      for k in synced]
     sampled = {r["body"]["model"] for r in server.requests if r["path"] == "/v1/completions"}
     assert sampled == {"rlvr-lora"}
