@@ -409,15 +409,17 @@ class VLLMEngine:
         tokens: list[list[int]] = [[] for _ in range(N)]
         logprobs: list[list[float]] = [[] for _ in range(N)]
         ended = [False] * N
-        while not segment.may_end(ended) and engine.has_unfinished_requests():
-            for out in engine.step():
-                n, child = rows[out.request_id], cast("RequestOutput", out).outputs[0]  # a generative model's
-                tokens[n] = list(child.token_ids)
-                logprobs[n] = [0.0] * len(tokens[n]) if params.temperature == 0 else sampled_logprobs(child)
-                ended[n] = out.finished
-        running = [request for request, n in rows.items() if not ended[n]]
-        if running:
-            engine.abort_request(running)
+        try:
+            while not segment.may_end(ended) and engine.has_unfinished_requests():
+                for out in engine.step():
+                    n, child = rows[out.request_id], cast("RequestOutput", out).outputs[0]  # a generative model's
+                    tokens[n] = list(child.token_ids)
+                    logprobs[n] = [0.0] * len(tokens[n]) if params.temperature == 0 else sampled_logprobs(child)
+                    ended[n] = out.finished
+        finally:  # also when interrupted: no request of this segment is left running
+            running = [request for request, n in rows.items() if not ended[n]]
+            if running:
+                engine.abort_request(running)
         if params.temperature > 0 and params.top_p < 1:  # vLLM's are the nucleus's: the policy's instead
             rescored = self.rescore(segment.contexts, 1, *self._padded(tokens), params.temperature)
             logprobs = [rescored[n, : len(row)].tolist() for n, row in enumerate(tokens)]
