@@ -99,9 +99,7 @@ CAPABILITIES: dict[str, Capability] = {
     "observes_steps": Capability("a data source whose next prompts depend on the rows scored so far (its state "
                                  "is checkpointed)", groups=("data",)),
     "partial_rollouts": Capability("sequences continued under new weights (trainer.partial_rollouts)",
-                                   "(engine=pytorch, vllm or openai; sglang would abort and resubmit each prefix "
-                                   "through its own routes: not built; or set trainer.partial_rollouts=false)",
-                                   ("engine",)),
+                                   "(or set trainer.partial_rollouts=false)", ("engine",)),
     "trainer_module": Capability("sampling with the trainer's own module (a copy of its own when it samples "
                                  "ahead of training)", groups=("engine",)),
     "engine_gpu_memory": Capability("an engine holding GPU memory of its own beside the trainer",

@@ -11,6 +11,11 @@ n > 1 request as the same `sampling_seed`, which would draw the same completion 
 "whole vocabulary"; it refuses 0), and vLLM's `return_tokens_as_token_ids` is not sent (SGLang's request models
 refuse unknown fields).
 
+Partial rollouts (trainer.partial_rollouts): engine=openai's `continue_rows`, each row a streamed request
+(`stream: true`; SGLang's chunks carry the `token_ids` and `logprobs` of the tokens since the last), the streams still
+open when the job may end closed, which aborts their requests (SGLang's streaming response aborts a request whose
+client has gone).
+
 Log-probabilities: SGLang's sampler returns log_softmax(logits / T), taken before top-p/top-k truncation
 (sglang/srt/layers/sampler.py: `log(probs)` of the temperature-scaled softmax, the truncated copy is only drawn
 from): rlvr's contract at any temperature and top_p, `engine.logprobs_mode: processed_logprobs`. A server started
@@ -101,6 +106,7 @@ class SGLangEngine(OpenAIEngine):
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         key = settings["api_key_env"]
         return Needs(
+            provides=frozenset({"partial_rollouts"}),  # streams closed to abort them, as engine=openai's
             requires={"local_policy": "it pushes the trained module's weights to the server after each step"},
             machine=(*((EnvVar(key, "engine.api_key_env"),) if key else ()), SGLangHost(settings["base_url"]),
                      ServerServes(settings["base_url"], settings["model"], key)),

@@ -72,7 +72,34 @@ class SGLangLike:
                 with outer.lock:
                     outer.requests.append((self.path, body))
                     answer = outer.post(self.path, body)
-                self._answer(*answer)
+                if body.get("stream") and answer[0] == 200:
+                    self._stream(answer[1])
+                else:
+                    self._answer(*answer)
+
+            def _stream(self, reply):
+                """The completion as SGLang streams it (serving_completions.py `_generate_completion_stream`): a
+                chunk per token with its `token_ids` and `logprobs` deltas, the finish reason on the last, then
+                `data: [DONE]`; a client that leaves ends it (SGLang then aborts the request)."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                choice = reply["choices"][0]
+                ids, lps = choice["token_ids"], choice.get("logprobs", {}).get("token_logprobs")
+                try:
+                    for i, token in enumerate(ids):
+                        delta = {"index": 0, "text": "", "token_ids": [token],
+                                 "finish_reason": choice["finish_reason"] if i == len(ids) - 1 else None}
+                        if lps is not None:
+                            delta["logprobs"] = {"text_offset": [], "token_logprobs": [lps[i]],
+                                                 "tokens": [f"<{token}>"], "top_logprobs": []}
+                        chunk = {"id": reply["id"], "object": "text_completion", "model": reply["model"],
+                                 "choices": [delta]}
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                    self.wfile.write(b"data: [DONE]\n\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
             def _answer(self, status, payload):
                 data = json.dumps(payload).encode()
@@ -235,6 +262,44 @@ def test_parity_before_and_after_an_update_over_sglang_routes(lora, tmp_path):
         server.close()
     if lora:
         assert list(server.adapters) == []  # close unloaded the last adapter
+
+
+def test_partial_rollouts_stream_each_row_and_close_what_still_runs(tmp_path):
+    """continue_rows (trainer.partial_rollouts) over SGLang's streamed completions: the segment ends once the 1st row
+    (allowed 4 tokens) has; the rows cut are resubmitted and continued; every token's log-probability is the
+    policy's given the tokens before it; the same segment decodes the same tokens."""
+    from engine.parity import policy_logprobs
+
+    from rlvr.types import Segment
+
+    backend, tok = backend_for(lora=True)
+    server = SGLangLike(TINY.load(0)[0], tok.eos_token_id)
+    engine = engine_for(backend, tok, server.base_url, f"engine.workdir={tmp_path}", "engine.probe_tokens=4")
+    budgets = (4, 8, 12)
+
+    def segment(tokens, need, forced, rows=(0, 1, 2)):
+        return Segment(contexts=[PROMPTS[n] + tokens[n] for n in rows],
+                       budgets=[budgets[n] - len(tokens[n]) for n in rows], offsets=[len(tokens[n]) for n in rows],
+                       seeds=[(11, 22, 33)[n] for n in rows], groups=list(range(len(rows))), forced=forced,
+                       need=need, params=SamplingParams(1.0, 1.0, max(budgets)))
+
+    try:
+        engine.connect()
+        first = engine.continue_rows(segment([[], [], []], need=1, forced=[False] * 3))
+        assert any(first.ended) and not all(first.ended), first
+        assert first == engine.continue_rows(segment([[], [], []], need=1, forced=[False] * 3))
+        assert all(body.get("stream") for path, body in server.requests[-3:])
+        cut = [n for n in range(3) if not first.ended[n]]
+        rest = engine.continue_rows(segment(first.tokens, need=len(cut), forced=[True] * len(cut), rows=cut))
+        assert all(rest.ended)
+        for i, n in enumerate(cut):
+            whole = first.tokens[n] + rest.tokens[i]
+            assert len(whole) == budgets[n] or whole[-1] == tok.eos_token_id
+            policy = policy_logprobs(backend.policy, PROMPTS[n], whole, 1.0)
+            assert (policy - torch.tensor(first.logprobs[n] + rest.logprobs[i])).abs().max() < TOL
+    finally:
+        engine.close()
+        server.close()
 
 
 def test_a_server_without_lora_stops_the_run_naming_its_flags(tmp_path):

@@ -152,8 +152,7 @@ def test_rlvr_plot_draws_the_rows_of_partial_rollouts(runs, tmp_path):
     (["trainer.off_policy_steps=2", "trainer.off_policy_mode=bounded"], "trainer.off_policy_mode=fixed only"),
     (["trainer.off_policy_steps=2", "trainer.partial_rollouts=yes"], "trainer.partial_rollouts='yes' must be bool"),
     (["trainer.off_policy_steps=1", "env=guess"], "with an env set trainer.partial_rollouts=false"),
-    (["trainer.off_policy_steps=1", "engine=sglang", "engine.base_url=http://127.0.0.1:1"],
-     "sglang would abort and resubmit each prefix through its own routes: not built"),
+    (["trainer.off_policy_steps=1", "engine=max"], "needs sequences continued under new weights"),
 ])
 def test_what_partial_rollouts_cannot_do_is_refused_naming_the_setting(overrides, message):
     _, errors = config_problems(compose_config([*OVERLAP, "trainer.partial_rollouts=true", *overrides]),
