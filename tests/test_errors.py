@@ -109,9 +109,11 @@ CASES = [
      "that masks tokens under algorithm.loss.aggregation=token_mean"),
     (["echo=on"], "echo <rlvr.echo.echo.Echo> needs multi-turn episodes (turns, observations between them) (echo=on "
                   "trains on observation tokens, which single-turn completions have none of)"),
-    (["trainer.off_policy_steps=1"], "trainer <rlvr.trainer.Trainer> needs the decoupled loss (π_old recomputed by the "
-     "trainer, weighted by π_old/π_engine) (trainer.off_policy_steps=1 trains on rollouts sampled 1 update(s) behind), "
-     "which no chosen component gives: add correction=token_tis algorithm.loss.correction.pi_old=decoupled"),
+    (["trainer.off_policy_steps=1"], "trainer <rlvr.trainer.Trainer> needs a loss for rollouts sampled by an older "
+     "policy: the decoupled correction (π_old recomputed by the trainer, weighted by π_old/π_engine), or PRIME-RL's "
+     "own loss (each token's ratio to its inference log-probability, backend=prime_rl) (trainer.off_policy_steps=1 "
+     "trains on rollouts sampled 1 update(s) behind), which no chosen component gives: add correction=token_tis "
+     "algorithm.loss.correction.pi_old=decoupled"),
     (["trainer.off_policy_steps=1", "correction=token_tis", "algorithm.loss.correction.pi_old=decoupled",
       "backpressure=usl"], "backpressure <rlvr.backpressure.usl.USLBackPressure> does not work with rollouts sampled "
      "ahead of training (trainer.off_policy_steps >= 1), which trainer <rlvr.trainer.Trainer> gives"),

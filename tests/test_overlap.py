@@ -242,8 +242,7 @@ def test_a_bounded_run_trains_within_its_bound(runs):
 @pytest.mark.parametrize(("overrides", "message"), [
     ([], "add correction=token_tis algorithm.loss.correction.pi_old=decoupled"),
     ([*OVERLAP, "backpressure=usl"], "use backpressure=none"),
-    ([*OVERLAP, "backend=prime_rl"], "PRIME-RL's loss weighs each token by its own ratio to the inference "
-                                     "log-probabilities (its trainer's [loss]), not by rlvr's decoupled correction"),
+    ([*OVERLAP, "backend=prime_rl"], "needs the mismatch correction's per-token weights"),  # its loss is its own
     ([*OVERLAP, "engine=vllm", "engine.sleep_level=1"], "use engine.sleep_level=0"),
     ([*OVERLAP, "trainer.off_policy_mode=eager"], "trainer.off_policy_mode='eager': expected fixed or bounded"),
 ])

@@ -328,7 +328,7 @@ def test_api_key_is_required_and_sent_as_bearer(server, lora_setup, monkeypatch)
         engine_for(backend, tok, server.base_url)
 
 
-def test_partial_rollouts_close_the_streams_still_open_and_resubmit_their_prefixes(lora_setup):
+def test_partial_rollouts_close_the_streams_still_open_and_resubmit_their_prefixes(server):
     """continue_rows (trainer.partial_rollouts): one streamed completion per row, read until the segment may end
     (one row's group ended), the streams still open then closed; resubmitted, a prefix is continued. Every token's
     log-probability is the policy's given all the tokens before it. (Where a row is cut follows when its tokens
@@ -337,7 +337,9 @@ def test_partial_rollouts_close_the_streams_still_open_and_resubmit_their_prefix
 
     from rlvr.types import Segment
 
-    backend, tok, engine = lora_setup
+    backend, tok = backend_for(lora=True)  # an engine of its own: connect pushes its W0 (others pushed theirs)
+    nudge(backend.policy, 0.05, lora=True)
+    engine = engine_for(backend, tok, server.base_url)
     budgets = (4, 8, 12)
 
     def segment(tokens, need, forced, rows=(0, 1, 2)):
@@ -346,17 +348,20 @@ def test_partial_rollouts_close_the_streams_still_open_and_resubmit_their_prefix
                        seeds=[(11, 22, 33)[n] for n in rows], groups=list(range(len(rows))), forced=forced,
                        need=need, params=SamplingParams(1.0, 1.0, max(budgets)))
 
-    first = engine.continue_rows(segment([[], [], []], need=1, forced=[False] * 3))
-    assert any(first.ended) and not all(first.ended), first
-    assert all(len(t) <= b for t, b in zip(first.tokens, budgets))
-    cut = [n for n in range(3) if not first.ended[n]]
-    rest = engine.continue_rows(segment(first.tokens, need=len(cut), forced=[True] * len(cut), rows=cut))
-    assert all(rest.ended)
-    for i, n in enumerate(cut):
-        whole = first.tokens[n] + rest.tokens[i]
-        assert len(whole) == budgets[n] or whole[-1] == tok.eos_token_id
-        policy = policy_logprobs(backend.policy, PROMPTS[n], whole, 1.0)
-        assert (policy - torch.tensor(first.logprobs[n] + rest.logprobs[i])).abs().max() < TOL
+    try:
+        first = engine.continue_rows(segment([[], [], []], need=1, forced=[False] * 3))
+        assert any(first.ended) and not all(first.ended), first
+        assert all(len(t) <= b for t, b in zip(first.tokens, budgets))
+        cut = [n for n in range(3) if not first.ended[n]]
+        rest = engine.continue_rows(segment(first.tokens, need=len(cut), forced=[True] * len(cut), rows=cut))
+        assert all(rest.ended)
+        for i, n in enumerate(cut):
+            whole = first.tokens[n] + rest.tokens[i]
+            assert len(whole) == budgets[n] or whole[-1] == tok.eos_token_id
+            policy = policy_logprobs(backend.policy, PROMPTS[n], whole, 1.0)
+            assert (policy - torch.tensor(first.logprobs[n] + rest.logprobs[i])).abs().max() < TOL
+    finally:
+        engine.close()
 
 
 @pytest.mark.parametrize("ahead", [[], ["trainer.off_policy_steps=1", *OVERLAP],
