@@ -85,6 +85,8 @@ class Partial:
     def gathered(self, world: World, step: int) -> tuple[list[Example], dict[str, float]]:
         """The step's trained examples over every process, in the order their rows are gathered (rank after rank),
         and its row fields over all their tokens: a collective on several processes, so from the main thread."""
+        if "versions" not in vars(self):  # a checkpoint written before the fields were gathered (one process): its own
+            return self.examples, vars(self)["fields"]
         shares = world.gather((self.examples, self.versions))
         versions = [row for _, rows in shares for row in rows]
         return [e for examples, _ in shares for e in examples], fields_of(versions, step, self.k)

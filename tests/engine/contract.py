@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.types import Rollouts
+from rlvr.types import Continued, Rollouts, SamplingParams, Segment
 
 
 def check_rollouts(ro: Rollouts, rows: int, max_tokens: int, pad_id: int, eos_id: int) -> None:
@@ -23,3 +23,31 @@ def check_rollouts(ro: Rollouts, rows: int, max_tokens: int, pad_id: int, eos_id
     assert (ro.logprobs_PG_T[~ro.mask_PG_T] == 0).all()
     if ro.entropy_PG_T is not None:
         assert ro.entropy_PG_T.shape == ro.tokens_PG_T.shape and (ro.entropy_PG_T[~ro.mask_PG_T] == 0).all()
+
+
+BUDGETS = (4, 8, 12)
+"""Per row of `partial_segment`: the tokens it may sample in all."""
+
+
+def partial_segment(prompts: list[list[int]], tokens: list[list[int]], need: int, forced: list[bool],
+                    rows: tuple[int, ...] | list[int] = (0, 1, 2), top_p: float = 1.0) -> Segment:
+    """Rows `rows` of `prompts` (each a group of one, seeded 11, 22, 33) continued from `tokens` (partial rollouts,
+    `Engine.continue_rows`), row n allowed BUDGETS[n] tokens in all, sampled at temperature 1."""
+    return Segment(contexts=[prompts[n] + tokens[n] for n in rows],
+                   budgets=[BUDGETS[n] - len(tokens[n]) for n in rows], offsets=[len(tokens[n]) for n in rows],
+                   seeds=[(11, 22, 33)[n] for n in rows], groups=list(range(len(rows))), forced=forced, need=need,
+                   params=SamplingParams(temperature=1.0, top_p=top_p, max_tokens=max(BUDGETS)))
+
+
+def check_continued(policy, prompts: list[list[int]], first: Continued, rest: Continued, cut: list[int], eos_id: int,
+                    tol: float) -> None:
+    """Rows `cut` of a first segment, continued to their ends by `rest`: each ends at its budget or an EOS, and
+    every token's log-probability is the policy's given all the tokens before it."""
+    from engine.parity import policy_logprobs
+
+    assert all(rest.ended)
+    for i, n in enumerate(cut):
+        whole = first.tokens[n] + rest.tokens[i]
+        assert len(whole) == BUDGETS[n] or whole[-1] == eos_id
+        expected = policy_logprobs(policy, prompts[n], whole, 1.0)
+        assert (expected - torch.tensor(first.logprobs[n] + rest.logprobs[i])).abs().max() < tol

@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 import torch
-from engine.contract import check_rollouts
+from engine.contract import BUDGETS, check_continued, check_rollouts, partial_segment
 from engine.parity import max_logprob_gap
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
@@ -333,33 +333,16 @@ def test_partial_rollouts_close_the_streams_still_open_and_resubmit_their_prefix
     (one row's group ended), the streams still open then closed; resubmitted, a prefix is continued. Every token's
     log-probability is the policy's given all the tokens before it. (Where a row is cut follows when its tokens
     arrive, so the same segment need not decode the same tokens twice.)"""
-    from engine.parity import policy_logprobs
-
-    from rlvr.types import Segment
-
     backend, tok = backend_for(lora=True)  # an engine of its own: connect pushes its W0 (others pushed theirs)
     nudge(backend.policy, 0.05, lora=True)
     engine = engine_for(backend, tok, server.base_url)
-    budgets = (4, 8, 12)
-
-    def segment(tokens, need, forced, rows=(0, 1, 2)):
-        return Segment(contexts=[PROMPTS[n] + tokens[n] for n in rows],
-                       budgets=[budgets[n] - len(tokens[n]) for n in rows], offsets=[len(tokens[n]) for n in rows],
-                       seeds=[(11, 22, 33)[n] for n in rows], groups=list(range(len(rows))), forced=forced,
-                       need=need, params=SamplingParams(1.0, 1.0, max(budgets)))
-
     try:
-        first = engine.continue_rows(segment([[], [], []], need=1, forced=[False] * 3))
+        first = engine.continue_rows(partial_segment(PROMPTS, [[], [], []], need=1, forced=[False] * 3))
         assert any(first.ended) and not all(first.ended), first
-        assert all(len(t) <= b for t, b in zip(first.tokens, budgets))
+        assert all(len(t) <= b for t, b in zip(first.tokens, BUDGETS))
         cut = [n for n in range(3) if not first.ended[n]]
-        rest = engine.continue_rows(segment(first.tokens, need=len(cut), forced=[True] * len(cut), rows=cut))
-        assert all(rest.ended)
-        for i, n in enumerate(cut):
-            whole = first.tokens[n] + rest.tokens[i]
-            assert len(whole) == budgets[n] or whole[-1] == tok.eos_token_id
-            policy = policy_logprobs(backend.policy, PROMPTS[n], whole, 1.0)
-            assert (policy - torch.tensor(first.logprobs[n] + rest.logprobs[i])).abs().max() < TOL
+        rest = engine.continue_rows(partial_segment(PROMPTS, first.tokens, len(cut), [True] * len(cut), cut))
+        check_continued(backend.policy, PROMPTS, first, rest, cut, tok.eos_token_id, TOL)
     finally:
         engine.close()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine.contract import check_rollouts
+from engine.contract import check_continued, check_rollouts, partial_segment
 from engine.parity import max_logprob_gap, update
 from hydra.utils import instantiate
 from safetensors.torch import load_file
@@ -269,36 +269,19 @@ def test_partial_rollouts_stream_each_row_and_close_what_still_runs(tmp_path):
     has, the others cut where their streams were (this stand-in sends a completion once it has all of it: a row
     has all its tokens or none); the rows cut are resubmitted and continued, and every token's log-probability is
     the policy's given the tokens before it."""
-    from engine.parity import policy_logprobs
-
-    from rlvr.types import Segment
-
     backend, tok = backend_for(lora=True)
     server = SGLangLike(TINY.load(0)[0], tok.eos_token_id)
     engine = engine_for(backend, tok, server.base_url, f"engine.workdir={tmp_path}", "engine.probe_tokens=4")
-    budgets = (4, 8, 12)
-
-    def segment(tokens, need, forced, rows=(0, 1, 2)):
-        return Segment(contexts=[PROMPTS[n] + tokens[n] for n in rows],
-                       budgets=[budgets[n] - len(tokens[n]) for n in rows], offsets=[len(tokens[n]) for n in rows],
-                       seeds=[(11, 22, 33)[n] for n in rows], groups=list(range(len(rows))), forced=forced,
-                       need=need, params=SamplingParams(1.0, 1.0, max(budgets)))
-
     try:
         engine.connect()
         before = len(server.requests)
-        first = engine.continue_rows(segment([[], [], []], need=1, forced=[False] * 3))
+        first = engine.continue_rows(partial_segment(PROMPTS, [[], [], []], need=1, forced=[False] * 3))
         assert any(first.ended) and not all(first.ended), first
         streamed = server.requests[before:]  # a row whose stream was closed before it was sent is not there
         assert streamed and all(path == "/v1/completions" and body["stream"] for path, body in streamed)
         cut = [n for n in range(3) if not first.ended[n]]
-        rest = engine.continue_rows(segment(first.tokens, need=len(cut), forced=[True] * len(cut), rows=cut))
-        assert all(rest.ended)
-        for i, n in enumerate(cut):
-            whole = first.tokens[n] + rest.tokens[i]
-            assert len(whole) == budgets[n] or whole[-1] == tok.eos_token_id
-            policy = policy_logprobs(backend.policy, PROMPTS[n], whole, 1.0)
-            assert (policy - torch.tensor(first.logprobs[n] + rest.logprobs[i])).abs().max() < TOL
+        rest = engine.continue_rows(partial_segment(PROMPTS, first.tokens, len(cut), [True] * len(cut), cut))
+        check_continued(backend.policy, PROMPTS, first, rest, cut, tok.eos_token_id, TOL)
     finally:
         engine.close()
         server.close()

