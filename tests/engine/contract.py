@@ -39,15 +39,19 @@ def partial_segment(prompts: list[list[int]], tokens: list[list[int]], need: int
                    params=SamplingParams(temperature=1.0, top_p=top_p, max_tokens=max(BUDGETS)))
 
 
-def check_continued(policy, prompts: list[list[int]], first: Continued, rest: Continued, cut: list[int], eos_id: int,
-                    tol: float) -> None:
-    """Rows `cut` of a first segment, continued to their ends by `rest`: each ends at its budget or an EOS, and
-    every token's log-probability is the policy's given all the tokens before it."""
+PREFIXES = [[5, 6], [7], [3, 4, 5]]
+"""Tokens so far of `partial_segment`'s rows, as an update might have cut them."""
+
+
+def check_continued(policy, prompts: list[list[int]], prefixes: list[list[int]], rest: Continued, rows: list[int],
+                    eos_id: int, tol: float) -> None:
+    """Rows `rows`, cut after `prefixes` and continued to their ends by `rest`: each ends at its budget or an EOS,
+    and every continued token's log-probability is the policy's given the prompt, the prefix and the tokens before
+    it (the prefix prefilled under the engine's weights)."""
     from engine.parity import policy_logprobs
 
     assert all(rest.ended)
-    for i, n in enumerate(cut):
-        whole = first.tokens[n] + rest.tokens[i]
-        assert len(whole) == BUDGETS[n] or whole[-1] == eos_id
-        expected = policy_logprobs(policy, prompts[n], whole, 1.0)
-        assert (expected - torch.tensor(first.logprobs[n] + rest.logprobs[i])).abs().max() < tol
+    for i, n in enumerate(rows):
+        assert len(prefixes[n] + rest.tokens[i]) == BUDGETS[n] or rest.tokens[i][-1] == eos_id
+        expected = policy_logprobs(policy, prompts[n] + prefixes[n], rest.tokens[i], 1.0)
+        assert (expected - torch.tensor(rest.logprobs[i])).abs().max() < tol

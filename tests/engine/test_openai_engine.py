@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 import torch
-from engine.contract import BUDGETS, check_continued, check_rollouts, partial_segment
+from engine.contract import BUDGETS, PREFIXES, check_continued, check_rollouts, partial_segment
 from engine.parity import max_logprob_gap
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
@@ -330,19 +330,17 @@ def test_api_key_is_required_and_sent_as_bearer(server, lora_setup, monkeypatch)
 
 def test_partial_rollouts_close_the_streams_still_open_and_resubmit_their_prefixes(server):
     """continue_rows (trainer.partial_rollouts): one streamed completion per row, read until the segment may end
-    (one row's group ended), the streams still open then closed; resubmitted, a prefix is continued. Every token's
-    log-probability is the policy's given all the tokens before it. (Where a row is cut follows when its tokens
-    arrive, so the same segment need not decode the same tokens twice.)"""
+    (one row's group ended), the streams still open then closed (where a row is cut follows when its tokens arrive:
+    which rows, and after how many tokens, is not fixed); resubmitted, a prefix is continued, every token's
+    log-probability the policy's given all the tokens before it."""
     backend, tok = backend_for(lora=True)  # an engine of its own: connect pushes its W0 (others pushed theirs)
     nudge(backend.policy, 0.05, lora=True)
     engine = engine_for(backend, tok, server.base_url)
     try:
         first = engine.continue_rows(partial_segment(PROMPTS, [[], [], []], need=1, forced=[False] * 3))
-        assert any(first.ended) and not all(first.ended), first
-        assert all(len(t) <= b for t, b in zip(first.tokens, BUDGETS))
-        cut = [n for n in range(3) if not first.ended[n]]
-        rest = engine.continue_rows(partial_segment(PROMPTS, first.tokens, len(cut), [True] * len(cut), cut))
-        check_continued(backend.policy, PROMPTS, first, rest, cut, tok.eos_token_id, TOL)
+        assert any(first.ended) and all(len(t) <= b for t, b in zip(first.tokens, BUDGETS)), first
+        rest = engine.continue_rows(partial_segment(PROMPTS, PREFIXES, 3, [True] * 3))
+        check_continued(backend.policy, PROMPTS, PREFIXES, rest, [0, 1, 2], tok.eos_token_id, TOL)
     finally:
         engine.close()
 

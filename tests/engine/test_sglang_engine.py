@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine.contract import check_continued, check_rollouts, partial_segment
+from engine.contract import PREFIXES, check_continued, check_rollouts, partial_segment
 from engine.parity import max_logprob_gap, update
 from hydra.utils import instantiate
 from safetensors.torch import load_file
@@ -267,8 +267,8 @@ def test_parity_before_and_after_an_update_over_sglang_routes(lora, tmp_path):
 def test_partial_rollouts_stream_each_row_and_close_what_still_runs(tmp_path):
     """continue_rows (trainer.partial_rollouts) over SGLang's streamed completions: the segment ends once one row
     has, the others cut where their streams were (this stand-in sends a completion once it has all of it: a row
-    has all its tokens or none); the rows cut are resubmitted and continued, and every token's log-probability is
-    the policy's given the tokens before it."""
+    has all its tokens or none); resubmitted, a prefix is continued, every token's log-probability the policy's
+    given the tokens before it."""
     backend, tok = backend_for(lora=True)
     server = SGLangLike(TINY.load(0)[0], tok.eos_token_id)
     engine = engine_for(backend, tok, server.base_url, f"engine.workdir={tmp_path}", "engine.probe_tokens=4")
@@ -279,9 +279,8 @@ def test_partial_rollouts_stream_each_row_and_close_what_still_runs(tmp_path):
         assert any(first.ended) and not all(first.ended), first
         streamed = server.requests[before:]  # a row whose stream was closed before it was sent is not there
         assert streamed and all(path == "/v1/completions" and body["stream"] for path, body in streamed)
-        cut = [n for n in range(3) if not first.ended[n]]
-        rest = engine.continue_rows(partial_segment(PROMPTS, first.tokens, len(cut), [True] * len(cut), cut))
-        check_continued(backend.policy, PROMPTS, first, rest, cut, tok.eos_token_id, TOL)
+        rest = engine.continue_rows(partial_segment(PROMPTS, PREFIXES, 3, [True] * 3))
+        check_continued(backend.policy, PROMPTS, PREFIXES, rest, [0, 1, 2], tok.eos_token_id, TOL)
     finally:
         engine.close()
         server.close()

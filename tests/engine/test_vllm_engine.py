@@ -153,11 +153,14 @@ def test_partial_rollouts_abort_the_rows_still_running_and_resubmit_their_prefix
     cut = [n for n in (1, 2) if not first.ended[n]]
     assert cut and all(0 < len(first.tokens[n]) < BUDGETS[n] for n in cut), first.tokens
     assert first == engine.continue_rows(partial_segment(PROMPTS, [[], [], []], need=1, forced=[False] * 3))
+    for n in range(3):  # the first tokens' log-probabilities are the policy's
+        gap = policy_logprobs(backend.policy, PROMPTS[n], first.tokens[n], 1.0) - torch.tensor(first.logprobs[n])
+        assert gap.abs().max() < TOL
     rest = engine.continue_rows(partial_segment(PROMPTS, first.tokens, len(cut), [True] * len(cut), cut))
-    check_continued(backend.policy, PROMPTS, first, rest, cut, tok.eos_token_id, TOL)
+    check_continued(backend.policy, PROMPTS, first.tokens, rest, cut, tok.eos_token_id, TOL)
     assert rest.entropies is None and rest.eos == [t[-1] == tok.eos_token_id for t in rest.tokens]
     nucleus = engine.continue_rows(partial_segment(PROMPTS, first.tokens, len(cut), [True] * len(cut), cut, 0.8))
-    check_continued(backend.policy, PROMPTS, first, nucleus, cut, tok.eos_token_id, TOL)
+    check_continued(backend.policy, PROMPTS, first.tokens, nucleus, cut, tok.eos_token_id, TOL)
     settled = engine.continue_rows(partial_segment(PROMPTS, first.tokens, 0, [False] * len(cut), cut))
     assert settled.tokens == [[]] * len(cut) and settled.ended == [False] * len(cut)
 
