@@ -421,7 +421,9 @@ class VLLMEngine:
             if running:
                 engine.abort_request(running)
         if params.temperature > 0 and params.top_p < 1:  # vLLM's are the nucleus's: the policy's instead
-            rescored = self.rescore(segment.contexts, 1, *self._padded(tokens), params.temperature)
+            padded = rollouts_from_rows(segment.contexts, 1, list(zip(tokens, logprobs, strict=True)), self.pad_id,
+                                        self.eos_ids, params.temperature)
+            rescored = self.rescore(segment.contexts, 1, padded.tokens_PG_T, padded.mask_PG_T, params.temperature)
             logprobs = [rescored[n, : len(row)].tolist() for n, row in enumerate(tokens)]
         eos = [done and bool(row) and row[-1] in self.eos_ids for done, row in zip(ended, tokens, strict=True)]
         return Continued(tokens, logprobs, None, ended, eos)
@@ -440,13 +442,6 @@ class VLLMEngine:
             n=n, temperature=params.temperature, top_p=params.top_p, max_tokens=max_tokens, seed=seed % 2**63,
             stop_token_ids=self.eos_ids, ignore_eos=True, logprobs=None if params.temperature == 0 else 0,
             detokenize=False, skip_special_tokens=False)
-
-    def _padded(self, rows: list[list[int]]) -> tuple[Tensor, Tensor]:
-        """Rows of tokens right-padded into one tensor, with their mask."""
-        T = max((len(r) for r in rows), default=0)
-        tokens = torch.tensor([r + [self.pad_id] * (T - len(r)) for r in rows], dtype=torch.long).view(len(rows), T)
-        mask = torch.tensor([[True] * len(r) + [False] * (T - len(r)) for r in rows], dtype=torch.bool)
-        return tokens, mask.view(len(rows), T)
 
     @no_grad
     def rescore(self, prompt_ids_P: list[list[int]], G: int, tokens: Tensor, mask: Tensor, T: float) -> Tensor:
