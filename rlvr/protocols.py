@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -167,6 +167,9 @@ class ModelPreset(Protocol):
 
     lora: LoraSpec | None
     """None: full fine-tuning."""
+
+    seeded: ClassVar[bool]
+    """`load` draws the weights from its seed (a built model), so runs of other seeds start from other weights."""
 
     @property
     def name(self) -> str:

@@ -122,11 +122,15 @@ def loaded(info: dict | None, out: RunDir) -> dict | None:
 
 
 def base_key(c: Components) -> str:
-    """What the policy a run starts from depends on: the model, its init seed, and its warm-up's settings and
-    demonstrations (the data, or the environment's games)."""
+    """What the policy a run starts from depends on: the model, its init seed (where the model draws its weights
+    from it, or a warm-up trains them: `base_of`), and its warm-up's settings and demonstrations (the data, or the
+    environment's games)."""
+    from rlvr.pack.fit import base_of
+
     config = c.config
-    return json.dumps([config["model"], c.seeds.init, config["trainer"].get("warmup"), config.get("data"),
-                       config.get("env")], sort_keys=True, default=str)
+    warmup = config["trainer"].get("warmup") or {}
+    return json.dumps([config["model"], base_of(c.seeds.init, warmup.get("steps", 0), c.preset.seeded), warmup,
+                       config.get("data"), config.get("env")], sort_keys=True, default=str)
 
 
 def sharing_weights(module):
@@ -196,7 +200,18 @@ def local_policy(c: Components, module, tokenizer, reference: bool = False) -> t
     if own is not None:
         own.to(next(backend.policy.parameters()).device)
     return backend, c.make_engine(policy=own if own is not None else backend.policy, eos_ids=stops,
-                                  pad_id=tokenizer.pad_token_id)
+                                  pad_id=tokenizer.pad_token_id, **pack_hosts(c))
+
+
+def pack_hosts(c: Components) -> dict[str, Any]:
+    """In a packed grid's cell, an engine that samples several adapters on one base in one batch (`multi_lora`:
+    engine=vllm) gets the pack's vLLMs to start its own in or share (`hosts`, rlvr/engine/vllm.py); else nothing."""
+    cell = current_cell()
+    if cell is None or "multi_lora" not in c.needs["engine"].provides:
+        return {}
+    from rlvr.engine.vllm import Hosts
+
+    return {"hosts": cell.shared.setdefault("vllm", Hosts(cell.size))}
 
 
 def sampling_copy(c: Components, module) -> Any:

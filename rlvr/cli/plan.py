@@ -47,7 +47,7 @@ def packed(cfg, jobs: list[list[str]]) -> tuple[list[int] | None, str | None]:
     null sized to the memory free on this machine (rlvr/pack/fit.py: its line, else None); None: not packed."""
     from rlvr.campaign import value_of
     from rlvr.launcher.packed import alone, packs
-    from rlvr.pack.fit import base_of, budget, filling
+    from rlvr.pack.fit import base_of, budget, filling, seeded
 
     launcher = cfg.hydra.launcher
     size = launcher.get("pack_size", 1)
@@ -57,7 +57,7 @@ def packed(cfg, jobs: list[list[str]]) -> tuple[list[int] | None, str | None]:
     keys = [None if not shares or value_of(job, "model.lora", "") == "null" else
             "|".join(value_of(job, k, "") for k in ("model", "engine", "backend", "threads")) for job in jobs]
     found = budget(cfg) if size is None and shares else None
-    bases = [base_of(value_of(job, "seed", "-"), cfg.trainer.warmup.steps) for job in jobs]
+    bases = [base_of(value_of(job, "seed", "-"), cfg.trainer.warmup.steps, seeded(cfg)) for job in jobs]
     sizes = [len(pack) for pack in packs(keys, size, filling(bases, found) if found else None)]
     return sizes, f"pack size (pack_size null): {found.describe()}" if found else None
 
@@ -86,6 +86,7 @@ def run(overrides: list[str], conf: Path, step_time: float | None, parallel: int
         planned_memory,
         value_of,
     )
+    from rlvr.pack.fit import base_of, seeded
 
     if not (conf / "train.yaml").is_file():
         raise CliError(f"{conf}: no train.yaml there (run from the repository root or pass --conf)")
@@ -101,7 +102,7 @@ def run(overrides: list[str], conf: Path, step_time: float | None, parallel: int
     packs, sizing = packed(cfg, jobs)
     if packs is not None and not cfg.hydra.launcher.get("array_parallelism"):
         parallel = 1  # hydra/launcher=packed: one pack after another
-    bases = len({value_of(job, "seed", "-") for job in jobs}) if cfg.trainer.warmup.steps > 0 else 1
+    bases = len({base_of(value_of(job, "seed", "-"), cfg.trainer.warmup.steps, seeded(cfg)) for job in jobs})
     plan = Plan(jobs, int(cfg.trainer.max_steps), step_time or measured_step_time(root), parallel, planned_memory(cfg),
                 overlapped_step_time(root), packs, measured_sample_time(root),
                 min(bases, max(packs)) if packs and max(packs) > 1 else 0)

@@ -68,6 +68,13 @@ has started in a process, so the engine clears that cache before setting the var
 lowers torch's thread count to 1 "for serving"; the engine puts back the count it found, since the backend trains
 in this process.
 In-process vLLM also sets a few VLLM_* variables in os.environ (its own; nothing of rlvr's reads them).
+
+Packed grids (rlvr/pack/). The LoRA cells of a pack that start from one base share one vLLM (`Hosts`): it holds an
+adapter slot per cell (`max_loras`), each cell's engine pushes its own adapter under ids no other cell uses, and the
+requests of the cells that wait are answered by one `generate` call, each prompt with its cell's `LoRARequest`
+(`sample_adapters`: vLLM's multi-LoRA batching). On vLLM 0.32's CPU build a row's tokens and log-probabilities are
+those of its cell's run alone, bit for bit: the batch a row shares and the number of adapter slots change none of them
+(tests/pack/test_packed_vllm.py).
 """
 
 from __future__ import annotations
@@ -78,8 +85,8 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -205,12 +212,45 @@ def colocated_memory(settings: Mapping[str, Any]) -> list[str]:
             f"  training: vLLM sleeps ({asleep}): the trainer has the whole GPU but vLLM's CUDA context"]
 
 
+@dataclass
+class Host:
+    """A started vLLM and the adapter ids handed out on it: vLLM caches an adapter by its id, so an id is never used
+    twice (reusing one silently serves the old weights), whichever engine pushes it."""
+
+    llm: LLM
+    ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+
+class Hosts:
+    """The vLLMs of a packed grid's cells: one per base (the cells of one warm-up share its weights' tensors), with
+    `slots` adapter slots, so the cells on one base sample in one batch (module docstring "Packed grids"). Kept until
+    the pack ends, then shut down together (`close`): shutting down one in-process vLLM tears down the process-wide
+    parallel state the others run on (vLLM 0.32: another's next `generate` fails "pipeline model parallel group is
+    not initialized"), while one started after a shut-down runs."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.started: dict[int, Host] = {}
+
+    def host(self, policy: nn.Module, start: Callable[[int], LLM]) -> Host:
+        """The vLLM of `policy`'s base, started (`start(slots)`) by the first engine on it."""
+        key = next(p for name, p in policy.named_parameters() if "lora_" not in name).data_ptr()
+        if key not in self.started:
+            self.started[key] = Host(start(self.slots))
+        return self.started[key]
+
+    def close(self) -> None:
+        for host in self.started.values():
+            shut_down(host.llm)
+        self.started.clear()
+
+
 class VLLMEngine:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         sleep = settings["sleep_level"]
-        return Needs(provides=frozenset({"engine_gpu_memory", "partial_rollouts"}),
+        return Needs(provides=frozenset({"engine_gpu_memory", "partial_rollouts", "multi_lora"}),
                      requires={"local_policy": "it is started on the policy's files, then given each step's weights"},
                      excludes={"sampled_ahead": f"engine.sleep_level={sleep} puts vLLM to sleep while the trainer "
                                                 "trains, when an overlapped run samples: use engine.sleep_level=0"}
@@ -236,7 +276,9 @@ class VLLMEngine:
         rescore_rows: int,
         sleep_level: int,
         sync_chunk_mb: float,
+        hosts: Hosts | None = None,
     ) -> None:
+        """`hosts`: a packed grid's, given by rlvr/start.py to a cell's engine (module docstring "Packed grids")."""
         errors = [e for e in (sleep_level_error(sleep_level),
                               None if sync_chunk_mb > 0 else f"engine.sync_chunk_mb={sync_chunk_mb} must be > 0")
                   if e]
@@ -254,17 +296,23 @@ class VLLMEngine:
             root.mkdir(parents=True, exist_ok=True)
         self.workdir = Path(tempfile.mkdtemp(prefix="rlvr-vllm-", dir=root))
         self._cleanup = weakref.finalize(self, shutil.rmtree, self.workdir, True)
-        self._ids = itertools.count(1)
         self._segment_rows = itertools.count()
         """Request ids of `continue_rows`' rows (`segment-<n>`, apart from `generate`'s own numbers)."""
         self._lora_request: LoRARequest | None = None
         self._pushed: Path | None = None
         self.policy = policy
-        base = save_base(policy, self.workdir / "base")
         # vLLM's "auto" downcasts a float32 checkpoint to bfloat16: default to the policy's own dtype instead
         dtype = dtype or str(next(policy.parameters()).dtype).removeprefix("torch.")
-        self.llm = self._start(base, gpu_memory_utilization, tensor_parallel_size, max_model_len, dtype,
-                               kv_cache_memory_bytes, enforce_eager, max_lora_rank, multiprocessing)
+
+        def start(slots: int) -> LLM:
+            return self._start(save_base(policy, self.workdir / "base"), gpu_memory_utilization, tensor_parallel_size,
+                               max_model_len, dtype, kv_cache_memory_bytes, enforce_eager, max_lora_rank,
+                               multiprocessing, slots)
+
+        self.packed = hosts is not None
+        """A pack's `Hosts` holds the vLLM (and shuts it down when the pack ends)."""
+        self.host = hosts.host(policy, start) if hosts is not None else Host(start(1))
+        self.llm = self.host.llm
         from vllm.v1.engine.core_client import InprocClient
 
         self.in_process = isinstance(self.llm.llm_engine.engine_core, InprocClient)
@@ -274,7 +322,9 @@ class VLLMEngine:
             self.sync(policy)
 
     def _start(self, base: Path, gpu_memory_utilization, tensor_parallel_size, max_model_len, dtype,
-               kv_cache_memory_bytes, enforce_eager, max_lora_rank, multiprocessing) -> LLM:
+               kv_cache_memory_bytes, enforce_eager, max_lora_rank, multiprocessing, slots: int) -> LLM:
+        """vLLM on the base folder; under LoRA with `slots` adapter slots (one for each engine that shares it, and
+        room for one more while an engine swaps its adapter)."""
         import vllm.envs
 
         vllm.envs.disable_envs_cache()  # an engine core started earlier in this process froze vLLM's environment
@@ -284,7 +334,7 @@ class VLLMEngine:
         lora: dict[str, Any] = {}
         if self.lora:
             rank = max_lora_rank or adapter_rank(self.policy)
-            lora = {"enable_lora": True, "max_loras": 1, "max_cpu_loras": 2,
+            lora = {"enable_lora": True, "max_loras": slots, "max_cpu_loras": slots + 1,
                     "max_lora_rank": next(r for r in VLLM_LORA_RANKS if r >= rank)}
         if kv_cache_memory_bytes is None and not torch.cuda.is_available():
             kv_cache_memory_bytes = CPU_KV_CACHE_BYTES  # vLLM's CPU default claims 92% of the node
@@ -336,7 +386,7 @@ class VLLMEngine:
         """The adapter from a new folder under a fresh id; the previous one removed. Returns its files' bytes."""
         from vllm.lora.request import LoRARequest
 
-        lora_id = next(self._ids)
+        lora_id = next(self.host.ids)
         folder = save_adapter(policy, self.workdir / f"adapter-{lora_id}")
         written = folder_bytes(folder)
         request = LoRARequest(folder.name, lora_id, str(folder))
@@ -366,24 +416,7 @@ class VLLMEngine:
         seeds: Sequence[int],
         with_entropy: bool = False,
     ) -> Rollouts:
-        self._ready(with_entropy)
-        seeds = group_seeds(seeds, len(prompt_ids_P))
-        from vllm.inputs import TokensPrompt
-
-        greedy = params.temperature == 0
-        requests = [self._request(params, group_size, params.max_tokens, seeds[p]) for p in range(len(prompt_ids_P))]
-        outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_ids_P], requests,
-            lora_request=self._lora_request, use_tqdm=False,
-        )
-        children = [c for out in outputs for c in sorted(out.outputs, key=lambda c: c.index)]
-        rows = [(c.token_ids, [0.0] * len(c.token_ids) if greedy else sampled_logprobs(c)) for c in children]
-        rollouts = rollouts_from_rows(prompt_ids_P, group_size, rows, self.pad_id, self.eos_ids, params.temperature)
-        if not greedy and params.top_p < 1:
-            logprobs = self.rescore(prompt_ids_P, group_size, rollouts.tokens_PG_T, rollouts.mask_PG_T,
-                                    params.temperature)
-            rollouts = dataclasses.replace(rollouts, logprobs_PG_T=logprobs)
-        return rollouts
+        return sample_adapters([(self, prompt_ids_P, group_size, params, seeds, with_entropy)])[0]
 
     def continue_rows(self, segment: Segment) -> Continued:
         """Partial rollouts (rlvr/rollout/partial.py) by abort and resubmit: each row goes in as a request of its
@@ -428,6 +461,20 @@ class VLLMEngine:
         eos = [done and bool(row) and row[-1] in self.eos_ids for done, row in zip(ended, tokens, strict=True)]
         return Continued(tokens, logprobs, None, ended, eos)
 
+    def _rollouts(self, prompt_ids_P: list[list[int]], group_size: int, params: SamplingParams,
+                  outputs: Sequence[RequestOutput]) -> Rollouts:
+        """`Rollouts` from vLLM's outputs, one per prompt with `group_size` children each (module docstring
+        `sample`); with top_p < 1 the log-probabilities recomputed by the policy (`rescore`)."""
+        greedy = params.temperature == 0
+        children = [c for out in outputs for c in sorted(out.outputs, key=lambda c: c.index)]
+        rows = [(c.token_ids, [0.0] * len(c.token_ids) if greedy else sampled_logprobs(c)) for c in children]
+        rollouts = rollouts_from_rows(prompt_ids_P, group_size, rows, self.pad_id, self.eos_ids, params.temperature)
+        if not greedy and params.top_p < 1:
+            logprobs = self.rescore(prompt_ids_P, group_size, rollouts.tokens_PG_T, rollouts.mask_PG_T,
+                                    params.temperature)
+            rollouts = dataclasses.replace(rollouts, logprobs_PG_T=logprobs)
+        return rollouts
+
     def _ready(self, with_entropy: bool) -> None:
         if with_entropy:
             raise ValueError("engine=vllm cannot give full-distribution entropy")
@@ -465,13 +512,47 @@ class VLLMEngine:
         return padded_logprobs(self.policy, ids.to(device), attn.to(device), L, tokens, T).cpu()  # the chunked head
 
     def close(self) -> None:
-        """Stop vLLM and delete the weight folders (also done when the engine is garbage-collected)."""
+        """Stop vLLM (unless a pack's `Hosts` holds it) and delete the weight folders (also done when the engine is
+        garbage-collected)."""
         llm = self.__dict__.pop("llm", None)
-        if llm is not None:
-            engine_core = getattr(llm.llm_engine, "engine_core", None)
-            if engine_core is not None and hasattr(engine_core, "shutdown"):
-                engine_core.shutdown()
+        if llm is not None and not self.packed:
+            shut_down(llm)
         self._cleanup()
+
+
+SampleCall = tuple[VLLMEngine, list[list[int]], int, SamplingParams, Sequence[int], bool]
+"""One `sample` call: the engine, then `sample`'s arguments."""
+
+
+def sample_adapters(calls: Sequence[SampleCall]) -> list[Rollouts]:
+    """The calls' `Rollouts`, sampled by one `generate` call of the vLLM their engines share, each prompt with its
+    engine's adapter; one call is `VLLMEngine.sample`. Request p of a call is seeded with its group's seed s_p."""
+    from vllm.inputs import TokensPrompt
+
+    llm = calls[0][0].llm
+    prompts, requests, adapters = [], [], []  # adapters: each prompt's, under LoRA (else None: the full model)
+    for engine, prompt_ids_P, group_size, params, seeds, with_entropy in calls:
+        assert engine.llm is llm, "calls sampled together share one vLLM"
+        engine._ready(with_entropy)
+        for ids, seed in zip(prompt_ids_P, group_seeds(seeds, len(prompt_ids_P)), strict=True):
+            prompts.append(TokensPrompt(prompt_token_ids=list(ids)))
+            requests.append(engine._request(params, group_size, params.max_tokens, seed))
+            if engine._lora_request is not None:
+                adapters.append(engine._lora_request)
+    assert len(adapters) in (0, len(prompts)), "the engines that share a vLLM all sample under LoRA"
+    outputs = llm.generate(prompts, requests, lora_request=adapters or None, use_tqdm=False)
+    out, start = [], 0
+    for engine, prompt_ids_P, group_size, params, _, _ in calls:
+        mine, start = outputs[start : start + len(prompt_ids_P)], start + len(prompt_ids_P)
+        out.append(engine._rollouts(prompt_ids_P, group_size, params, mine))
+    return out
+
+
+def shut_down(llm: LLM) -> None:
+    """Stop an in-process vLLM's engine core (or its child process)."""
+    engine_core = getattr(llm.llm_engine, "engine_core", None)
+    if engine_core is not None and hasattr(engine_core, "shutdown"):
+        engine_core.shutdown()
 
 
 def adapter_rank(policy: nn.Module) -> int:

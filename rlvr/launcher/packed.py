@@ -4,7 +4,8 @@
 
 Each job is composed exactly as the basic launcher composes it (the same overrides, `hydra.sweep.dir/<job num>` as
 its run folder). Jobs that can share a process share one: LoRA runs of the same `model` node (the same base weights
-and LoRA shape), `engine` and `backend`, sampled by engine=pytorch and trained by backend=local (`group_key`). Each
+and LoRA shape), `engine` and `backend`, sampled by engine=pytorch (or engine=vllm, one vLLM per base with an adapter
+per cell, sampling in step with training) and trained by backend=local (`group_key`). Each
 such group runs as packs of at most `pack_size` runs (null: as many as fit in the memory free, rlvr/pack/fit.py),
 one pack after another in this process; each pack's runs are its cells (rlvr/pack/): ordinary runs, in lockstep,
 their sampling batched. Any other run is a pack of its own, and the log says why.
@@ -40,8 +41,8 @@ the torch threads that the pack's sampling runs with)."""
 def group_key(cfg: DictConfig) -> str | None:
     """The runs with the same key can share a process; None: a run that shares it with no other. A run shares only
     what a pack can share: a base model trained by LoRA (full fine-tuning changes every weight), sampled by an
-    engine that samples with the trained module in this process (engine=pytorch; vLLM and SGLang would each hold a
-    model of their own), trained by one process (backend=local)."""
+    engine that samples with the trained module in this process (engine=pytorch) or several adapters on one base
+    (engine=vllm), trained by one process (backend=local)."""
     try:
         if cfg.model.get("lora") is None or alone(cfg):
             return None
@@ -53,10 +54,22 @@ def group_key(cfg: DictConfig) -> str | None:
 
 def alone(cfg: DictConfig) -> bool:
     """The run's engine or backend cannot be shared with another run (`group_key`)."""
+    return why_engine_alone(cfg) is not None
+
+
+def why_engine_alone(cfg: DictConfig) -> str | None:
+    """Why the run's engine or backend cannot be shared with another run, or None when they can."""
     from rlvr.config_check import declared_needs
 
     engine, backend = declared_needs(cfg, "engine").provides, declared_needs(cfg, "backend").provides
-    return "trainer_module" not in engine or "local_policy" not in backend or "distributed" in backend
+    if "trainer_module" not in engine and "multi_lora" not in engine or "local_policy" not in backend \
+            or "distributed" in backend:
+        names = (cfg[k]._target_.rsplit(".", 1)[-1] for k in ("engine", "backend"))
+        return "engine={}, backend={}: a pack shares engine=pytorch or vllm, and backend=local, only".format(*names)
+    if "multi_lora" in engine and (cfg.trainer.get("off_policy_steps") or cfg.engine.get("sleep_level")):
+        return ("engine=vllm sampling ahead of training (trainer.off_policy_steps) or asleep while it trains "
+                "(engine.sleep_level): its vLLM cannot serve other cells in step")
+    return None
 
 
 def why_alone(cfg: DictConfig) -> str:
@@ -64,13 +77,10 @@ def why_alone(cfg: DictConfig) -> str:
     if cfg.model.get("lora") is None:
         return "it trains every weight: no base to share"
     try:
-        shares = not alone(cfg)
+        why = why_engine_alone(cfg)
     except Exception:  # noqa: BLE001 - the run itself says what is wrong
         return "its config: the run says what is wrong with it"
-    if shares:
-        return "no other run of the sweep shares its model, engine and backend"
-    engine, backend = (cfg[k]._target_.rsplit(".", 1)[-1] for k in ("engine", "backend"))
-    return f"engine={engine}, backend={backend}: a pack shares engine=pytorch and backend=local only"
+    return why or "no other run of the sweep shares its model, engine and backend"
 
 
 def packs(keys: Sequence[str | None], pack_size: int | None,
@@ -100,9 +110,9 @@ def packs(keys: Sequence[str | None], pack_size: int | None,
 def fitting(configs: list[DictConfig], keys: Sequence[str | None]) -> Callable[[list[int]], bool] | None:
     """pack_size null: whether jobs fit one pack in the memory free where they train (rlvr/pack/fit.py), each
     group's budget worked out once and logged; None when no group's model can be sized here."""
-    from rlvr.pack.fit import base_of, budget, filling
+    from rlvr.pack.fit import base_of, budget, filling, seeded
 
-    bases = [base_of(c.seed, c.trainer.warmup.steps) for c in configs]
+    bases = [base_of(c.seed, c.trainer.warmup.steps, seeded(c)) for c in configs]
     fits: dict[str, Callable[[list[int]], bool]] = {}
     for i, key in enumerate(keys):
         if key is not None and key not in fits:

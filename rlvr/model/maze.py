@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rlvr.data.maze import VOCABULARY
 from rlvr.lazy import lazy_import
@@ -50,6 +50,9 @@ def build_maze_tokenizer() -> PreTrainedTokenizerFast:
 @dataclass(frozen=True)
 class MazeQwen2:
     """The paper's maze decoder (module docstring), full fine-tuning unless `lora` is set."""
+
+    seeded: ClassVar[bool] = True
+    """Its weights are drawn from the run's init seed: each seed starts from a base of its own."""
 
     hidden_size: int
     intermediate_size: int

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rlvr.lazy import lazy_import
 from rlvr.model import unsloth
@@ -155,6 +155,9 @@ def check_all_loaded(name_or_path: str, model_class: str, missing: set[str] | li
 
 @dataclass(frozen=True)
 class Pretrained:
+    seeded: ClassVar[bool] = False
+    """Its weights are loaded, whatever the seed: every seed starts from one base (unless a warm-up trains it)."""
+
     name_or_path: str
     revision: str | None
     dtype: str

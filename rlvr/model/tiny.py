@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rlvr.lazy import lazy_import
 from rlvr.model.lora import check_dtype
@@ -46,6 +46,9 @@ def build_char_tokenizer(alphabet: str, chat_template: str | None = None) -> Pre
 @dataclass(frozen=True)
 class TinyLlama:
     """A Llama model built from config with seeded random weights (no download)."""
+
+    seeded: ClassVar[bool] = True
+    """Its weights are drawn from the run's init seed: each seed starts from a base of its own."""
 
     alphabet: str
     hidden_size: int

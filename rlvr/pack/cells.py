@@ -49,7 +49,10 @@ class Cell:
     """The cell's outcome once done: the task's return value, or the exception (SystemExit included) it ended on."""
     failed: bool = False
     shared: dict = field(default_factory=dict)
-    """What the pack's cells share (one dict for all, `run_pack`): the base models loaded (rlvr/start.py)."""
+    """What the pack's cells share (one dict for all, `run_pack`): the base models loaded, engine=vllm's `Hosts`
+    (rlvr/start.py). What in it has a `close` is closed when the pack ends."""
+    size: int = 1
+    """How many cells the pack has."""
     request: Any = None
     """What the cell waits for (a sampling request), None while it runs or once done."""
     answer: Any = None
@@ -112,10 +115,22 @@ def run_pack(cells: list[Cell], answer: Callable[[list[Cell]], None]) -> None:
     that wait (it sets each one's `answer`)."""
     start, shared = rng_state(), dict[str, Any]()
     for cell in cells:
-        cell.shared = shared
+        cell.shared, cell.size = shared, len(cells)
         if cell.thread is None:
             cell.start_thread()
         cell.rng = start
+    try:
+        take_turns(cells, answer)
+    finally:
+        for held in shared.values():
+            if hasattr(held, "close"):
+                held.close()
+    set_rng_state(start)
+
+
+def take_turns(cells: list[Cell], answer: Callable[[list[Cell]], None]) -> None:
+    """Each cell that runs, in turn, until it waits or ends; then the waiting cells' requests answered; until every
+    cell has ended."""
     while True:
         for cell in cells:
             if not cell.done and cell.request is None:
@@ -130,4 +145,3 @@ def run_pack(cells: list[Cell], answer: Callable[[list[Cell]], None]) -> None:
                 cell.answer = err
         for cell in waiting:
             cell.request = None
-    set_rng_state(start)

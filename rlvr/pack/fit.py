@@ -1,12 +1,16 @@
 """How many runs a pack holds when `hydra.launcher.pack_size` is null: as many as fit in the memory left.
 
-A pack's cells share one copy of each distinct base (the cells of one seed share its warm-up's weights; without a
-warm-up every cell shares one) and take turns, so one cell's activations are live at a time; sampling together is
-bounded by the engine's `max_batch_rows`, whatever the number of cells. What grows with the cells is each cell's own:
+A pack's cells share one copy of each distinct base (the cells of one seed share its weights, drawn from the seed
+or trained by its warm-up; a pretrained model without a warm-up is one base for every cell) and take turns, so one
+cell's activations are live at a time; sampling together is bounded by the engine's `max_batch_rows`, whatever the
+number of cells. What grows with the cells is each cell's own:
 
-    pack bytes = bases × base + cells × (trainable × (2 × weight bytes + 8) + CELL_OVERHEAD_MIB)
+    pack bytes = bases × (base + engine) + cells × (trainable × (2 × weight bytes + 8) + CELL_OVERHEAD_MIB)
 
-where `base` is the base weights' bytes and `trainable` the adapter's parameters (each with its gradient in the
+where `base` is the base weights' bytes, `engine` what an engine=vllm holds for each base (its own copy of the
+weights and its KV cache: `engine.kv_cache_memory_bytes`, 1 GiB on a CPU when null, else
+`engine.gpu_memory_utilization` of the GPU; 0 for engine=pytorch, which samples with the trained module), and
+`trainable` the adapter's parameters (each with its gradient in the
 weights' dtype and Adam's two float32 moments), both counted on the model built on the meta device with its LoRA
 attached (no weights read, no memory taken). A pack fits when its bytes are at most `SHARE` of what is free where
 the runs train: the GPU's free memory (backend.device cuda, or auto with one visible), else the host's available
@@ -20,9 +24,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
+
+if TYPE_CHECKING:
+    from rlvr.protocols import ModelPreset
 
 log = logging.getLogger("rlvr")
 
@@ -47,13 +54,16 @@ class Budget:
     """One cell's own: its adapter, gradients, Adam moments and `CELL_OVERHEAD_MIB`."""
     where: str
     """"the GPU" or "this host": where `free` was read."""
+    engine: int = 0
+    """What the engine holds for each base (engine=vllm: its copy of the weights and its KV cache)."""
 
     def fits(self, cells: int, bases: int) -> bool:
-        return bases * self.base + cells * self.cell <= SHARE * self.free
+        return bases * (self.base + self.engine) + cells * self.cell <= SHARE * self.free
 
     def describe(self) -> str:
         mib = 2**20
-        return (f"a cell {self.cell / mib:.0f} MiB, a base copy {self.base / mib:.0f} MiB, "
+        engine = f", its vLLM {self.engine / mib:.0f} MiB" if self.engine else ""
+        return (f"a cell {self.cell / mib:.0f} MiB, a base copy {self.base / mib:.0f} MiB{engine}, "
                 f"{self.free / 2**30:.1f} GiB free on {self.where} (a pack fills at most {SHARE:.0%} of it)")
 
 
@@ -70,8 +80,23 @@ def budget(cfg: DictConfig) -> Budget | None:
         return None
     base, trainable, weight_bytes = adapted_sizes(module, preset.lora)
     cell = trainable * (2 * weight_bytes + 8) + CELL_OVERHEAD_MIB * 2**20
-    free, where = free_memory(on_gpu(cfg))
-    return Budget(free, base, cell, where)
+    gpu = on_gpu(cfg)
+    free, where = free_memory(gpu)
+    return Budget(free, base, cell, where, engine_bytes(cfg, base, gpu))
+
+
+def engine_bytes(cfg: DictConfig, base: int, gpu: bool) -> int:
+    """What the run's engine holds for each base beside the trainer's copy (module docstring)."""
+    if "VLLMEngine" not in str(cfg.engine.get("_target_", "")):
+        return 0
+    kv = cfg.engine.get("kv_cache_memory_bytes")
+    if kv is None and gpu:
+        import torch
+
+        return int(cfg.engine.gpu_memory_utilization * torch.cuda.mem_get_info()[1])  # weights and KV cache
+    from rlvr.engine.vllm import CPU_KV_CACHE_BYTES
+
+    return base + int(kv if kv is not None else CPU_KV_CACHE_BYTES)
 
 
 def adapted_sizes(module: Any, lora: Any) -> tuple[int, int, int]:
@@ -124,6 +149,15 @@ def filling(bases: list[str], budget: Budget) -> Callable[[list[int]], bool]:
     return lambda pack: budget.fits(len(pack), len({bases[i] for i in pack}))
 
 
-def base_of(seed: object, warmup_steps: int) -> str:
-    """Which base a run's cell shares: its seed's when a warm-up trains the base, else the model's one base."""
-    return str(seed) if warmup_steps > 0 else ""
+def base_of(seed: object, warmup_steps: int, seeded: bool) -> str:
+    """Which base a run's cell shares: its seed's when the model draws its weights from the seed (`seeded`: the
+    built-in models) or a warm-up trains them, else the model's one base (pretrained weights)."""
+    return str(seed) if seeded or warmup_steps > 0 else ""
+
+
+def seeded(cfg: DictConfig) -> bool:
+    """The run's model draws its weights from its seed (`ModelPreset.seeded`), read from the class alone."""
+    from hydra.utils import get_class
+
+    preset: type[ModelPreset] = get_class(cfg.model._target_)
+    return preset.seeded

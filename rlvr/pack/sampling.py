@@ -17,6 +17,11 @@ left-padding: a chunk's rows are padded to its longest prompt, and a longer pad 
 length (and the same group size, sampling parameters, and each fits one chunk, as its solo run decodes it); any
 other request is decoded alone, by its own engine. Multi-turn episodes (`turn_sampler`, whose KV caches live
 across turns), sampling ahead of training (a sampler thread) and other engines sample alone too.
+
+engine=vllm: the cells that start from one base share one vLLM (rlvr/engine/vllm.py "Packed grids"), and their
+requests are answered by one `generate` call, each prompt under its cell's adapter (`sample_adapters`), whatever
+their prompts' lengths, group sizes and sampling parameters: vLLM batches by tokens, not by padded rows, and a row's
+numbers are its run's alone.
 """
 
 from __future__ import annotations
@@ -100,7 +105,7 @@ class PackSampling:
             results: list[Any] = []
             if len(batch) > 1:
                 try:
-                    results = sample_together([requests[i] for i in batch], self.modules)
+                    results = together([requests[i] for i in batch], self.modules)
                     self.together += len(batch)
                 except Exception:  # noqa: BLE001 - one cell's weights (non-finite logits…): each fails alone, below
                     results = []
@@ -135,7 +140,7 @@ def batches(requests: list[Request]) -> list[list[int]]:
             out.append([i])
             continue
         batch = open_.get(key)
-        if batch is not None and within_budget(r.engine, [requests[j] for j in batch] + [r]):
+        if batch is not None and (key[0] == "vllm" or within_budget(r.engine, [requests[j] for j in batch] + [r])):
             batch.append(i)
         else:
             open_[key] = batch = [i]
@@ -146,6 +151,8 @@ def batches(requests: list[Request]) -> list[list[int]]:
 def together_key(r: Request) -> tuple | None:
     """What requests must share to be decoded together, or None when this one samples alone."""
     e = r.engine
+    if shares_vllm(e):
+        return ("vllm", id(e.llm))
     if not decodes_here(e) or e.worker is not None or e.activations is None or not fits(e, r):
         return None
     longest = max(len(p) for p in r.prompt_ids_P)
@@ -157,6 +164,23 @@ def decodes_here(engine: Any) -> bool:
     """The engine declares that it samples with the trained module in this process (`trainer_module`: engine=pytorch,
     whose decoding loop `Together` runs over several cells' rows)."""
     return "trainer_module" in type(engine).needs({}).provides
+
+
+def shares_vllm(engine: Any) -> bool:
+    """An engine=vllm of a pack's cell: its vLLM is the one the cells on its base share."""
+    from rlvr.engine.vllm import VLLMEngine
+
+    return isinstance(engine, VLLMEngine) and engine.packed
+
+
+def together(requests: list[Request], made: dict[tuple[int, ...], nn.Module]) -> list[Rollouts]:
+    """The requests of one batch (`batches`), sampled together: each one's `Rollouts` as its engine alone gives."""
+    if shares_vllm(requests[0].engine):
+        from rlvr.engine.vllm import sample_adapters
+
+        return sample_adapters([(r.engine, r.prompt_ids_P, r.group_size, r.params, r.seeds, r.with_entropy)
+                                for r in requests])
+    return sample_together(requests, made)
 
 
 def fits(engine: PyTorchEngine, r: Request) -> bool:

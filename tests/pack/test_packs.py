@@ -4,12 +4,15 @@ sweep's order; a run that shares nothing alone."""
 
 import pytest
 import transformers
+from hub_models import saved_model
 
 from composing import compose_config
+from rlvr.build import build_all
 from rlvr.launcher.packed import exit_status, group_key, packs, why_alone
 from rlvr.model.pretrained import Pretrained
 from rlvr.model.tiny import TinyLlama
 from rlvr.pack.fit import CELL_OVERHEAD_MIB, Budget, base_of, budget, filling, host_available
+from rlvr.start import base_key
 
 
 def test_jobs_of_one_key_share_packs_of_at_most_pack_size():
@@ -27,8 +30,9 @@ def test_pack_size_null_fills_packs_as_memory_allows():
     room = Budget(free=1000, base=100, cell=200, where="this host")
     assert room.fits(3, 2) and not room.fits(3, 3)
     keys = ["a", "a", "a", "a", "b"]
-    bases = [base_of(seed, warmup_steps=100) for seed in (0, 1, 2, 0, 5)]  # a warm-up: a base a seed
-    assert bases == ["0", "1", "2", "0", "5"] and base_of(7, warmup_steps=0) == ""
+    bases = [base_of(seed, warmup_steps=100, seeded=False) for seed in (0, 1, 2, 0, 5)]  # a warm-up: a base a seed
+    assert bases == ["0", "1", "2", "0", "5"] and base_of(7, warmup_steps=0, seeded=False) == ""
+    assert base_of(7, warmup_steps=0, seeded=True) == "7"  # the built-in models draw their weights from the seed
     # jobs 0, 1, 2 of seeds 0, 1, 2 would hold 3 bases: job 2 opens a second pack, which job 3 (seed 0) joins
     assert packs(keys, None, filling(bases, room)) == [[0, 1], [2, 3], [4]]
     assert packs(keys, 3, filling(bases, room)) == [[0, 1, 2], [3], [4]]  # a pack_size given wins
@@ -74,18 +78,21 @@ def test_free_host_memory_is_the_lower_of_meminfo_and_the_cgroups_room(tmp_path)
 
 @pytest.mark.parametrize("overrides, why", [
     (["model.lora=null"], "it trains every weight"),
-    (["engine=vllm"], "a pack shares engine=pytorch and backend=local only"),
-    (["backend=fsdp"], "a pack shares engine=pytorch and backend=local only"),
+    (["engine=sglang"], "engine=SGLangEngine, backend=LocalBackend: a pack shares engine=pytorch or vllm, and "
+                        "backend=local, only"),
+    (["backend=fsdp"], "a pack shares engine=pytorch or vllm, and backend=local, only"),
+    (["engine=vllm", "trainer.off_policy_steps=1"], "its vLLM cannot serve other cells in step"),
 ])
 def test_a_run_that_shares_nothing_is_a_pack_of_its_own(overrides, why):
     cfg = compose_config(overrides)
     assert group_key(cfg) is None and why in why_alone(cfg)
 
 
-def test_conditions_and_seeds_share_a_key_a_model_does_not():
-    keys = {group_key(compose_config(o)) for o in (["condition=grpo"], ["condition=maxrl", "seed=3"])}
+@pytest.mark.parametrize("engine", [[], ["engine=vllm"]])
+def test_conditions_and_seeds_share_a_key_a_model_does_not(engine):
+    keys = {group_key(compose_config([*engine, *o])) for o in (["condition=grpo"], ["condition=maxrl", "seed=3"])}
     assert len(keys) == 1 and None not in keys
-    assert group_key(compose_config(["model.lora.rank=4"])) not in keys  # another LoRA shape
+    assert group_key(compose_config([*engine, "model.lora.rank=4"])) not in keys  # another LoRA shape
 
 
 def test_the_pack_exits_with_its_worst_cell():
@@ -93,3 +100,15 @@ def test_the_pack_exits_with_its_worst_cell():
     assert exit_status([None, SystemExit(1), SystemExit(2)]) == 2
     assert exit_status([SystemExit(2), SystemExit(75), RuntimeError("x")]) == 75  # checkpointed: requeue the pack
     assert exit_status([RuntimeError("x")]) == 1
+
+
+def test_cells_share_a_base_unless_their_seed_draws_or_trains_its_weights(tmp_path):
+    def key(*overrides: str) -> str:
+        return base_key(build_all(compose_config(list(overrides)))[0])
+
+    assert key("seed=0") != key("seed=1")  # the built-in model draws its weights from the seed
+    pretrained = ["model=pretrained", f"model.name_or_path={saved_model(tmp_path)}"]
+    no_warmup = [*pretrained, "trainer.warmup.steps=0"]
+    assert key(*no_warmup, "seed=0") == key(*no_warmup, "seed=1")  # loaded weights, whatever the seed
+    assert key(*pretrained, "trainer.warmup.steps=5", "seed=0") != key(*pretrained, "trainer.warmup.steps=5",
+                                                                         "seed=1")  # a warm-up for each seed
