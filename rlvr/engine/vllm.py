@@ -222,11 +222,11 @@ class Host:
 
 
 class Hosts:
-    """The vLLMs of a packed grid's cells: one per base (the cells of one warm-up share its weights' tensors), with
-    `slots` adapter slots, so the cells on one base sample in one batch (module docstring "Packed grids"). Kept until
-    the pack ends, then shut down together (`close`): shutting down one in-process vLLM tears down the process-wide
-    parallel state the others run on (vLLM 0.32: another's next `generate` fails "pipeline model parallel group is
-    not initialized"), while one started after a shut-down runs."""
+    """The vLLMs of a packed grid's cells: one per base (the cells that start from one policy share its weights'
+    tensors: rlvr/start.py `sharing_weights`), with `slots` adapter slots, so the cells on one base sample in one
+    batch (module docstring "Packed grids"). Kept until the pack ends, then shut down together (`close`): shutting
+    down one in-process vLLM tears down the process-wide parallel state the others run on (vLLM 0.32: another's next
+    `generate` fails "pipeline model parallel group is not initialized"), while one started after a shut-down runs."""
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
