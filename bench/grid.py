@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.grid                          # 2 conditions × 3 seeds of the default task, 300 steps
     .venv/bin/python -m bench.grid --steps 50 --conditions grpo,maxrl --seeds 0,1,2
+    .venv/bin/python -m bench.grid --steps 100 engine=vllm  # sampled by vLLM: a pack holds one per base
 
 Three commands, each a fresh `python train.py` child timed from start to exit, its peak resident memory read from
 the kernel (the child's ru_maxrss, which for the multirun is its one process):
@@ -23,6 +24,9 @@ arithmetic prompts with gpu_check's parity reward (a random model answers nothin
 is each run's `gpu_max_allocated_mb` row field.
 
     .venv/bin/python -m bench.grid --gpu                    # ~10 min on one H100
+    .venv/bin/python -m bench.grid --gpu engine=vllm        # vLLM's multi-LoRA batching: one vLLM, six adapters
+
+(a pretrained model without a warm-up is one base for every seed: the packed grid's cells share one vLLM).
 """
 
 from __future__ import annotations

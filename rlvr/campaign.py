@@ -96,7 +96,8 @@ class Plan:
     sample_time_s: float | None = None
     """Median sampling time of the pilot's steps (`measured_sample_time`), for a packed grid's estimate."""
     pack_bases: int = 0
-    """Distinct base models in the largest pack (one per seed under a warm-up, else one)."""
+    """Distinct base models in the largest pack (one per seed where the seed draws the weights or a warm-up trains
+    them, else one)."""
 
     @property
     def total_steps(self) -> int:
@@ -139,9 +140,10 @@ class Plan:
         lines = [f"  packed: {len(self.packs)} pack{'s' if len(self.packs) > 1 else ''} ({sizes}): runs of one model, "
                  "engine and backend share a process and its base model; a full fine-tuning run is a pack of its own"]
         if self.pack_bases:
-            lines.append(f"  memory: a pack holds {self.pack_bases} copy(ies) of the base weights (a seed's warm-up "
-                         "makes its own base) and each run's adapter, optimizer state and merged sampling copy; 6 runs "
-                         "of the default task peaked at 1.6× one run (docs/measured/grid.md)")
+            lines.append(f"  memory: a pack holds {self.pack_bases} copy(ies) of the base weights (a seed's own where "
+                         "the seed draws the weights or a warm-up trains them; with engine=vllm a vLLM for each) and "
+                         "each run's adapter, optimizer state and merged sampling copy; 6 runs of the default task "
+                         "peaked at 1.6× one run (docs/measured/grid.md)")
         if self.step_time_s:
             parallel = min(max(self.parallel, 1), len(self.packs))
             high = sum(self.max_steps * n * self.step_time_s for n in self.packs) / parallel
