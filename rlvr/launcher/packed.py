@@ -5,10 +5,10 @@
 Each job is composed exactly as the basic launcher composes it (the same overrides, `hydra.sweep.dir/<job num>` as
 its run folder). Jobs that can share a process share one: LoRA runs of the same `model` node (the same base weights
 and LoRA shape), `engine` and `backend`, sampled by engine=pytorch (or engine=vllm, one vLLM per base with an adapter
-per cell, sampling in step with training) and trained by backend=local (`group_key`). Each
-such group runs as packs of at most `pack_size` runs (null: as many as fit in the memory free, rlvr/pack/fit.py),
-one pack after another in this process; each pack's runs are its cells (rlvr/pack/): ordinary runs, in lockstep,
-their sampling batched. Any other run is a pack of its own, and the log says why.
+per cell, sampling in step with training) and trained by backend=local (`group_key`). Each such group runs as packs
+of at most `pack_size` runs (null: as many as fit in the memory free, rlvr/pack/fit.py), one pack after another in
+this process; each pack's runs are its cells (rlvr/pack/): ordinary runs, in lockstep, their sampling batched. Any
+other run is a pack of its own, and the log says why.
 
 A cell that fails (its run fails, or its config is refused) ends with its own status and reason; the others go on.
 At the end, the command's exit status is the worst of its cells' as `python train.py` would give it: 75 when any
@@ -62,8 +62,8 @@ def why_engine_alone(cfg: DictConfig) -> str | None:
     from rlvr.config_check import declared_needs
 
     engine, backend = declared_needs(cfg, "engine").provides, declared_needs(cfg, "backend").provides
-    if "trainer_module" not in engine and "multi_lora" not in engine or "local_policy" not in backend \
-            or "distributed" in backend:
+    shares_engine = "trainer_module" in engine or "multi_lora" in engine
+    if not shares_engine or "local_policy" not in backend or "distributed" in backend:
         names = (cfg[k]._target_.rsplit(".", 1)[-1] for k in ("engine", "backend"))
         return "engine={}, backend={}: a pack shares engine=pytorch or vllm, and backend=local, only".format(*names)
     if "multi_lora" in engine and (cfg.trainer.get("off_policy_steps") or cfg.engine.get("sleep_level")):
