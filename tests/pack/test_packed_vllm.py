@@ -4,7 +4,7 @@ its run alone writes (timing fields aside), as with engine=pytorch (test_packed_
 seeds: the built-in model draws its weights from the seed, so each seed is a base of its own."""
 
 import pytest
-from pack.test_packed_grid import BASE, JOBS, STEPS, alone_and_packed, comparable, train
+from pack.test_packed_grid import BASE, GUESS, JOBS, STEPS, alone_and_packed, comparable, train
 
 pytestmark = pytest.mark.vllm  # tests/conftest.py: skipped, saying why, where vLLM is not installed
 
@@ -37,3 +37,17 @@ def test_packs_one_after_another_each_start_their_own_vllm(runs, tmp_path):
     for number, (seed, condition) in enumerate([(s, c) for s in (0, 1) for c in ("grpo", "maxrl")]):
         assert comparable(tmp_path / str(number)) == alone[JOBS.index((condition, seed))], (seed, condition)
     assert proc.output.count("decoded together with other cells' (0 alone") == 2
+
+
+def test_episodes_of_cells_sharing_a_vllm_write_the_rows_of_their_runs_alone(tmp_path):
+    """env=guess: engine=vllm has no turn sampler, so every turn of every cell's episodes is a `sample` call, a
+    request of the pack's rounds; two conditions on one seed's vLLM."""
+    steps = [*BASE, *GUESS, *VLLM, "seed=0"]
+    proc = train(["--multirun", "condition=grpo,maxrl", *steps, "hydra/launcher=packed", f"hydra.sweep.dir={tmp_path}"])
+    assert proc.returncode == 0, proc.output[-3000:]
+    assert "decoded together with other cells' (0 alone" in proc.output
+    for number, condition in enumerate(("grpo", "maxrl")):
+        alone = tmp_path / f"alone-{condition}"
+        single = train([*steps, f"condition={condition}", f"hydra.run.dir={alone}"])
+        assert single.returncode == 0, single.output[-3000:]
+        assert comparable(tmp_path / str(number)) == comparable(alone), condition
