@@ -380,7 +380,9 @@ def run_node(tree: Tree, node_id: str, train: Path, force: bool) -> tuple[str, i
             break
         except KeyboardInterrupt:  # the multirun got the Ctrl-C too: it checkpoints and exits; killing it would not
             interrupted = True
-    if interrupted:
+    from rlvr.preemption import INTERRUPT_EXIT_CODE
+
+    if interrupted or status == INTERRUPT_EXIT_CODE:  # also a Ctrl-C that reached the multirun alone
         _record(tree, node_id, outcome="error", exit_status=status, finished=_now(),
                 reason=f"interrupted (Ctrl-C; the multirun exited with status {status})")
         return f"{node_id}: interrupted; `rlvr tree {tree.file.name} run {node_id} --force` continues it", 130
