@@ -112,3 +112,12 @@ def test_cells_share_a_base_unless_their_seed_draws_or_trains_its_weights(tmp_pa
     assert key(*no_warmup, "seed=0") == key(*no_warmup, "seed=1")  # loaded weights, whatever the seed
     assert key(*pretrained, "trainer.warmup.steps=5", "seed=0") != key(*pretrained, "trainer.warmup.steps=5",
                                                                          "seed=1")  # a warm-up for each seed
+
+
+def test_a_vllm_pack_counts_a_copy_and_a_kv_cache_for_each_base():
+    # 80 % of 1000 = 800: bases × (base 100 + vLLM 100) + cells × 200; 2 cells of 2 bases 800 fit, of 3 bases 1000 not.
+    room = Budget(free=1000, base=100, cell=200, where="this host", engine=100)
+    assert room.fits(2, 2) and not room.fits(2, 3)
+    found = budget(compose_config(["engine=vllm", "engine.kv_cache_memory_bytes=1000000"]))
+    assert found is not None and found.engine == found.base + 1_000_000  # vLLM's copy of the weights and its cache
+    assert "its vLLM" in found.describe() and budget(compose_config([])).engine == 0  # engine=pytorch: none
