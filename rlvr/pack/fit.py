@@ -86,8 +86,11 @@ def budget(cfg: DictConfig) -> Budget | None:
 
 
 def engine_bytes(cfg: DictConfig, base: int, gpu: bool) -> int:
-    """What the run's engine holds for each base beside the trainer's copy (module docstring)."""
-    if "VLLMEngine" not in str(cfg.engine.get("_target_", "")):
+    """What the run's engine holds for each base beside the trainer's copy (module docstring): an engine that
+    samples several adapters on one base (`multi_lora`: engine=vllm) holds a model of its own."""
+    from rlvr.config_check import declared_needs
+
+    if "multi_lora" not in declared_needs(cfg, "engine").provides:
         return 0
     kv = cfg.engine.get("kv_cache_memory_bytes")
     if kv is None and gpu:
