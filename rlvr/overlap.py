@@ -7,15 +7,24 @@ sampling for steps n + 1 … n + k runs while step n trains. The trainer drives 
 the start of each step n, holding version n:
 
     job = take(n)                            wait for step n's sampled share (the trainer idles while it waits)
-    fixed:    wait_idle(); sync(n)           the engine's weights become version n
+    fixed:    stage(n)                       version n's weights copied now, loaded by the sampler thread after the
+                                             jobs submitted before it (an engine that cannot stage: wait_idle();
+                                             sync(n), the engine's weights become version n at once)
               submit(n + k, version n)       exactly k behind, whatever the timing: repeatable bit for bit
     bounded:  if the sampler is idle (on every rank): sync(n)
               submit every step up to n + k that the engine's version keeps within k
 
-The engine's weights change only in the main thread, between jobs, while the sampler thread is idle: a job is
-sampled from exactly the version it was submitted with, and the sampler thread touches nothing but the engine
-(`Rollout.sample`). Scoring and gathering stay in the main thread (`Rollout.finish`): verifiers may need it
-(math-verify's signal timeouts, a stop signal interrupting a hung verifier) and a gather is a collective.
+The engine's weights change between jobs only: in the main thread while the sampler thread is idle (`sync`), or,
+staged, in the sampler thread itself, in the queue's order (`stage`: the main thread copies version n's weights,
+and the sampler thread loads the copy once the jobs submitted before it are sampled). Either way a job is sampled
+from exactly the version it was submitted with, and the sampler thread touches nothing but the engine
+(`Rollout.sample`, a staged load). Staging is what lets k ≥ 2 overlap more than k = 1: with `sync`, the trainer
+would wait at step n for jobs n + 1 … n + k − 1 before the engine could take version n, and only job n + k would
+sample while step n trains; staged, every submitted job samples while the trainer trains (engines that provide
+`staged_sync`: engine=pytorch and engine=vllm).
+
+Scoring and gathering stay in the main thread (`Rollout.finish`): verifiers may need it (math-verify's signal
+timeouts, a stop signal interrupting a hung verifier) and a gather is a collective.
 
 `bounded` (prime-rl's and SkyRL's bound on staleness) differs in one thing: it never waits for the sampler to
 sync. A step is sampled from the newest version the engine had when it was submitted, never more than k behind;
@@ -94,16 +103,23 @@ class SampleAhead:
 
     def __init__(self, k: int, mode: str, max_steps: int, work: Callable[[int], Any], sample: Callable[[Job], Any],
                  sync: Callable[[int], dict], clock: Callable[[], float] = time.perf_counter,
-                 everywhere: Callable[[bool], bool] = lambda holds: holds) -> None:
+                 everywhere: Callable[[bool], bool] = lambda holds: holds,
+                 stage: Callable[[int], tuple[Callable[[], None], dict]] | None = None) -> None:
         """`everywhere(holds)`: whether `holds` is true on every process of the run (a collective under
-        backend=fsdp, where a sync is one too: `bounded` syncs only when every rank's sampler is idle)."""
+        backend=fsdp, where a sync is one too: `bounded` syncs only when every rank's sampler is idle).
+        `stage(version)`: `sync(version)` in two halves (None: the engine cannot stage), the first now, in the main
+        thread, returning the second (`load()`, called in the sampler thread) and the row fields."""
         if k < 1 or mode not in MODES:
             raise ValueError(f"SampleAhead needs k >= 1 and a mode in {MODES}, not k={k}, mode={mode!r}")
         self.k, self.mode, self.max_steps = k, mode, max_steps
         self.work, self.sample, self.sync, self.clock, self.everywhere = work, sample, sync, clock, everywhere
+        self.stage = stage
         self.jobs: dict[int, Job] = {}
         """Submitted jobs by step, kept until their step is trained (an interrupted step stays pending)."""
-        self.queue: list[Job] = []
+        self.queue: list[Job | Callable[[], None]] = []
+        """What the sampler thread does next, in order: jobs, and staged loads."""
+        self.load_error: BaseException | None = None
+        """A staged load that failed (raised in the main thread with the jobs' errors)."""
         self.last = -1
         """The last step submitted."""
         self.engine_version = -1
@@ -149,8 +165,11 @@ class SampleAhead:
         job = self._take(step)
         if self.mode == "fixed":
             if step + self.k < self.max_steps:  # also when a checkpoint held step + k: its rows are the same then
-                self.wait_idle()
-                fields |= self._sync(step)
+                if self.stage is not None:
+                    fields |= self._stage(step)
+                else:
+                    self.wait_idle()
+                    fields |= self._sync(step)
         elif self.everywhere(self.idle()):
             fields |= self._sync(step)
         while self.last + 1 < self.max_steps and self.last + 1 - self.engine_version <= self.k:
@@ -176,8 +195,8 @@ class SampleAhead:
             return not self.queue and not self.busy
 
     def wait_idle(self) -> None:
-        """Wait until every submitted job is sampled (before the engine's weights change, an evaluation, a
-        checkpoint)."""
+        """Wait until every submitted job is sampled and every staged load done (before the engine's weights change
+        in the main thread, an evaluation, a checkpoint)."""
         start = self.clock()
         with self.cv:
             self.cv.wait_for(lambda: not self.queue and not self.busy)
@@ -208,6 +227,14 @@ class SampleAhead:
         self.engine_version = version
         return fields
 
+    def _stage(self, version: int) -> dict:
+        load, fields = self.stage(version)  # type: ignore[misc]
+        with self.cv:
+            self.queue.append(load)
+            self.cv.notify_all()
+        self.engine_version = version
+        return fields
+
     def _submit(self, step: int, version: int) -> None:
         job = Job(step, version, self.work(step))
         with self.cv:
@@ -225,8 +252,10 @@ class SampleAhead:
             self._raise([job])
         return job
 
-    @staticmethod
-    def _raise(jobs: list[Job]) -> None:
+    def _raise(self, jobs: list[Job]) -> None:
+        if self.load_error is not None:
+            raise RuntimeError(f"loading staged weights into the engine failed: {self.load_error!r}"
+                               ) from self.load_error
         failed = next((j for j in jobs if j.error is not None), None)
         if failed is not None:
             raise RuntimeError(f"sampling step {failed.step} ahead of training failed: {failed.error!r}"
@@ -240,17 +269,28 @@ class SampleAhead:
                 self.cv.wait_for(lambda: self.queue or self.closed)
                 if self.closed:
                     return
-                job = self.queue.pop(0)
+                item = self.queue.pop(0)
                 self.busy = True
                 now = self.clock()
                 self.idle_s += now - (self.idle_since if self.idle_since is not None else now)
                 self.idle_since = None
+            sampled, error = None, None
             try:
-                sampled, error = self.sample(job), None
+                if isinstance(item, Job):
+                    sampled = self.sample(item)
+                else:
+                    item()  # a staged load
             except BaseException as err:  # noqa: BLE001 - handed to the main thread, which raises it
-                sampled, error = None, err
+                error = err
             with self.cv:
-                job.sampled, job.error, job.done = sampled, error, True
+                if isinstance(item, Job):
+                    item.sampled, item.error, item.done = sampled, error, True
+                elif error is not None:
+                    self.load_error = error
+                    for job in self.queue:  # sampled from the wrong weights otherwise: never sampled
+                        if isinstance(job, Job):
+                            job.error, job.done = error, True
+                    self.queue.clear()
                 self.busy = False
                 if not self.queue:
                     self.idle_since = self.clock()

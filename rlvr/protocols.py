@@ -9,7 +9,7 @@ every requirement. A new component with a new requirement declares it in its own
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
@@ -104,6 +104,10 @@ CAPABILITIES: dict[str, Capability] = {
                                  "ahead of training)", groups=("engine",)),
     "engine_gpu_memory": Capability("an engine holding GPU memory of its own beside the trainer",
                                     groups=("engine",)),
+    "multi_lora": Capability("an engine that samples several LoRA adapters of one base in one call (packed grids)",
+                             groups=("engine",)),
+    "staged_sync": Capability("an engine that takes a version's weights while it still samples an older one",
+                              groups=("engine",)),
 }
 """Every capability a component may provide or require, by name."""
 
@@ -420,6 +424,27 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release what the engine holds (a vLLM instance, its weight folders, a worker process); nothing for an
         engine that holds only the policy."""
+        ...
+
+
+@dataclass(frozen=True)
+class Staged:
+    """One version's weights, copied for an engine to load later (`StagesSync.stage`)."""
+
+    load: Callable[[], None]
+    """Make them the weights sampled from (called in the sampler thread, between jobs, whatever the policy's weights
+    are by then)."""
+    bytes_written: int
+    """What `sync` would return: the bytes written to files (the row's `engine/sync_bytes_written`)."""
+
+
+class StagesSync(Engine, Protocol):
+    """An engine whose `needs` provide `staged_sync`: it can take a version's weights while it still samples from
+    an older one (rlvr/overlap.py: sampling k ≥ 2 steps ahead in `fixed` mode)."""
+
+    def stage(self, policy: nn.Module) -> Staged:
+        """`sync(policy)` in two halves: now, a copy of what the engine needs of `policy`'s weights (in the trainer's
+        main thread, sampling going on); `load()` later. The copy's memory is held until it is loaded."""
         ...
 
 

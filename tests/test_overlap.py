@@ -19,15 +19,18 @@ from rlvr.overlap import Job, SampleAhead
 
 class SimulatedTrainer:
     """Steps that sleep `train_s` and bump the version; a sampler that sleeps `sample_s` and records the version
-    the engine held when it sampled (the engine's weights change only in `sync`)."""
+    the engine held when it sampled (the engine's weights change only in `sync`, or, `staged`, in the load that
+    `stage` returns)."""
 
-    def __init__(self, k: int, mode: str, steps: int, sample_s, train_s, everywhere=lambda holds: holds) -> None:
+    def __init__(self, k: int, mode: str, steps: int, sample_s, train_s, everywhere=lambda holds: holds,
+                 staged: bool = False) -> None:
         self.version, self.engine, self.sampling = 0, -1, 0
         self.sample_s, self.train_s, self.steps = sample_s, train_s, steps
         self.lock = threading.Lock()
         self.syncs_while_sampling = 0
+        self.stages_while_sampling = 0
         self.ahead = SampleAhead(k, mode, steps, work=lambda step: f"examples of step {step}", sample=self.sample,
-                                 sync=self.sync, everywhere=everywhere)
+                                 sync=self.sync, everywhere=everywhere, stage=self.stage if staged else None)
 
     def sample(self, job: Job):
         with self.lock:
@@ -44,6 +47,19 @@ class SimulatedTrainer:
         self.engine = version
         return {"engine/sync_s": 0.0}
 
+    def stage(self, version: int):
+        """The weights of `version` copied now (the trainer holds them), the engine's once loaded."""
+        assert version == self.version, "the trainer stages the weights it holds"
+        with self.lock:
+            self.stages_while_sampling += self.sampling
+
+        def load():
+            with self.lock:
+                self.syncs_while_sampling += self.sampling
+            self.engine = version
+
+        return load, {"engine/sync_s": 0.0}
+
     def run(self, first: int = 0, restored=(), until=None):
         self.ahead.start(first, list(restored))
         out = []
@@ -56,10 +72,12 @@ class SimulatedTrainer:
         return out
 
 
+@pytest.mark.parametrize("staged", [False, True])
 @pytest.mark.parametrize("k", [1, 2, 3])
-def test_fixed_samples_step_n_from_version_n_minus_k_whatever_the_timing(k):
+def test_fixed_samples_step_n_from_version_n_minus_k_whatever_the_timing(k, staged):
     rng = random.Random(k)
-    sim = SimulatedTrainer(k, "fixed", 12, lambda: rng.uniform(0, 0.02), lambda: rng.uniform(0, 0.02))
+    sim = SimulatedTrainer(k, "fixed", 12, lambda: rng.uniform(0, 0.02), lambda: rng.uniform(0, 0.02),
+                           staged=staged)
     rows = sim.run()
     sim.ahead.close()
     for step, job, fields in rows:
@@ -68,6 +86,42 @@ def test_fixed_samples_step_n_from_version_n_minus_k_whatever_the_timing(k):
         assert fields["async/staleness_max"] == fields["async/staleness_mean"] == min(step, k)
         assert fields["async/dropped_groups"] == 0
     assert sim.syncs_while_sampling == 0, "the engine's weights never change while it samples"
+
+
+def test_a_staged_sync_lets_the_trainer_go_on_while_older_steps_sample():
+    """k = 2, sampling slower than training. Synced, the trainer waits at every step until the sampler is idle
+    before the engine takes the new weights: no sync ever happens while it samples. Staged, the trainer copies
+    version n and goes on while the sampler still samples step n + 1 (from version n − 1), which it then loads
+    before step n + 2: the same versions, sampled with the trainer never waiting but for its own step."""
+    synced = SimulatedTrainer(2, "fixed", 10, lambda: 0.02, lambda: 0.005)
+    staged = SimulatedTrainer(2, "fixed", 10, lambda: 0.02, lambda: 0.005, staged=True)
+    rows = {}
+    for name, sim in (("synced", synced), ("staged", staged)):
+        rows[name] = [job.sampled for _, job, _ in sim.run()]
+        sim.ahead.close()
+    assert rows["synced"] == rows["staged"]
+    assert synced.stages_while_sampling == synced.syncs_while_sampling == 0
+    assert staged.stages_while_sampling >= 5, "the trainer staged versions while the sampler sampled older ones"
+    assert staged.syncs_while_sampling == 0, "a staged load still happens between jobs"
+
+
+def test_a_failed_staged_load_reaches_the_trainer_and_nothing_after_it_is_sampled():
+    sampled = []
+
+    def stage(version):
+        def load():
+            if version == 2:
+                raise OSError("no room for the adapter")
+        return load, {}
+
+    ahead = SampleAhead(2, "fixed", 8, work=lambda s: s, sample=lambda job: sampled.append(job.step), sync=lambda v: {},
+                        stage=stage)
+    ahead.start(0, [])
+    with pytest.raises(RuntimeError, match="loading staged weights into the engine failed: OSError"):
+        for step in range(8):
+            ahead.next(step)
+    ahead.close()
+    assert 4 not in sampled, "step 4 was to be sampled from version 2, which never loaded"
 
 
 def test_bounded_takes_the_newest_weights_and_never_exceeds_the_bound():

@@ -70,7 +70,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlvr.lazy import lazy_import, no_grad
-from rlvr.protocols import Needs
+from rlvr.protocols import Needs, Staged
 from rlvr.seeds import group_seeds
 from rlvr.types import Continued, Rollouts, SamplingParams, Segment
 
@@ -100,14 +100,20 @@ the training step do not overlap; the other half is the estimate's margin)."""
 
 
 @no_grad
-def copy_trainable(policy: nn.Module, copy_: nn.Module) -> None:
-    """`policy`'s trainable parameters into `copy_`, a module of the same structure, by name; a sharded parameter
-    (backend=fsdp, gathered for sampling) is read whole (on every rank: a collective)."""
-    into = dict(copy_.named_parameters())
+def trainable(policy: nn.Module) -> Iterator[tuple[str, Tensor]]:
+    """`policy`'s trainable parameters by name, detached; a sharded parameter (backend=fsdp, gathered for sampling)
+    whole (on every rank: a collective)."""
     for name, param in policy.named_parameters():
         if param.requires_grad:
-            whole = param.full_tensor() if hasattr(param, "full_tensor") else param
-            into[name].copy_(whole.detach())
+            yield name, (param.full_tensor() if hasattr(param, "full_tensor") else param).detach()
+
+
+@no_grad
+def copy_trainable(weights: Iterator[tuple[str, Tensor]], copy_: nn.Module) -> None:
+    """`weights` (`trainable`'s) into `copy_`, a module of the policy's structure, by name."""
+    into = dict(copy_.named_parameters())
+    for name, tensor in weights:
+        into[name].copy_(tensor)
 
 
 @dataclass(frozen=True)
@@ -293,7 +299,8 @@ class PyTorchEngine:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs(provides=frozenset({"entropy", "group_seeds", "trainer_module", "partial_rollouts"}),
+        return Needs(provides=frozenset({"entropy", "group_seeds", "trainer_module", "partial_rollouts",
+                                         "staged_sync"}),
                      requires={"local_policy": "it samples from the trained module in this process"})
 
     def __init__(self, policy: nn.Module, eos_ids: list[int], pad_id: int, max_batch_rows: int, merge_lora: bool,
@@ -327,10 +334,29 @@ class PyTorchEngine:
         built on a copy of the policy (trainer.off_policy_steps ≥ 1: it samples while the trainer trains) first
         copies the policy's trainable weights into it."""
         if policy is not self.source:
-            copy_trainable(policy, self.source)
+            copy_trainable(trainable(policy), self.source)
+        self._refresh()
+        return 0
+
+    def stage(self, policy: nn.Module) -> Staged:
+        """`sync(policy)` in two halves (rlvr/overlap.py): a copy of the policy's trainable weights now, into the
+        engine's copy of the policy when loaded. Only an engine built on a copy stages (sampling ahead): its
+        memory is a copy of the trainable weights (the adapter's, under LoRA) for each version staged but not yet
+        loaded."""
+        if policy is self.source:
+            raise RuntimeError("PyTorchEngine.stage needs an engine built on a copy of the policy (sampling ahead)")
+        weights = [(name, tensor.clone()) for name, tensor in trainable(policy)]
+
+        def load() -> None:
+            copy_trainable(iter(weights), self.source)
+            self._refresh()
+
+        return Staged(load, 0)
+
+    def _refresh(self) -> None:
+        """Sample from the source's weights as they are now (its merged copy recomputed under LoRA)."""
         self.module = self.merged.refresh() if self.merged is not None else self.source
         self.synced += 1
-        return 0
 
     def sleep(self) -> None:
         """Nothing to give back: the engine decodes with the trainer's own module (and a merged copy it keeps)."""

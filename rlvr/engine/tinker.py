@@ -21,7 +21,9 @@ SDK's own event loop thread sends them; its `*_async` coroutines are deprecated 
 the two threads' requests are in flight on the service together. The engine samples from the `TinkerPolicy` of
 its last `sync` until the next one: a sampling client is the snapshot of the weights saved after `version`
 optimizer steps (`save_weights_and_get_sampling_client`), which later steps do not change, so a step samples from
-exactly the version `SampleAhead` synced (tests/backend/test_tinker_ahead.py).
+exactly the version `SampleAhead` synced (tests/backend/test_tinker_ahead.py). For the same reason the engine stages
+a version (`stage`, capability `staged_sync`) without copying anything: at k ≥ 2 the trainer never waits for older
+steps' sampling before it hands the engine a newer sampler.
 
 Seeds: each prompt gets its own seed derived from the step's sampler seed, so rollouts depend on (seed,
 step) as on the local engine; whether the service reproduces a seeded draw exactly is its business.
@@ -40,7 +42,7 @@ from typing import Any
 from rlvr.backend.tinker import TinkerPolicy
 from rlvr.engine.rows import rollouts_from_rows
 from rlvr.lazy import lazy_import
-from rlvr.protocols import Needs
+from rlvr.protocols import Needs, Staged
 from rlvr.seeds import group_seeds
 from rlvr.types import Rollouts, SamplingParams
 
@@ -54,7 +56,8 @@ class TinkerEngine:
 
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        return Needs(requires={"remote_policy": "it samples from the service's latest weights"})
+        return Needs(provides=frozenset({"staged_sync"}),
+                     requires={"remote_policy": "it samples from the service's latest weights"})
 
     def __init__(self, policy: TinkerPolicy, eos_ids: list[int], pad_id: int) -> None:
         self.eos_ids = list(eos_ids)
@@ -69,6 +72,15 @@ class TinkerEngine:
         """Sample from the service's latest weights (the backend saved them there): nothing written here, 0 bytes."""
         self.policy = policy
         return 0
+
+    def stage(self, policy: TinkerPolicy) -> Staged:
+        """`sync(policy)` in two halves (rlvr/overlap.py): a sampling client is already a snapshot of one version's
+        weights on the service, which later steps do not change, so there is nothing to copy; loading makes it the
+        one sampled from."""
+        def load() -> None:
+            self.policy = policy
+
+        return Staged(load, 0)
 
     def sleep(self) -> None:
         """Nothing to give back: the sampler runs on the service."""

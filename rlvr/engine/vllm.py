@@ -85,7 +85,7 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -96,7 +96,7 @@ from rlvr.engine.rows import rollouts_from_rows
 from rlvr.engine.vllm_weights import RECEIVER, pack, weight_chunks
 from rlvr.errors import ConfigError
 from rlvr.lazy import lazy_import, no_grad
-from rlvr.protocols import Finding, Needs
+from rlvr.protocols import Finding, Needs, Staged
 from rlvr.requirements import ChildProbe, CudaDevice, Package, distribution_version, pip_extra
 from rlvr.seeds import group_seeds, sub_seed
 from rlvr.types import Continued, Rollouts, SamplingParams, Segment
@@ -250,7 +250,7 @@ class VLLMEngine:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         sleep = settings["sleep_level"]
-        return Needs(provides=frozenset({"engine_gpu_memory", "partial_rollouts", "multi_lora"}),
+        return Needs(provides=frozenset({"engine_gpu_memory", "partial_rollouts", "multi_lora", "staged_sync"}),
                      requires={"local_policy": "it is started on the policy's files, then given each step's weights"},
                      excludes={"sampled_ahead": f"engine.sleep_level={sleep} puts vLLM to sleep while the trainer "
                                                 "trains, when an overlapped run samples: use engine.sleep_level=0"}
@@ -354,42 +354,65 @@ class VLLMEngine:
 
     def sync(self, policy: nn.Module) -> int:
         """Make `policy` the weights sampled from (waking vLLM first if it sleeps); returns the bytes written to
-        files (0 under full fine-tuning: the weights go in memory; the adapter's files under LoRA)."""
+        files (0 under full fine-tuning: the weights go in memory, chunk by chunk; the adapter's files under LoRA)."""
+        if self.lora:
+            staged = self.stage(policy)
+            staged.load()
+            return staged.bytes_written
+        self._load(policy, lambda: self._send_weights(policy))
+        return 0
+
+    def stage(self, policy: nn.Module) -> Staged:
+        """`sync(policy)` in two halves (rlvr/overlap.py). Under LoRA, the adapter's files are written now under a
+        fresh id, and loading adds it to vLLM (the previous one removed); under full fine-tuning the weights are
+        copied now, cast to vLLM's dtype (on the policy's device: memory for a whole copy of the weights until it is
+        loaded), and sent when loaded."""
+        if self.lora:
+            request, folder = self._write_adapter(policy)
+            return Staged(lambda: self._load(policy, lambda: self._use_adapter(request, folder)), folder_bytes(folder))
+        with torch.no_grad():
+            chunks = [[(n, t.clone()) for n, t in chunk] if self.in_process else pack(chunk)
+                      for chunk in weight_chunks(policy, self.dtype, self.chunk_bytes)]
+        return Staged(lambda: self._load(policy, lambda: self._send_chunks(chunks)), 0)
+
+    def _load(self, policy: nn.Module, send: Callable[[], None]) -> None:
+        """`send()` the new weights into vLLM, waking it around them if it sleeps."""
         self.policy = policy
         woken = self.asleep
         if woken:
             self.llm.wake_up(tags=["weights"])  # the KV cache stays unallocated while the weights load
             if self.sleep_level == 2 and self.lora:  # level 2 discarded W0 too: it goes back before the adapter
                 self._send_weights(policy, base=True)
-        if self.lora:
-            written = self._push_adapter(policy)
-        else:
-            self._send_weights(policy)
-            written = 0
+        send()
         if woken:
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
         self.llm.reset_prefix_cache()
-        return written
 
     def _send_weights(self, policy: nn.Module, base: bool = False) -> None:
         """The policy's full weights (W0 with `base`) into vLLM's model, chunk by chunk (rlvr/engine/
         vllm_weights.py)."""
+        with torch.no_grad():
+            self._send_chunks(chunk if self.in_process else pack(chunk)
+                              for chunk in weight_chunks(policy, self.dtype, self.chunk_bytes, base))
+
+    def _send_chunks(self, chunks: Iterable[Any]) -> None:
         rpc = self.llm.collective_rpc
         rpc("rlvr_begin_weights")
-        with torch.no_grad():
-            for chunk in weight_chunks(policy, self.dtype, self.chunk_bytes, base):
-                rpc("rlvr_load_weights", args=(chunk if self.in_process else pack(chunk),))
+        for chunk in chunks:
+            rpc("rlvr_load_weights", args=(chunk,))
         rpc("rlvr_finish_weights")
 
-    def _push_adapter(self, policy: nn.Module) -> int:
-        """The adapter from a new folder under a fresh id; the previous one removed. Returns its files' bytes."""
+    def _write_adapter(self, policy: nn.Module) -> tuple[LoRARequest, Path]:
+        """The adapter's files in a new folder, under a fresh id."""
         from vllm.lora.request import LoRARequest
 
         lora_id = next(self.host.ids)
         folder = save_adapter(policy, self.workdir / f"adapter-{lora_id}")
-        written = folder_bytes(folder)
-        request = LoRARequest(folder.name, lora_id, str(folder))
+        return LoRARequest(folder.name, lora_id, str(folder)), folder
+
+    def _use_adapter(self, request: LoRARequest, folder: Path) -> None:
+        """Sample from the adapter `request` names from now on; the previous one removed, its folder deleted."""
         self.llm.llm_engine.add_lora(request)
         if self._lora_request is not None:
             self.llm.llm_engine.remove_lora(self._lora_request.lora_int_id)
@@ -397,7 +420,6 @@ class VLLMEngine:
         if self._pushed is not None:
             shutil.rmtree(self._pushed, ignore_errors=True)
         self._pushed = folder
-        return written
 
     def sleep(self) -> None:
         """With `sleep_level` 1 or 2, put vLLM to sleep until the next `sync` (module docstring); else nothing."""

@@ -4,11 +4,13 @@ sampler, rlvr/overlap.py) and scored."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import ClassVar, cast
 
 from rlvr.components import Live
 from rlvr.data.order import prompts_at
 from rlvr.overlap import Job, SampleAhead, SampleInline
+from rlvr.protocols import StagesSync
 from rlvr.rollout.partial import Admission, PartialRollouts, SingleTurnParts
 from rlvr.stages import Stateless, StepState
 from rlvr.types import Example, Sampled, SamplingParams
@@ -56,14 +58,24 @@ def open_sampler(live: Live, batch_size: int, group_size: int, sampling: Samplin
         synced = time.perf_counter() - synced
         return {"engine/sync_s": synced, "engine/sync_bytes_written": written}
 
+    def stage(step: int) -> tuple[Callable[[], None], dict]:
+        """`sync` in two halves (rlvr/overlap.py): the copy now (its time is the row's `engine/sync_s`), the load
+        in the sampler thread."""
+        live.backend.prepare_sampling()
+        staged = time.perf_counter()
+        weights = cast(StagesSync, live.engine).stage(live.backend.policy)
+        staged = time.perf_counter() - staged
+        return weights.load, {"engine/sync_s": staged, "engine/sync_bytes_written": weights.bytes_written}
+
     if not ahead:
         return SampleInline(work, sample, sync)
     live.engine.sample_beside_training(True)
     def everywhere(holds: bool) -> bool:
         return all(c.world.gather(holds))
 
+    staging = stage if "staged_sync" in c.needs["engine"].provides else None
     if not partial:
-        return SampleAhead(ahead, mode, max_steps, work, sample, sync, everywhere=everywhere)
+        return SampleAhead(ahead, mode, max_steps, work, sample, sync, everywhere=everywhere, stage=staging)
     pool = PartialRollouts(cast(SingleTurnParts, live.rollout), batch_size, group_size, sampling, ahead,
                            PartialRollouts.resumed(live.restored_jobs), first)
 
@@ -74,4 +86,4 @@ def open_sampler(live: Live, batch_size: int, group_size: int, sampling: Samplin
     def admit(step: int) -> Admission:
         return pool.admissions(step, max_steps, batch)
 
-    return SampleAhead(1, mode, max_steps, admit, pool.sample, sync, everywhere=everywhere)
+    return SampleAhead(1, mode, max_steps, admit, pool.sample, sync, everywhere=everywhere, stage=staging)

@@ -41,9 +41,10 @@ def credit(sampled) -> TrainBatch:
     return TrainBatch(sampled, adv * sampled.action_mask_PG_T)
 
 
-def drive(k: int, steps: int = 5) -> list[dict]:
+def drive(k: int, steps: int = 5, staged: bool = False) -> list[dict]:
     """A run of `steps` steps, sampling k ahead (k = 0: in the step, `SampleInline`) as the collect stage does:
-    per step, the row fields of `next`, the sampled tokens, and the sampler version each request reached."""
+    per step, the row fields of `next`, the sampled tokens, and the sampler version each request reached. `staged`:
+    the engine's sampler handed over with `stage` (the sampler thread loads it), as a run does."""
     fake_tinker.DELAY.update({"sample": SERVICE_S, "forward_backward": SERVICE_S, "optim_step": SERVICE_S})
     trained = backend()
     engine = TinkerEngine(trained.policy, eos_ids=[1], pad_id=0)
@@ -61,7 +62,12 @@ def drive(k: int, steps: int = 5) -> list[dict]:
     def work(step: int) -> list[list[int]]:
         return [[5 + step % 4, 6], [7, 8 + step % 3]]
 
-    loop = SampleAhead(k, "fixed", steps, work, sample, sync) if k else SampleInline(work, sample, sync)
+    def stage(version: int):
+        assert trained.policy.version == version
+        return engine.stage(trained.policy).load, {}
+
+    loop = (SampleAhead(k, "fixed", steps, work, sample, sync, stage=stage if staged else None) if k
+            else SampleInline(work, sample, sync))
     engine.sample_beside_training(k > 0)
     loop.start(0, [])
     rows = []
@@ -82,15 +88,16 @@ def overlapped(first: str, second: str) -> bool:
     return any(a < d and c < b for a, b in spans[first] for c, d in spans[second])
 
 
+@pytest.mark.parametrize("staged", [False, True])
 @pytest.mark.parametrize("k", [1, 2])
-def test_sampling_ahead_samples_the_weights_of_step_minus_k_while_the_service_trains(k):
-    rows = drive(k)
+def test_sampling_ahead_samples_the_weights_of_step_minus_k_while_the_service_trains(k, staged):
+    rows = drive(k, staged=staged)
     assert overlapped("sample", "forward_backward") or overlapped("sample", "optim_step")
     assert [r["async/policy_version"] for r in rows] == [max(0, r["step"] - k) for r in rows]
     assert [r["versions"] for r in rows] == [{max(0, r["step"] - k)} for r in rows]  # every request of the step
     fake_tinker.reset()
-    again = drive(k)
-    assert [r["tokens"] for r in again] == [r["tokens"] for r in rows]  # fixed mode: the same rows twice
+    again = drive(k, staged=not staged)
+    assert [r["tokens"] for r in again] == [r["tokens"] for r in rows]  # fixed mode: the same rows, either way
     assert [r["async/policy_version"] for r in again] == [r["async/policy_version"] for r in rows]
 
 

@@ -113,6 +113,28 @@ def test_the_worker_draws_what_the_trainers_process_draws_from_the_weights_of_th
     assert same(draw(engine), moved)  # back in this process, from the same weights
 
 
+@pytest.mark.parametrize("merge_lora", [True, False])
+def test_staged_weights_are_the_ones_of_the_stage_call_and_reach_the_worker_only_when_loaded(merge_lora, one_thread):
+    """`stage` copies the trainer's weights as they are (version a); the trainer trains on (version b); the worker
+    samples the old weights until `load`, then exactly what a sync at version a would have given."""
+    backend, engine = trained_and_sampling_copy(merge_lora)
+    reference_backend, reference = trained_and_sampling_copy(merge_lora)
+    engine.sample_beside_training(True)
+    before = draw(engine)
+    for b in (backend, reference_backend):
+        train_a_little(b, 0.2)
+    reference.sync(reference_backend.policy)
+    version_a = draw(reference)
+
+    staged = engine.stage(backend.policy)
+    train_a_little(backend, 0.3)  # the trainer goes on: version b
+    assert staged.bytes_written == 0
+    assert same(draw(engine), before), "nothing changes until the load"
+    staged.load()  # in the sampler thread, between jobs
+    assert same(draw(engine), version_a)
+    engine.close()
+
+
 def test_the_worker_ignores_stop_signals_and_reports_a_failed_call(one_thread):
     backend, engine = trained_and_sampling_copy(True)
     engine.sample_beside_training(True)
