@@ -34,19 +34,24 @@ def test_an_entropy_transform_reads_the_backends_entropies(tmp_path):
                                   "transform.uncertainty=shannon_entropy"]))
 
 
-def test_vllm_samples_ahead_of_training_from_the_weights_it_was_synced(tmp_path):
-    """trainer.off_policy_steps=1 (docs/overlap.md): vLLM samples step n + 1 in the sampler thread while step n
-    trains, its adapter synced between steps in the trainer's thread; the trainer sees the stale sampler as
-    π_old ≠ π_engine from step 1 on, and checks the sync on step 0 alone (the one sampled on-policy). A
-    process of its own: a second vLLM engine in a process whose first was closed finds vLLM's parallel state gone."""
-    overrides = ["engine=vllm", "trainer.off_policy_steps=1", *OVERLAP, "trainer.max_steps=4", "trainer.warmup.steps=0",
+@pytest.mark.parametrize("lora", [True, False])
+def test_vllm_samples_ahead_of_training_from_the_weights_it_was_synced(tmp_path, lora):
+    """trainer.off_policy_steps=2 (docs/overlap.md): vLLM samples steps n + 1 and n + 2 in the sampler thread while
+    step n trains, each version's adapter written by the trainer and loaded by the sampler thread after the older
+    steps (`VLLMEngine.stage`); the trainer sees the stale sampler as π_old ≠ π_engine from step 1 on, and checks
+    the sync on step 0 alone (the one sampled on-policy). A process of its own: a second vLLM engine in a process
+    whose first was closed finds vLLM's parallel state gone. Under full fine-tuning (`lora=False`) the weights are
+    copied whole and sent in memory to the in-process vLLM from the sampler thread, whose torch thread count must
+    be the process's (vLLM's CPU attention aborted the run before)."""
+    overrides = ["engine=vllm", "trainer.off_policy_steps=2", *OVERLAP, "trainer.max_steps=4", "trainer.warmup.steps=0",
                  "trainer.evaluate=false", "threads=1", "reward=function",
-                 "reward.function=tests.backpressure.mixed_rewards.parity", f"hydra.run.dir={tmp_path}"]
+                 "reward.function=tests.backpressure.mixed_rewards.parity", f"hydra.run.dir={tmp_path}",
+                 *([] if lora else ["model.lora=null"])]
     proc = subprocess.run([sys.executable, "train.py", *overrides], cwd=REPO, capture_output=True, text=True,
                           timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [r["async/policy_version"] for r in rows] == [0, 0, 1, 2]
+    assert [r["async/policy_version"] for r in rows] == [0, 0, 0, 1]
     assert rows[0]["engine/sync_delta"] < 1e-4 and not any("engine/sync_delta" in r for r in rows[1:])
     assert rows[0]["mismatch/kl"] < 1e-5 < min(r["mismatch/kl"] for r in rows[1:])
 
