@@ -21,7 +21,7 @@ from exactly the version it was submitted with, and the sampler thread touches n
 (`Rollout.sample`, a staged load). Staging is what lets k ≥ 2 overlap more than k = 1: with `sync`, the trainer
 would wait at step n for jobs n + 1 … n + k − 1 before the engine could take version n, and only job n + k would
 sample while step n trains; staged, every submitted job samples while the trainer trains (engines that provide
-`staged_sync`: engine=pytorch and engine=vllm).
+`staged_sync`: engine=pytorch, engine=vllm and engine=tinker).
 
 Scoring and gathering stay in the main thread (`Rollout.finish`): verifiers may need it (math-verify's signal
 timeouts, a stop signal interrupting a hung verifier) and a gather is a collective.
@@ -228,7 +228,8 @@ class SampleAhead:
         return fields
 
     def _stage(self, version: int) -> dict:
-        load, fields = self.stage(version)  # type: ignore[misc]
+        assert self.stage is not None
+        load, fields = self.stage(version)
         with self.cv:
             self.queue.append(load)
             self.cv.notify_all()

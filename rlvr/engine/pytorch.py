@@ -99,7 +99,6 @@ GPU_BUDGET_FRACTION = 0.5
 the training step do not overlap; the other half is the estimate's margin)."""
 
 
-@no_grad
 def trainable(policy: nn.Module) -> Iterator[tuple[str, Tensor]]:
     """`policy`'s trainable parameters by name, detached; a sharded parameter (backend=fsdp, gathered for sampling)
     whole (on every rank: a collective)."""
