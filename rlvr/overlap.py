@@ -21,7 +21,7 @@ from exactly the version it was submitted with, and the sampler thread touches n
 (`Rollout.sample`, a staged load). Staging is what lets k ≥ 2 overlap more than k = 1: with `sync`, the trainer
 would wait at step n for jobs n + 1 … n + k − 1 before the engine could take version n, and only job n + k would
 sample while step n trains; staged, every submitted job samples while the trainer trains (engines that provide
-`staged_sync`: engine=pytorch, engine=vllm and engine=tinker).
+`staged_sync`: engine=pytorch, engine=vllm, engine=tinker, and engine=openai under LoRA).
 
 Scoring and gathering stay in the main thread (`Rollout.finish`): verifiers may need it (math-verify's signal
 timeouts, a stop signal interrupting a hung verifier) and a gather is a collective.
@@ -104,11 +104,12 @@ class SampleAhead:
     def __init__(self, k: int, mode: str, max_steps: int, work: Callable[[int], Any], sample: Callable[[Job], Any],
                  sync: Callable[[int], dict], clock: Callable[[], float] = time.perf_counter,
                  everywhere: Callable[[bool], bool] = lambda holds: holds,
-                 stage: Callable[[int], tuple[Callable[[], None], dict]] | None = None) -> None:
+                 stage: Callable[[int], tuple[Callable[[], None], dict] | None] | None = None) -> None:
         """`everywhere(holds)`: whether `holds` is true on every process of the run (a collective under
         backend=fsdp, where a sync is one too: `bounded` syncs only when every rank's sampler is idle).
         `stage(version)`: `sync(version)` in two halves (None: the engine cannot stage), the first now, in the main
-        thread, returning the second (`load()`, called in the sampler thread) and the row fields."""
+        thread, returning the second (`load()`, called in the sampler thread) and the row fields; or None, when it
+        cannot stage these weights: then `sync`."""
         if k < 1 or mode not in MODES:
             raise ValueError(f"SampleAhead needs k >= 1 and a mode in {MODES}, not k={k}, mode={mode!r}")
         self.k, self.mode, self.max_steps = k, mode, max_steps
@@ -165,11 +166,7 @@ class SampleAhead:
         job = self._take(step)
         if self.mode == "fixed":
             if step + self.k < self.max_steps:  # also when a checkpoint held step + k: its rows are the same then
-                if self.stage is not None:
-                    fields |= self._stage(step)
-                else:
-                    self.wait_idle()
-                    fields |= self._sync(step)
+                fields |= self._stage(step)
         elif self.everywhere(self.idle()):
             fields |= self._sync(step)
         while self.last + 1 < self.max_steps and self.last + 1 - self.engine_version <= self.k:
@@ -228,8 +225,12 @@ class SampleAhead:
         return fields
 
     def _stage(self, version: int) -> dict:
-        assert self.stage is not None
-        load, fields = self.stage(version)
+        """`stage(version)`, or, where the engine cannot, `sync(version)` once the sampler is idle."""
+        staged = self.stage(version) if self.stage is not None else None
+        if staged is None:
+            self.wait_idle()
+            return self._sync(version)
+        load, fields = staged
         with self.cv:
             self.queue.append(load)
             self.cv.notify_all()

@@ -442,9 +442,10 @@ class StagesSync(Engine, Protocol):
     """An engine whose `needs` provide `staged_sync`: it can take a version's weights while it still samples from
     an older one (rlvr/overlap.py: sampling k ≥ 2 steps ahead in `fixed` mode)."""
 
-    def stage(self, policy: nn.Module) -> Staged:
+    def stage(self, policy: nn.Module) -> Staged | None:
         """`sync(policy)` in two halves: now, a copy of what the engine needs of `policy`'s weights (in the trainer's
-        main thread, sampling going on); `load()` later. The copy's memory is held until it is loaded."""
+        main thread, sampling going on); `load()` later. The copy's memory is held until it is loaded. None where
+        this policy's weights cannot be staged (engine=openai under full fine-tuning): the trainer syncs instead."""
         ...
 
 

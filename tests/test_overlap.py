@@ -23,7 +23,10 @@ class SimulatedTrainer:
     `stage` returns)."""
 
     def __init__(self, k: int, mode: str, steps: int, sample_s, train_s, everywhere=lambda holds: holds,
-                 staged: bool = False) -> None:
+                 staged: bool | str = False) -> None:
+        """`staged`: True, an engine that stages every version; "odd": one that declines the odd ones (None), which
+        are then synced (engine=openai under full fine-tuning declines them all)."""
+        self.staged = staged
         self.version, self.engine, self.sampling = 0, -1, 0
         self.sample_s, self.train_s, self.steps = sample_s, train_s, steps
         self.lock = threading.Lock()
@@ -50,6 +53,8 @@ class SimulatedTrainer:
     def stage(self, version: int):
         """The weights of `version` copied now (the trainer holds them), the engine's once loaded."""
         assert version == self.version, "the trainer stages the weights it holds"
+        if self.staged == "odd" and version % 2:
+            return None
         with self.lock:
             self.stages_while_sampling += self.sampling
 
@@ -72,7 +77,7 @@ class SimulatedTrainer:
         return out
 
 
-@pytest.mark.parametrize("staged", [False, True])
+@pytest.mark.parametrize("staged", [False, True, "odd"])
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_fixed_samples_step_n_from_version_n_minus_k_whatever_the_timing(k, staged):
     rng = random.Random(k)

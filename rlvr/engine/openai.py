@@ -61,6 +61,13 @@ silently sampling from a stale policy (restarted, adapter lost, …) stops the r
 off-policy. On the shared 2-core CPU it took 0.2–3 s per step, mostly the new adapter's first use, which the
 first sampling request pays otherwise.
 
+Sampling ahead (`trainer.off_policy_steps` ≥ 1, rlvr/overlap.py) under LoRA, each version is staged: its adapter is
+written and loaded on the server under a name of its own (and probed there) at once, while the sampler thread
+still requests the previous one; the sampler thread switches to it between steps (`stage`). The server then holds
+two adapters for a while: start it with `--max-loras 2` or more, or it swaps them between batches. Under full
+fine-tuning the server holds one set of weights, replaced in place, so nothing is staged: the trainer waits until
+the sampler is idle and syncs.
+
 Measured limitation (vLLM 0.32, CPU build): `reload_weights` leaves a tied lm_head (tie_word_embeddings, as
 in the tiny model, Qwen3-0.6B and Qwen2.5-0.5B) on its old packed weights while the embedding changes, so a
 policy whose embeddings moved (full fine-tuning, or a warm-up before LoRA) is not served faithfully; the probe
@@ -96,7 +103,7 @@ from rlvr.engine.weight_transfer import WEIGHT_TRANSFERS, NcclSender, NcclTransf
 from rlvr.errors import ConfigError
 from rlvr.lazy import lazy_import, no_grad
 from rlvr.openai_api import OpenAIClient, ServerError, excerpt, probe_models
-from rlvr.protocols import Finding, Needs
+from rlvr.protocols import Finding, Needs, Staged
 from rlvr.requirements import EnvVar
 from rlvr.seeds import group_seeds, sub_seed
 from rlvr.types import Continued, Rollouts, SamplingParams, Segment
@@ -176,7 +183,7 @@ class OpenAIEngine:
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         key = settings["api_key_env"]
         return Needs(
-            provides=frozenset({"partial_rollouts"}),
+            provides=frozenset({"partial_rollouts", "staged_sync"}),
             requires={"local_policy": "it pushes the trained module's weights to the server after each step"},
             machine=(*((EnvVar(key, "engine.api_key_env"),) if key else ()),
                      ServerServes(settings["base_url"], settings["model"], key),
@@ -396,6 +403,21 @@ class OpenAIEngine:
             self.last_probe = self.probe(policy, base_pushed=True, temperature=1.0)
         return written
 
+    def stage(self, policy: nn.Module) -> Staged | None:
+        """`sync(policy)` in two halves (rlvr/overlap.py), under LoRA: the adapter is written and loaded on the server
+        now, under a fresh name (and probed there with `verify_sync`), while the sampler still samples the previous
+        one; loading makes it the one requested, the previous one unloaded. None under full fine-tuning: the server
+        holds one set of weights, replaced in place, so the trainer syncs once the sampler is idle."""
+        if self.folder is None:
+            raise RuntimeError("OpenAIEngine.stage() before connect()")
+        if not self.lora or not is_lora(policy):
+            return None
+        self.pushes += 1
+        name, folder = self._load_adapter(policy)
+        if self.verify_sync:
+            self.last_probe = self.probe(policy, base_pushed=True, temperature=1.0, model=name)
+        return Staged(lambda: self._serve_adapter(name, folder), folder_bytes(folder))
+
     def sleep(self) -> None:
         """Nothing to give back: the server holds its own memory, in another process."""
 
@@ -462,8 +484,13 @@ class OpenAIEngine:
 
     def _push_adapter(self, policy: nn.Module) -> int:
         """The adapter under a fresh name (the previous one unloaded); its files' bytes."""
+        name, folder = self._load_adapter(policy)
+        self._serve_adapter(name, folder)
+        return folder_bytes(folder)
+
+    def _load_adapter(self, policy: nn.Module) -> tuple[str, Path]:
+        """The adapter's files written and loaded on the server under a fresh name (not yet the one requested)."""
         folder = save_adapter(policy, self._workdir() / f"adapter-{self.pushes}")
-        written = folder_bytes(folder)
         name = f"rlvr-{self.run_tag}-{self.pushes}"
         body = {"lora_name": name, "lora_path": str(folder)}
         response = self.client.request("POST", "load_lora_adapter", body)
@@ -474,13 +501,16 @@ class OpenAIEngine:
                 f"{excerpt(response)}. The LoRA policy can only be updated on a server started with {LORA_FLAGS}, "
                 f"reading adapters from {self._workdir().parent} (engine.workdir)"
             )
+        return name, folder
+
+    def _serve_adapter(self, name: str, folder: Path) -> None:
+        """Request the adapter `name` from now on; the previous one unloaded, its folder deleted."""
         previous, previous_folder = self.served, self.served_folder
         self.served, self.served_folder = name, folder
         if previous != self.model:
             assert previous_folder is not None  # an adapter is served only from a folder it was pushed from
             self.client.request("POST", "unload_lora_adapter", {"lora_name": previous})
             shutil.rmtree(previous_folder, ignore_errors=True)
-        return written
 
     def close(self) -> None:
         """Unload the served adapter and close the NCCL weight transfer (best effort), delete the engine's folder;
@@ -506,15 +536,17 @@ class OpenAIEngine:
         return probe_prompts(module, self.eos_ids)
 
     @no_grad
-    def probe(self, module: nn.Module, base_pushed: bool, temperature: float = PROBE_TEMPERATURE) -> dict[str, float]:
+    def probe(self, module: nn.Module, base_pushed: bool, temperature: float = PROBE_TEMPERATURE,
+              model: str | None = None) -> dict[str, float]:
         """Sample from the server and compare its logprobs with `module`'s own; raise PolicySyncError when they
         disagree. Returns {"mean", "max", "tokens"} of |Δ|. At temperature 1 both logprobs modes agree, so
-        only the weights are checked (cheaper too: vLLM's CPU build samples 8-10× slower per token at 0.5)."""
+        only the weights are checked (cheaper too: vLLM's CPU build samples 8-10× slower per token at 0.5).
+        `model`: the served name to probe (an adapter staged but not yet requested); the one requested if None."""
         prompts = self.probe_prompts(module)
         length = max(1, min(self.probe_tokens, (self.max_model_len or 10**9) - 4))
         params = SamplingParams(temperature, 1.0, length)
-        bodies = [self._body(p, 1, params, PROBE_SEED + i, ignore_eos=True, stop_token_ids=[])
-                  for i, p in enumerate(prompts)]
+        bodies = [self._body(p, 1, params, PROBE_SEED + i, ignore_eos=True, stop_token_ids=[],
+                             model=model or self.served) for i, p in enumerate(prompts)]
         replies = self.client.post_all_json("completions", bodies)
         rows = [row for reply in replies for row in self._read_choices(reply, 1, True)]
         served = torch.tensor([lp for _, lps in rows for lp in lps])
@@ -539,7 +571,7 @@ class OpenAIEngine:
                     "the tiny model: the embeddings may not change there)")
         mean, worst = float(delta.mean()), float(delta.max())
         raise PolicySyncError(
-            f"engine=openai: the server at {self.base_url} (model {self.served!r}) disagrees with the policy: "
+            f"engine=openai: the server at {self.base_url} (model {model or self.served!r}) disagrees with the policy: "
             f"sampled-token log-probabilities differ by mean |Δ| {mean:.3g} (max {worst:.3g}) > "
             f"engine.probe_tolerance={self.probe_tolerance:g} over {len(delta)} tokens; {why}. Check that "
             f"engine.model names the same architecture and dtype as the run's model"

@@ -58,13 +58,15 @@ def open_sampler(live: Live, batch_size: int, group_size: int, sampling: Samplin
         synced = time.perf_counter() - synced
         return {"engine/sync_s": synced, "engine/sync_bytes_written": written}
 
-    def stage(step: int) -> tuple[Callable[[], None], dict]:
+    def stage(step: int) -> tuple[Callable[[], None], dict] | None:
         """`sync` in two halves (rlvr/overlap.py): the copy now (its time is the row's `engine/sync_s`), the load
-        in the sampler thread."""
+        in the sampler thread; None where the engine cannot stage these weights."""
         live.backend.prepare_sampling()
         staged = time.perf_counter()
         weights = cast(StagesSync, live.engine).stage(live.backend.policy)
         staged = time.perf_counter() - staged
+        if weights is None:
+            return None
         return weights.load, {"engine/sync_s": staged, "engine/sync_bytes_written": weights.bytes_written}
 
     if not ahead:

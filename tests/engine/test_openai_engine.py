@@ -11,6 +11,7 @@ proxy in front of it injects failures: transient 503s (retried), and 404s on the
 exactly how vLLM answers when started without VLLM_ALLOW_RUNTIME_LORA_UPDATING or VLLM_SERVER_DEV_MODE (the
 routes are not mounted)."""
 
+import copy
 import inspect
 import json
 import threading
@@ -169,6 +170,19 @@ def test_lora_parity_before_and_after_an_update(own_server):
     assert not torch.allclose(before.logprobs_PG_T, after.logprobs_PG_T, atol=1e-3)
     assert engine.served.endswith(f"-{engine.pushes}") and engine.last_probe["mean"] < TOL
     assert len(list(engine.folder.iterdir())) == 1  # only the adapter being served is kept on disk
+
+    # Staged (sampling k >= 2 ahead, rlvr/overlap.py): the next version is loaded on the server under its own name
+    # (and probed there) while requests still go to the current one; `load` switches them over.
+    current = copy.deepcopy(backend.policy)
+    nudge(backend.policy, 0.3, lora=True)
+    staged = engine.stage(backend.policy)
+    assert staged is not None and engine.last_probe["mean"] < TOL
+    version = copy.deepcopy(backend.policy)
+    nudge(backend.policy, 0.3, lora=True)  # the trainer goes on
+    assert max_logprob_gap(current, engine.sample(PROMPTS, 4, params, seeds=prompt_seeds(4, len(PROMPTS)))) < TOL
+    staged.load()
+    assert max_logprob_gap(version, engine.sample(PROMPTS, 4, params, seeds=prompt_seeds(4, len(PROMPTS)))) < TOL
+    assert len(list(engine.folder.iterdir())) == 1
     served = engine.served
     engine.close()
     assert not engine.folder.exists() and served not in [m["id"] for m in httpx.get(
