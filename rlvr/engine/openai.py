@@ -64,9 +64,9 @@ first sampling request pays otherwise.
 Sampling ahead (`trainer.off_policy_steps` ≥ 1, rlvr/overlap.py) under LoRA, each version is staged: its adapter is
 written and loaded on the server under a name of its own (and probed there) at once, while the sampler thread
 still requests the previous one; the sampler thread switches to it between steps (`stage`). The server then holds
-two adapters for a while: start it with `--max-loras 2` or more, or it swaps them between batches. Under full
-fine-tuning the server holds one set of weights, replaced in place, so nothing is staged: the trainer waits until
-the sampler is idle and syncs.
+two adapters for a while: `--max-loras 2` or more lets one batch hold both (with 1 vLLM schedules them apart).
+Under full fine-tuning the server holds one set of weights, replaced in place, so nothing is staged: the trainer
+waits until the sampler is idle and syncs.
 
 Measured limitation (vLLM 0.32, CPU build): `reload_weights` leaves a tied lm_head (tie_word_embeddings, as
 in the tiny model, Qwen3-0.6B and Qwen2.5-0.5B) on its old packed weights while the embedding changes, so a
