@@ -219,6 +219,9 @@ class Host:
 
     llm: LLM
     ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    threads: int = field(default_factory=lambda: torch.get_num_threads())
+    """The process's torch threads once vLLM started (`VLLMEngine._start` restores them): those of every thread that
+    calls it."""
 
 
 class Hosts:
@@ -347,8 +350,6 @@ class VLLMEngine:
             worker_extension_cls=RECEIVER, **lora,
         )
         torch.set_num_threads(threads)  # vLLM's CPU worker lowers it to 1 "for serving": the backend trains here too
-        self.threads = threads
-        """The torch threads of the process (`threads`): those of every thread that calls vLLM in it."""
         return llm
 
     def connect(self) -> None:
@@ -564,8 +565,9 @@ def sample_adapters(calls: Sequence[SampleCall]) -> list[Rollouts]:
             if engine._lora_request is not None:
                 adapters.append(engine._lora_request)
     assert len(adapters) in (0, len(prompts)), "the engines that share a vLLM all sample under LoRA"
-    if torch.get_num_threads() != calls[0][0].threads:  # a thread of its own (sampling ahead) starts with OpenMP's
-        torch.set_num_threads(calls[0][0].threads)  # default: vLLM's CPU attention checks the count it started with
+    threads = calls[0][0].host.threads
+    if torch.get_num_threads() != threads:  # a thread of its own (sampling ahead) starts with OpenMP's default count,
+        torch.set_num_threads(threads)  # and vLLM's CPU attention checks the count it started with
     outputs = llm.generate(prompts, requests, lora_request=adapters or None, use_tqdm=False)
     out, start = [], 0
     for engine, prompt_ids_P, group_size, params, _, _ in calls:
