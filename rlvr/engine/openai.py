@@ -179,6 +179,11 @@ class ServerServes:
 
 
 class OpenAIEngine:
+    label = "engine=openai"
+    """How errors name the engine."""
+    lora_flags = LORA_FLAGS
+    """What a server needs to load adapters at run time (named when it refuses one)."""
+
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         key = settings["api_key_env"]
@@ -492,14 +497,14 @@ class OpenAIEngine:
         """The adapter's files written and loaded on the server under a fresh name (not yet the one requested)."""
         folder = save_adapter(policy, self._workdir() / f"adapter-{self.pushes}")
         name = f"rlvr-{self.run_tag}-{self.pushes}"
-        body = {"lora_name": name, "lora_path": str(folder)}
-        response = self.client.request("POST", "load_lora_adapter", body)
+        url = self._lora_url("load_lora_adapter")
+        response = self.client.request("POST", url, {"lora_name": name, "lora_path": str(folder)})
         if not response.is_success:
             shutil.rmtree(folder, ignore_errors=True)
             raise PolicySyncError(
-                f"engine=openai: {self.base_url}/load_lora_adapter answered HTTP {response.status_code}: "
-                f"{excerpt(response)}. The LoRA policy can only be updated on a server started with {LORA_FLAGS}, "
-                f"reading adapters from {self._workdir().parent} (engine.workdir)"
+                f"{self.label}: {url} answered HTTP {response.status_code}: {excerpt(response)}. The LoRA policy can "
+                f"only be updated on a server started with {self.lora_flags}, reading adapters from "
+                f"{self._workdir().parent} (engine.workdir)"
             )
         return name, folder
 
@@ -509,8 +514,12 @@ class OpenAIEngine:
         self.served, self.served_folder = name, folder
         if previous != self.model:
             assert previous_folder is not None  # an adapter is served only from a folder it was pushed from
-            self.client.request("POST", "unload_lora_adapter", {"lora_name": previous})
+            self.client.request("POST", self._lora_url("unload_lora_adapter"), {"lora_name": previous})
             shutil.rmtree(previous_folder, ignore_errors=True)
+
+    def _lora_url(self, route: str) -> str:
+        """Where the server loads and unloads adapters: vLLM's routes are under /v1."""
+        return f"{self.base_url}/{route}"
 
     def close(self) -> None:
         """Unload the served adapter and close the NCCL weight transfer (best effort), delete the engine's folder;
@@ -523,7 +532,7 @@ class OpenAIEngine:
             self.nccl = None
         if self.served != self.model:
             try:
-                self.client.request("POST", "unload_lora_adapter", {"lora_name": self.served})
+                self.client.request("POST", self._lora_url("unload_lora_adapter"), {"lora_name": self.served})
             except (ServerError, ConfigError):
                 pass
             self.served = self.model

@@ -26,6 +26,8 @@ Weight sync (the server must read `workdir`: the same machine or a shared file s
   LoRA: `save_adapter`, `POST {root}/load_lora_adapter {lora_name: <fresh name>, lora_path}`; requests then carry
       `lora_path: <that name>`; the previous adapter goes with `POST {root}/unload_lora_adapter {lora_name}`. The
       server needs `--enable-lora` and `--max-lora-rank R` (and `--lora-target-modules` for the adapter's layers).
+      Sampling k ≥ 2 steps ahead stages each version (engine=openai's `stage`): its adapter is loaded at once under
+      its own name and probed there, while requests still name the previous one; the load switches them over.
   full fine-tuning (and W0 under LoRA at start): `save_full` / `save_base`, then `POST {root}/update_weights_from_disk
       {model_path: <folder>, flush_cache: true}` (answers `{"success": …, "message": …}`).
 `{root}` is `base_url` without `/v1`. Files only: SGLang's own distributed update (`/init_weights_update_group`,
@@ -48,10 +50,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from rlvr.engine.openai import OpenAIEngine, PolicySyncError, ServerServes, outside_running_loop
-from rlvr.engine.policy_files import folder_bytes, save_adapter, save_full
+from rlvr.engine.policy_files import folder_bytes, save_full
 from rlvr.engine.rows import rollouts_from_rows
-from rlvr.errors import ConfigError
-from rlvr.openai_api import ServerError, excerpt
+from rlvr.openai_api import excerpt
 from rlvr.protocols import Finding, Needs
 from rlvr.requirements import EnvVar
 from rlvr.seeds import group_seeds
@@ -102,11 +103,14 @@ class SGLangHost:
 class SGLangEngine(OpenAIEngine):
     """engine=openai's machinery over SGLang's routes (module docstring)."""
 
+    label = "engine=sglang"
+    lora_flags = LORA_FLAGS
+
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         key = settings["api_key_env"]
         return Needs(
-            provides=frozenset({"partial_rollouts"}),  # streams closed to abort them, as engine=openai's
+            provides=frozenset({"partial_rollouts", "staged_sync"}),  # as engine=openai's: aborts, staged adapters
             requires={"local_policy": "it pushes the trained module's weights to the server after each step"},
             machine=(*((EnvVar(key, "engine.api_key_env"),) if key else ()), SGLangHost(settings["base_url"]),
                      ServerServes(settings["base_url"], settings["model"], key)),
@@ -158,11 +162,13 @@ class SGLangEngine(OpenAIEngine):
             )
 
     def _body(self, prompt_ids: list[int], n: int, params: SamplingParams, seed: int, **extra) -> dict[str, Any]:
+        """engine=openai's body, the adapter named by `lora_path` (the served one, or `model` given: a staged one)."""
+        adapter = extra.pop("model", self.served)
         body = super()._body(prompt_ids, n, params, seed, **extra)
         body.pop("return_tokens_as_token_ids", None)
         body |= {"model": self.model, "top_k": -1}
-        if self.served != self.model:
-            body["lora_path"] = self.served
+        if adapter != self.model:
+            body["lora_path"] = adapter
         return body
 
     def _read_choices(self, reply: dict, n: int, with_logprobs: bool) -> list[tuple[list[int], list[float]]]:
@@ -199,41 +205,9 @@ class SGLangEngine(OpenAIEngine):
             return f"POST /update_weights_from_disk did not answer success: {excerpt(response)}"
         return None
 
-    def _push_adapter(self, policy: nn.Module) -> int:
-        """The adapter under a fresh name (the previous one unloaded); its files' bytes."""
-        folder = save_adapter(policy, self._workdir() / f"adapter-{self.pushes}")
-        written = folder_bytes(folder)
-        name = f"rlvr-{self.run_tag}-{self.pushes}"
-        response = self.client.request("POST", f"{self.root}/load_lora_adapter",
-                                       {"lora_name": name, "lora_path": str(folder)})
-        if not response.is_success:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise PolicySyncError(
-                f"engine=sglang: {self.root}/load_lora_adapter answered HTTP {response.status_code}: "
-                f"{excerpt(response)}. The LoRA policy can only be updated on a server started with {LORA_FLAGS}, "
-                f"reading adapters from {self._workdir().parent} (engine.workdir)"
-            )
-        previous, previous_folder = self.served, self.served_folder
-        self.served, self.served_folder = name, folder
-        if previous != self.model:
-            assert previous_folder is not None  # an adapter is served only from a folder it was pushed from
-            self._unload(previous)
-            shutil.rmtree(previous_folder, ignore_errors=True)
-        return written
-
-    def _unload(self, name: str) -> None:
-        self.client.request("POST", f"{self.root}/unload_lora_adapter", {"lora_name": name})
-
-    def close(self) -> None:
-        """Unload the served adapter (best effort) and delete the engine's folder; the server keeps running."""
-        if self.served != self.model:
-            try:
-                self._unload(self.served)
-            except (ServerError, ConfigError):
-                pass
-            self.served = self.model
-        if self._cleanup is not None:
-            self._cleanup()
+    def _lora_url(self, route: str) -> str:
+        """SGLang's adapter routes are at the server's root, not under /v1."""
+        return f"{self.root}/{route}"
 
 
 def sample_per_request(engine: OpenAIEngine, name: str, prompt_ids_P: list[list[int]], group_size: int,

@@ -257,6 +257,24 @@ def test_parity_before_and_after_an_update_over_sglang_routes(lora, tmp_path):
             assert {b.get("lora_path") for b in completions} == set(loads)
         else:
             assert paths.count("/update_weights_from_disk") == 2 and "/load_lora_adapter" not in paths
+        # Staged (sampling k >= 2 ahead, rlvr/overlap.py): under LoRA the next version is loaded under its own name and
+        # probed there while requests still name the current one; `load` switches them over. Full fine-tuning: the
+        # server holds one set of weights, so the engine declines and the trainer syncs once the sampler is idle.
+        current = copy.deepcopy(backend.policy)
+        update(backend.policy, "lora_B" if lora else "")
+        staged = engine.stage(backend.policy)
+        if lora:
+            assert staged is not None and engine.last_probe["mean"] < TOL
+            name = [b["lora_name"] for p, b in server.requests if p == "/load_lora_adapter"][-1]
+            assert len(server.adapters) == 2 and engine.served != name
+            version = copy.deepcopy(backend.policy)
+            update(backend.policy, "lora_B")  # the trainer goes on
+            assert max_logprob_gap(current, engine.sample(PROMPTS, 4, params, seeds=prompt_seeds(2, 3))) < TOL
+            staged.load()
+            assert list(server.adapters) == [name] == [engine.served]
+            assert max_logprob_gap(version, engine.sample(PROMPTS, 4, params, seeds=prompt_seeds(2, 3))) < TOL
+        else:
+            assert staged is None
     finally:
         engine.close()
         server.close()
