@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlvr.lazy import lazy_import
 from rlvr.model.base_folder import file_sha256
-from rlvr.types import Rollouts, TrainBatch
+from rlvr.types import Rollouts, TeacherSupport, TrainBatch
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -91,7 +91,7 @@ def trainable_state(policy: nn.Module) -> dict[str, Tensor]:
 
 def to_payload(batch: TrainBatch, rng: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, str]]:
     """(tensors, metadata) of `payload.safetensors`: every tensor of the batch as `rollouts.<field>`, `adv_PG_T`,
-    `echo_PG_T`, floats widened to float64, and the RNG states as `rng.<name>`; the metadata holds each tensor's dtype
+    `echo_PG_T`, `distill.<field>` (the teacher's support), floats widened to float64, and the RNG states as `rng.<name>`; the metadata holds each tensor's dtype
     as trained and the rollouts' other fields (prompt ids, group size, temperature, …) as JSON, so the payload's
     sha256 pins them too."""
     ro = batch.rollouts
@@ -106,6 +106,8 @@ def to_payload(batch: TrainBatch, rng: dict[str, Tensor]) -> tuple[dict[str, Ten
     tensors["adv_PG_T"] = batch.adv_PG_T
     if batch.echo_PG_T is not None:
         tensors["echo_PG_T"] = batch.echo_PG_T
+    if batch.distill is not None:
+        tensors |= {f"distill.{f.name}": getattr(batch.distill, f.name) for f in dataclasses.fields(batch.distill)}
     dtypes = {k: str(v.dtype).removeprefix("torch.") for k, v in tensors.items()}
     stored = {k: (v.double() if v.is_floating_point() else v).detach().cpu().contiguous() for k, v in tensors.items()}
     stored |= {f"rng.{k}": v.clone() for k, v in rng.items()}
@@ -124,7 +126,8 @@ def from_payload(stored: Mapping[str, Tensor], metadata: Mapping[str, str]) -> t
     adv = get("adv_PG_T")
     assert adv is not None, "a payload holds the advantages"
     rng = {k.removeprefix("rng."): v for k, v in stored.items() if k.startswith("rng.")}
-    return TrainBatch(Rollouts(**fields), adv, get("echo_PG_T")), rng
+    support = {k.removeprefix("distill."): get(k) for k in dtypes if k.startswith("distill.")}
+    return TrainBatch(Rollouts(**fields), adv, get("echo_PG_T"), TeacherSupport(**support) if support else None), rng
 
 
 def rng_states(device: str) -> dict[str, Tensor]:

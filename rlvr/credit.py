@@ -7,14 +7,15 @@
               | turn_credit(adv_P_G, rewards_P_G, turns)     [P·G, T] on the action tokens (rlvr/turn_credit/), `turns`
                                                              read from the episodes as played
     adv_PG_T  = transform(base, signals)                   token level (none, GTPO, HICRA, SEPA, …)
-    adv_PG_T += signals.distill_PG_T                       a teacher's coef·(log π_teacher − log π) (distill=…)
+    adv_PG_T += signals.distill_PG_T                       a teacher's coef·(log π_teacher − log π) (distill=…;
+                                                             distill.estimator=full: its top-k goes to the loss)
     adv_PG_T  = algorithm.normalize(adv_PG_T, mask)        batch pass (REINFORCE++'s token z-score)
     adv_PG_T  = algorithm.loss.cap(adv_PG_T)               |advantage| ≤ adv_clip_max when set
 
 Rows are prompt-major (row p·G + g is completion g of prompt p). The step trains nothing when no token
-has a non-zero advantage (`Credit.skipped`). The function is pure apart from a stateful transform's
-controller (SEPA's λ schedule advances once per call), so a researcher can run it on one group from a
-notebook, and a new transform is tested without a trainer:
+has a non-zero advantage and no loss term of its own (ECHO's, a teacher's KL) has tokens (`Credit.skipped`).
+The function is pure apart from a stateful transform's controller (SEPA's λ schedule advances once per
+call), so a researcher can run it on one group from a notebook, and a new transform is tested without a trainer:
 
     >>> signals = TokenSignals(logprobs_PG_T=lp, mask_PG_T=mask, group_size=4, step=0, correct_rate=0.5)
     >>> credit = assign_credit(torch.tensor([[1.0, 0.0, 0.0, 1.0]]), signals, GRPO(loss), GTPO(...))
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from rlvr.protocols import Algorithm, Transform, TurnCredit
-    from rlvr.types import Played, TokenSignals
+    from rlvr.types import Played, TeacherSupport, TokenSignals
 
 
 @dataclass(frozen=True)
@@ -49,11 +50,13 @@ class Credit:
     """The episode advantages', the transform's, the batch pass's and the cap's metrics (names in docs/metrics.md)."""
     echo_PG_T: Tensor | None = None
     """echo=on: the step's ECHO weights on the observation tokens it keeps (rlvr/echo/echo.py); None: none kept."""
+    distill: TeacherSupport | None = None
+    """distill.estimator=full: the teacher's top-k at each action token, whose reverse KL the loss adds."""
 
     @property
     def skipped(self) -> bool:
-        """No token has a non-zero advantage and ECHO keeps none: nothing to train on."""
-        return not bool((self.adv_PG_T != 0).any()) and self.echo_PG_T is None
+        """No token has a non-zero advantage, ECHO keeps none and no teacher's KL is to be lowered: nothing to train."""
+        return not bool((self.adv_PG_T != 0).any()) and self.echo_PG_T is None and self.distill is None
 
 
 def assign_credit(rewards_P_G: Tensor, signals: TokenSignals, algorithm: Algorithm, transform: Transform,
@@ -80,4 +83,5 @@ def assign_credit(rewards_P_G: Tensor, signals: TokenSignals, algorithm: Algorit
     adv_PG_T, norm_metrics = algorithm.normalize(adv_PG_T, signals.mask_PG_T)
     adv_PG_T, cap_metrics = algorithm.loss.cap(adv_PG_T)
     return Credit(adv_P_G, adv_PG_T,
-                  {**episode_metrics, **turn_metrics, **transform_metrics, **norm_metrics, **cap_metrics})
+                  {**episode_metrics, **turn_metrics, **transform_metrics, **norm_metrics, **cap_metrics},
+                  distill=signals.distill_support)

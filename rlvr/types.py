@@ -288,6 +288,23 @@ class TokenSignals:
     self_teacher_PG_T: Tensor | None = None
     """transform=self_distill: log π of each action token under the policy itself shown privileged context
     (rlvr/distill/self_teacher.py), equal to the sampled log-probability where a row has no context; None otherwise."""
+    distill_support: TeacherSupport | None = None
+    """distill.estimator=full: the teacher's distribution over its top-k at each action token, for the loss (not the
+    advantages); None otherwise."""
+
+
+@dataclass(frozen=True)
+class TeacherSupport:
+    """distill.estimator=full (rlvr/distill/distill.py, docs/algorithms.md#on-policy-distillation): at each action
+    token the teacher's k most likely next tokens (every token of the vocabulary with distill.topk=0) and their
+    log-probabilities; the loss adds each token's weight × the reverse KL from the student to the teacher over them."""
+
+    ids_PG_T_K: Tensor
+    """long: the support's token ids (the teacher's, which are the student's: a token map is refused)."""
+    logprobs_PG_T_K: Tensor
+    """float32: the teacher's log-probabilities of those tokens (over its whole vocabulary)."""
+    weight_PG_T: Tensor
+    """float32: coef / (the step's action tokens) on each action token, 0 elsewhere (the term's token mean)."""
 
 
 @dataclass(frozen=True)
@@ -300,6 +317,8 @@ class TrainBatch:
     echo_PG_T: Tensor | None = None
     """float32 ECHO weight of each observation token it targets, the step's normalisation included (rlvr/echo/echo.py:
     the loss adds −Σ w·log π over them); 0 elsewhere. None: echo=none."""
+    distill: TeacherSupport | None = None
+    """distill.estimator=full: the teacher's top-k at each action token, whose reverse KL the loss adds."""
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ from rlvr.lazy import lazy_import
 from rlvr.loss.aggregation import AGGREGATIONS, agg_loss, token_weights
 from rlvr.loss.contract import LossInputs, LossOutputs
 from rlvr.loss.forms import FORMS, Form
-from rlvr.loss.regularizers import echo, entropy_bonus, reference_kl
+from rlvr.loss.regularizers import distill_kl, echo, entropy_bonus, reference_kl
 from rlvr.loss.selection import select_tokens
 from rlvr.protocols import Needs
 
@@ -206,7 +206,8 @@ class PolicyLoss:
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         """The micro-batch's share of the step's loss: the form's ℓ × the correction's weights, plus the
-        regularisers' terms, aggregated (`agg_loss`), plus ECHO's term; with the sums the backend reports."""
+        regularisers' terms, aggregated (`agg_loss`), plus ECHO's term and the teacher's KL (distill.estimator=full),
+        each over its own tokens and weights; with the sums the backend reports."""
         if self.custom is not None:
             return self.custom(inputs, self)
         form = self.form_function(inputs, self)
@@ -218,10 +219,16 @@ class PolicyLoss:
             per_token |= out.metrics
         loss = agg_loss(token_loss, inputs)
         metrics = {"loss": loss.detach(), **{k: v.detach()[inputs.loss_mask].sum() for k, v in per_token.items()}}
-        if inputs.echo_weights is None:
-            return LossOutputs(loss, metrics)
-        echo_loss = echo(inputs, self).loss.sum()
-        return LossOutputs(loss + echo_loss, metrics | {"echo_loss": echo_loss.detach()})
+        if inputs.echo_weights is not None:
+            echo_loss = echo(inputs, self).loss.sum()
+            loss, metrics = loss + echo_loss, metrics | {"echo_loss": echo_loss.detach()}
+        if inputs.distill_weights is not None:  # its own tokens and weights: every action token, a token mean
+            kl = distill_kl(inputs, self).loss
+            distill_loss = (kl * inputs.distill_weights).sum()
+            loss = loss + distill_loss
+            metrics |= {"distill_loss": distill_loss.detach(),
+                        "distill_kl": kl.detach()[inputs.distill_weights > 0].sum()}
+        return LossOutputs(loss, metrics)
 
     @property
     def kind(self) -> str:

@@ -196,7 +196,8 @@ class FSDPBackend:
         sums = self._all_reduce(sums)
         grad_scale = t.kept_scale(sums, rows)
         sums["loss"] *= grad_scale
-        update = t.update(lr, sums["loss"] + sums["echo_loss"], as_float=self._grad_norm, grad_scale=grad_scale,
+        update = t.update(lr, sums["loss"] + sums["echo_loss"] + sums["distill_loss"], as_float=self._grad_norm,
+                          grad_scale=grad_scale,
                           everywhere=lambda finite: all(distributed.all_gather(finite)))  # all ranks roll back, or none
         return t.report(sums, rows, selected, update, lr, N, t0, loss)
 

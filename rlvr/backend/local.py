@@ -64,7 +64,7 @@ from rlvr.loss.contract import LossInputs
 from rlvr.protocols import Needs
 from rlvr.requirements import CudaDevice
 from rlvr.seeds import sub_seed
-from rlvr.types import LoraSpec, Rollouts, TrainBatch
+from rlvr.types import LoraSpec, Rollouts, TeacherSupport, TrainBatch
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -114,6 +114,9 @@ class StepRows:
     origin: list[tuple[int, int]] = field(default_factory=list)
     """Row i's place in the step's rollouts: (its row r, the completion position its tokens start at); 0 but for the
     later sequences of a row a chat template split (`Rollouts.segments`)."""
+    distill: TeacherSupport | None = None
+    """distill.estimator=full: the teacher's top-k at each action token ([N, T, K] on the training device) and each
+    token's weight in its KL term; None otherwise."""
 
     @property
     def Lp(self) -> int:
@@ -142,7 +145,7 @@ class StepRows:
         T = max([0, *(b - a for _, a, b, _ in pieces)])
 
         def cut(x: Tensor, fill: float | int | bool = 0) -> Tensor:
-            out = x.new_full((len(pieces), T), fill)
+            out = x.new_full((len(pieces), T, *x.shape[2:]), fill)
             for j, (i, a, b, _) in enumerate(pieces):
                 out[j, : b - a] = x[i, a:b]
             return out
@@ -155,7 +158,10 @@ class StepRows:
                        action=cut(self.action, False), sampled=cut(self.sampled, False),
                        weight=cut_optional(self.weight), echo=cut_optional(self.echo),
                        scored=cut_optional(self.scored, False),
-                       origin=[(self.origin[i][0], a) for i, a, _, _ in pieces])
+                       origin=[(self.origin[i][0], a) for i, a, _, _ in pieces],
+                       distill=None if self.distill is None else TeacherSupport(
+                           cut(self.distill.ids_PG_T_K), cut(self.distill.logprobs_PG_T_K),
+                           cut(self.distill.weight_PG_T)))
 
 
 def selection_generator(seed: int, step: int) -> Generator:
@@ -273,9 +279,11 @@ class Trainee:
         signal_PG = action_PG_T.any(-1)
         # a row without signal reads none of its sampled tokens (mismatch/*, gspo, corrections): ECHO's alone, if any
         sampled_PG_T = ro.action_mask_PG_T & signal_PG[:, None]
-        echo_PG_T = batch.echo_PG_T
+        echo_PG_T, support = batch.echo_PG_T, batch.distill
         scored_PG_T = sampled_PG_T if echo_PG_T is None else sampled_PG_T | (echo_PG_T > 0)
-        keep = scored_PG_T.any(-1).nonzero().squeeze(-1)  # rows with any signal or ECHO target, in order
+        if support is not None:  # the teacher's KL is lowered at every action token
+            scored_PG_T = scored_PG_T | (support.weight_PG_T > 0)
+        keep = scored_PG_T.any(-1).nonzero().squeeze(-1)  # rows with any signal, ECHO target or teacher's KL, in order
         lengths = ro.lengths_PG[keep]
         T = int(lengths.max()) if len(keep) else 0
         engine_lp, adv, action, sampled, scored = (x[keep, :T].to(self.device) for x in (
@@ -285,7 +293,10 @@ class Trainee:
         rows = StepRows([ro.prompt_ids_P[i // ro.group_size] for i in keep.tolist()], ro.tokens_PG_T[keep, :T],
                         lengths.tolist(), engine_lp, adv, action, sampled, ro.temperature,
                         max(int(action_PG_T.sum()), 1), int(action_PG_T.sum()), weight, echo, scored,
-                        [(r, 0) for r in keep.tolist()])
+                        [(r, 0) for r in keep.tolist()],
+                        None if support is None else TeacherSupport(
+                            *(x[keep, :T].to(self.device) for x in (support.ids_PG_T_K, support.logprobs_PG_T_K,
+                                                                    support.weight_PG_T))))
         return rows if ro.segments_PG is None else rows.split(ro, self.pad_id)
 
     def micro_batches(self, rows: StepRows, share: Sequence[int]) -> list[list[int]]:
@@ -316,7 +327,7 @@ class Trainee:
         statistics, with the mismatch correction's sums (rlvr/algorithm/correction.py: the tokens it kept;
         `mismatch/*`)."""
         sums = {"loss": 0.0, "clipped": 0.0, "abs_kl": 0.0, "ratio_max": 0.0, "kl_ref": 0.0, "entropy": 0.0,
-                "echo_loss": 0.0, **EMPTY_SUMS}
+                "echo_loss": 0.0, "distill_loss": 0.0, "distill_kl": 0.0, **EMPTY_SUMS}
         for b in batches:
             inputs, log_rho, keep = self.loss_inputs(loss, rows, b, selected)
             out = loss(inputs)
@@ -337,8 +348,11 @@ class Trainee:
         reference's pass, when the loss's terms read them), and the correction's weights and mask; with log ρ (log
         π_train − log π_engine) and the tokens the correction kept, for `mismatch/*`."""
         ref_lp = self.reference_logprobs(rows, b) if loss.reference_kl.in_loss else None
-        entropy = None
-        if loss.entropy_coef:
+        entropy = support_lp = None
+        if rows.distill is not None:
+            new_lp, entropy, support_lp = self.logprobs(rows, b, with_entropy=bool(loss.entropy_coef),
+                                                        support=rows.distill.ids_PG_T_K[b])
+        elif loss.entropy_coef:
             new_lp, entropy = self.logprobs(rows, b, with_entropy=True)
         else:
             new_lp = self.logprobs(rows, b)
@@ -347,9 +361,12 @@ class Trainee:
         old_lp = rows.engine_lp[b] if correction.pi_old == "bypass" else new_lp.detach()
         factor, keep = correction.factors(log_rho, sampled) if correction.active else (None, None)
         mask = rows.action[b] if keep is None else rows.action[b] & keep
+        distill = rows.distill
         inputs = LossInputs(new_lp, old_lp, rows.adv[b], mask, rows.total, sampled,
                             None if rows.weight is None else rows.weight[b], factor, ref_lp, entropy,
-                            None if selected is None else selected[b], None if rows.echo is None else rows.echo[b])
+                            None if selected is None else selected[b], None if rows.echo is None else rows.echo[b],
+                            None if distill is None else distill.weight_PG_T[b], support_lp,
+                            None if distill is None else distill.logprobs_PG_T_K[b])
         return inputs, log_rho, torch.ones_like(mask) if keep is None else keep
 
     @staticmethod
@@ -397,6 +414,9 @@ class Trainee:
             regularizers |= {"policy/entropy": sums["entropy"] / total, "policy/entropy_coef": loss.entropy_coef}
         if rows.echo is not None:  # the term added to the loss, in the same optimizer step (rlvr/echo/echo.py)
             regularizers |= {"echo/loss": sums["echo_loss"], "echo/joint_optimizer_step": float(update.taken)}
+        if rows.distill is not None:  # the teacher's KL term (distill.estimator=full)
+            tokens = max(int((rows.distill.weight_PG_T > 0).sum()), 1)
+            regularizers |= {"distill/loss": sums["distill_loss"], "distill/support_kl": sums["distill_kl"] / tokens}
         if update.rolled_back:
             regularizers["train/nonfinite_weights"] = 1.0
         return {
@@ -434,18 +454,20 @@ class Trainee:
             out[b] = self.logprobs(rows, b, with_entropy=True)[1] if entropies else self.logprobs(rows, b)
         return out
 
-    def logprobs(self, rows: StepRows, b: list[int], with_entropy: bool = False, model: nn.Module | None = None):
+    def logprobs(self, rows: StepRows, b: list[int], with_entropy: bool = False, model: nn.Module | None = None,
+                 support: Tensor | None = None):
         """[len(b), T] log-probabilities of rows `b`'s completion tokens (0 on padding), in one forward pass of `model`
         (default: the policy): the rows packed into one sequence (`packing`) or padded side by side; with
-        `with_entropy`, (log-probabilities, entropies)."""
+        `with_entropy`, (log-probabilities, entropies); with `support` ([len(b), T, K] token ids), (log-probabilities,
+        entropies or None, [len(b), T, K] the log-probabilities of those tokens)."""
         tokens, lengths = rows.tokens[b], [rows.lengths[i] for i in b]
         scored = None if rows.scored is None else rows.scored[b].cpu()
         if self.packing:
             return self.packed_logprobs([rows.prompts[i] for i in b], tokens, lengths, rows.temperature, with_entropy,
-                                        model, scored)
+                                        model, scored, support)
         mask = torch.arange(tokens.shape[1])[None, :] < torch.tensor(lengths)[:, None]
         ids, attn, Lp = self.rows([rows.prompts[i] for i in b], tokens, mask, rows.Lp)
-        return self.completion_logprobs(ids, attn, Lp, tokens, rows.temperature, with_entropy, model, scored)
+        return self.completion_logprobs(ids, attn, Lp, tokens, rows.temperature, with_entropy, model, scored, support)
 
     @no_grad
     def reference_logprobs(self, rows: StepRows, b: list[int]) -> Tensor:
@@ -479,11 +501,14 @@ class Trainee:
         return ids.to(self.device), attn.to(self.device), Lp
 
     def completion_logprobs(self, ids: Tensor, attn: Tensor, Lp: int, tokens_PG_T: Tensor, temperature: float,
-                            with_entropy: bool = False, model: nn.Module | None = None, scored: Tensor | None = None):
-        return padded_logprobs(model or self.policy, ids, attn, Lp, tokens_PG_T, temperature, with_entropy, scored)
+                            with_entropy: bool = False, model: nn.Module | None = None, scored: Tensor | None = None,
+                            support: Tensor | None = None):
+        return padded_logprobs(model or self.policy, ids, attn, Lp, tokens_PG_T, temperature, with_entropy, scored,
+                               support)
 
     def packed_logprobs(self, prompts: list[list[int]], tokens_N_T: Tensor, lengths: list[int], temperature: float,
-                        with_entropy: bool = False, model: nn.Module | None = None, scored: Tensor | None = None):
+                        with_entropy: bool = False, model: nn.Module | None = None, scored: Tensor | None = None,
+                        support: Tensor | None = None):
         """As `padded_logprobs`, the rows packed end to end into one sequence with no padding: position ids
         restart at 0 for every row and no attention mask is passed, so the model attends within each row alone
         (transformers reads the restarting position ids as packed sequences: a block-diagonal causal mask under
@@ -501,8 +526,10 @@ class Trainee:
         if scored is not None:  # the head at the scored positions alone
             row, t = row[scored[row, t]], t[scored[row, t]]
         at = torch.tensor([starts[i] + len(prompts[i]) - 1 for i in range(n)])[row] + t  # the position before it
+        chosen = None if support is None else support.to(self.device)[row.to(self.device), t.to(self.device)]
         return scatter(position_logprobs(model or self.policy, ids, None, position, torch.zeros_like(at), at,
-                                         ids[0, at.to(self.device) + 1], temperature, with_entropy), n, T, row, t)
+                                         ids[0, at.to(self.device) + 1], temperature, with_entropy, chosen),
+                       n, T, row, t)
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:
@@ -624,7 +651,7 @@ class LocalBackend:
         sums = t.accumulate(loss, rows, batches, selected, scale=1.0)
         grad_scale = t.kept_scale(sums, rows)
         sums["loss"] *= grad_scale
-        update = t.update(lr, sums["loss"] + sums["echo_loss"], grad_scale=grad_scale)
+        update = t.update(lr, sums["loss"] + sums["echo_loss"] + sums["distill_loss"], grad_scale=grad_scale)
         return t.report(sums, rows, selected, update, lr, N, t0, loss)
 
     def save(self, path: Path) -> None:

@@ -54,18 +54,24 @@ def head_is_plain(model: nn.Module, inputs: Mapping[str, Any]) -> bool:
     return torch.allclose(raw[0].float(), logits.float(), rtol=4 * eps, atol=4 * eps)
 
 
-def logits_logprobs(logits_K_V: Tensor, targets_K: Tensor, temperature: float, with_entropy: bool = False
-                    ) -> tuple[Tensor, Tensor | None]:
+def logits_logprobs(logits_K_V: Tensor, targets_K: Tensor, temperature: float, with_entropy: bool = False,
+                    support_K_S: Tensor | None = None) -> tuple[Tensor | None, ...]:
     """([K] log softmax(logits / T)[target], [K] entropy or None) in float32, a slice of positions at a time: a
-    150k-token vocabulary never has its whole [K, V] float32 log-softmax in memory at once (≤ LOGIT_CHUNK elements)."""
+    150k-token vocabulary never has its whole [K, V] float32 log-softmax in memory at once (≤ LOGIT_CHUNK elements).
+    With `support_K_S`, also [K, S] the log-probabilities of those tokens (a third entry)."""
     step = max(1, LOGIT_CHUNK // max(1, logits_K_V.shape[-1]))
-    logp, entropy = [logits_K_V.new_zeros((0,), dtype=torch.float32)], [logits_K_V.new_zeros((0,), dtype=torch.float32)]
+    empty = logits_K_V.new_zeros((0,), dtype=torch.float32)
+    width = 0 if support_K_S is None else support_K_S.shape[1]
+    logp, entropy, support = [empty], [empty], [empty.new_zeros((0, width))]
     for k in range(0, logits_K_V.shape[0], step):
         logp_c_V = torch.log_softmax(logits_K_V[k : k + step].float() / max(temperature, 1e-7), dim=-1)
         logp.append(logp_c_V.gather(-1, targets_K[k : k + step, None]).squeeze(-1))
         if with_entropy:
             entropy.append(-(logp_c_V.exp() * logp_c_V).sum(-1))
-    return torch.cat(logp), torch.cat(entropy) if with_entropy else None
+        if support_K_S is not None:
+            support.append(logp_c_V.gather(-1, support_K_S[k : k + step]))
+    out = (torch.cat(logp), torch.cat(entropy) if with_entropy else None)
+    return out if support_K_S is None else (*out, torch.cat(support))
 
 
 def padded_rows(prompts: list[list[int]], tokens_N_T: Tensor, mask_N_T: Tensor, pad_id: int, Lp: int | None = None):
@@ -81,20 +87,22 @@ def padded_rows(prompts: list[list[int]], tokens_N_T: Tensor, mask_N_T: Tensor, 
 
 
 def padded_logprobs(model: nn.Module, ids: Tensor, attn: Tensor, Lp: int, tokens_N_T: Tensor, temperature: float,
-                    with_entropy: bool = False, scored_N_T: Tensor | None = None):
+                    with_entropy: bool = False, scored_N_T: Tensor | None = None, support_N_T_K: Tensor | None = None):
     """[n, T] log-probabilities of the completion tokens of padded rows (`padded_rows`, on the model's device) under
     the temperature-scaled policy; 0 where the completion is padding. Position ids count each row's real tokens from
     0, as the engine decoded them; the logits at position Lp−1+t predict completion token t. With `with_entropy`,
     (log-probs, entropies of the same distributions). With `scored_N_T` (bool [n, T], real tokens only) the head is
-    applied at those positions alone and the others read 0."""
+    applied at those positions alone and the others read 0. With `support_N_T_K` (token ids), (log-probs, entropies
+    or None, [n, T, K] the log-probabilities of those tokens at each position): `position_logprobs`."""
     n, T = tokens_N_T.shape
     if Lp < 1 and n:
         raise ValueError("a row with an empty prompt has no position to predict its first token")
     position = (attn.cumsum(-1) - 1).clamp(min=0)
     scored = attn[:, Lp:].bool() if scored_N_T is None else scored_N_T.to(attn.device)
     row, t = scored.nonzero(as_tuple=True)
+    support = None if support_N_T_K is None else support_N_T_K.to(ids.device)[row, t]
     return scatter(position_logprobs(model, ids, attn, position, row, Lp - 1 + t, tokens_N_T.to(ids.device)[row, t],
-                                     temperature, with_entropy), n, T, row, t)
+                                     temperature, with_entropy, support), n, T, row, t)
 
 
 PLAIN_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -102,7 +110,8 @@ PLAIN_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def position_logprobs(model: nn.Module, ids: Tensor, attn: Tensor | None, position: Tensor, row: Tensor, at: Tensor,
-                      targets: Tensor, temperature: float, with_entropy: bool) -> tuple[Tensor, Tensor | None]:
+                      targets: Tensor, temperature: float, with_entropy: bool, support_K_S: Tensor | None = None
+                      ) -> tuple[Tensor | None, ...]:
     """[K] log p(targets[k]) under softmax(logits[row[k], at[k]] / T), in float32, from one forward pass of `model`
     (and the entropy of that distribution, with `with_entropy`).
 
@@ -110,9 +119,15 @@ def position_logprobs(model: nn.Module, ids: Tensor, attn: Tensor | None, positi
     to the K positions alone, a chunk at a time (`lm_head.token_logprobs`, recomputed in backward): no logits exist
     for the other positions (prompts, padding) and never [K, V] for all K at once. It runs inside the model's
     forward and its result is the model's output, so a sharded model (backend=fsdp) has the head's weight gathered
-    when it is read, in forward and in backward, as for the logits it replaces."""
+    when it is read, in forward and in backward, as for the logits it replaces.
+
+    With `support_K_S` (token ids, [K, S]: distill.estimator=full's teacher top-k), (log-probs, entropies or None,
+    [K, S] the log-probabilities of those tokens), all from the model's own logits at the K positions: [K, V] float32
+    logits and their log-softmax are held at once (the micro-batch bounds K), as for a head that is not plain."""
     row, at = row.to(ids.device), at.to(ids.device)
     inputs = {"input_ids": ids, "attention_mask": attn, "position_ids": position, "use_cache": False}
+    if support_K_S is not None:
+        return logits_logprobs(model(**inputs).logits[row, at], targets, temperature, with_entropy, support_K_S)
     if model not in PLAIN_HEADS:
         PLAIN_HEADS[model] = head_is_plain(model, inputs)
     if not PLAIN_HEADS[model]:
@@ -129,11 +144,17 @@ def position_logprobs(model: nn.Module, ids: Tensor, attn: Tensor | None, positi
     return (out[0], out[1]) if with_entropy else (out, None)
 
 
-def scatter(flat: tuple[Tensor, Tensor | None], n: int, T: int, row: Tensor, t: Tensor):
-    """The K flat values back at their (row, t) of [n, T], 0 elsewhere; (log-probs, entropies) when both came."""
-    out = []
+def scatter(flat: tuple[Tensor | None, ...], n: int, T: int, row: Tensor, t: Tensor):
+    """The K flat values back at their (row, t) of [n, T] (of [n, T, S] for [K, S] values), 0 elsewhere: the
+    log-probabilities alone, (log-probs, entropies) when both came, and every entry (None kept) of a longer tuple."""
+    out: list[Tensor | None] = []
     for values in flat:
-        if values is not None:
-            out.append(values.new_zeros((n, T)))
-            out[-1][row.to(values.device), t.to(values.device)] = values
-    return out[0] if len(out) == 1 else tuple(out)
+        if values is None:
+            out.append(None)
+            continue
+        placed = values.new_zeros((n, T, *values.shape[1:]))
+        placed[row.to(values.device), t.to(values.device)] = values
+        out.append(placed)
+    if len(out) > 2:
+        return tuple(out)
+    return out[0] if out[1] is None else (out[0], out[1])

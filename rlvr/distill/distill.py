@@ -6,9 +6,13 @@
 
 Each step the teacher scores the step's completions (one no-grad pass, or one request per row); the credit stage
 adds coef · d_t (rlvr/distill/credit.py) to the transform's token advantages, before the algorithm's batch pass and
-the cap. `algorithm=opd` gives no RL credit: d_t alone. The teacher is loaded (or its vocabulary asked for) at start,
-and a tokenizer that maps a token to another id than the student's is refused there unless `token_map` names a JSON
-object {student id: teacher id} that translates every token the student may sample.
+the cap. `distill.estimator=full` instead hands the backend the teacher's top-k at each action token (its whole
+vocabulary at distill.topk=0, a local teacher's), and the loss adds coef × the reverse KL over them, token-averaged
+over the step (rlvr/loss/regularizers.py `distill_kl`): the student's probability of every token of the support gets
+its exact gradient, not the sampled token's alone. `algorithm=opd` gives no RL credit: the teacher's alone. The
+teacher is loaded (or its vocabulary asked for) at start, and a tokenizer that maps a token to another id than the
+student's is refused there unless `token_map` names a JSON object {student id: teacher id} that translates every
+token the student may sample.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from rlvr.distill.credit import log_ratio, reverse_kl, within_topk
 from rlvr.errors import ConfigError
 from rlvr.lazy import lazy_import
 from rlvr.protocols import Needs
+from rlvr.types import TeacherSupport
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -32,6 +37,9 @@ if TYPE_CHECKING:
     from rlvr.types import Rollouts
 
 torch = lazy_import("torch")
+
+ESTIMATORS = ("sampled", "full")
+"""distill.estimator: the sampled token's log-ratio as credit | the reverse KL over the teacher's top-k in the loss."""
 
 
 class Distill:
@@ -47,20 +55,35 @@ class Distill:
         if not isinstance(topk, int) or topk < 0:
             errors.append(f"distill.topk={topk}: expected an integer >= 0 (0: the sampled token's exact "
                           "log-probability)")
+        estimator = settings.get("estimator", "sampled")
+        if estimator not in ESTIMATORS:
+            errors.append(f"distill.estimator={estimator!r}: expected one of {', '.join(ESTIMATORS)}")
         teacher = settings.get("teacher") or {}
-        inner = getattr(get_class(teacher["_target_"]), "needs", None) if "_target_" in teacher else None
+        kind: Any = get_class(teacher["_target_"]) if "_target_" in teacher else None  # a teacher class
+        inner = getattr(kind, "needs", None)
         machine = inner(teacher).machine if inner is not None else ()
-        return Needs(provides=frozenset({"teacher"}), machine=machine, errors=tuple(errors),
+        if estimator == "full" and topk == 0 and kind is not None and not getattr(kind, "whole_vocabulary", False):
+            errors.append("distill.estimator=full with distill.topk=0 asks the teacher for its whole vocabulary at "
+                          "every token, which only a local teacher (distill=teacher) gives: set distill.topk=k, at "
+                          "most the server's --max-logprobs")
+        why = ("distill.estimator=full adds the teacher's KL to the loss, which the trainer computes itself only on "
+               "backend=local|fsdp (or use distill.estimator=sampled)")
+        requires = {"local_loss": why} if estimator == "full" else {}
+        return Needs(provides=frozenset({"teacher"}), requires=requires, machine=machine, errors=tuple(errors),
                      excludes={"episodes": "distillation scores single-turn completions: a multi-turn row's later "
                                            "turns follow prompts the teacher is not shown (choose env=none)"})
 
-    def __init__(self, *, teacher: Teacher, coef: float = 1.0, topk: int = 0, token_map: str | None = None) -> None:
-        if token_map is not None and topk:
-            raise ConfigError(f"distill.topk={topk} with distill.token_map: the top-k variant reads the teacher's own "
-                              "token ids, which a map from the student's does not translate back (set distill.topk=0)")
-        self.teacher, self.coef, self.topk = teacher, float(coef), int(topk)
+    def __init__(self, *, teacher: Teacher, coef: float = 1.0, topk: int = 0, token_map: str | None = None,
+                 estimator: str = "sampled") -> None:
+        if token_map is not None and (topk or estimator == "full"):
+            raise ConfigError(f"distill.token_map with distill.topk={topk}, distill.estimator={estimator}: the top-k "
+                              "reads the teacher's own token ids, which a map from the student's does not translate "
+                              "back (set distill.topk=0 and distill.estimator=sampled)")
+        self.teacher, self.coef, self.topk, self.estimator = teacher, float(coef), int(topk), estimator
         self.token_map_file = token_map
         self.token_map: Tensor | None = None
+        self.vocabulary = 0
+        """The student's vocabulary size (`open`): the support of distill.estimator=full at distill.topk=0."""
 
     def describe(self) -> str:
         return f"{self.teacher.describe()}, coef {self.coef:g}"
@@ -69,6 +92,7 @@ class Distill:
         """At start: load the teacher (a local one's weights), then refuse a vocabulary that differs from the
         student's unless `token_map` translates the student's ids."""
         self.teacher.load(device)
+        self.vocabulary = len(student_tokenizer)
         if self.token_map_file is not None:
             self.token_map = read_token_map(Path(self.token_map_file), len(student_tokenizer))
             return
@@ -78,8 +102,9 @@ class Distill:
                               f"{difference}. Give distill.token_map=<a JSON file {{student id: teacher id}}>, or a "
                               "teacher with the student's tokenizer")
 
-    def score(self, rollouts: Rollouts) -> tuple[Tensor, dict[str, float]]:
-        """(coef · d_t [PG, T], 0 off action tokens; the step's `distill/*` fields)."""
+    def score(self, rollouts: Rollouts) -> tuple[Tensor | None, TeacherSupport | None, dict[str, float]]:
+        """(coef · d_t [PG, T], 0 off action tokens, or None; the teacher's support for the loss (estimator=full), or
+        None; the step's `distill/*` fields)."""
         t0, G = time.perf_counter(), rollouts.group_size
         mask = rollouts.action_mask_PG_T
         prompts = [rollouts.prompt_ids_P[r // G] for r in range(mask.shape[0])]
@@ -87,9 +112,11 @@ class Distill:
         if self.token_map is not None:
             tokens = self.token_map[tokens]
             prompts = [self.token_map[torch.tensor(p, dtype=torch.long)].tolist() for p in prompts]
-        scores = self.teacher.score(prompts, tokens, lengths, self.topk)
+        full = self.estimator == "full"
+        k = (self.topk or self.vocabulary) if full else self.topk
+        scores = self.teacher.score(prompts, tokens, lengths, k)
         fields: dict[str, float] = {}
-        if self.topk:
+        if self.topk and not full:
             assert scores.topk_ids_N_T_K is not None and scores.topk_logprobs_N_T_K is not None, "asked for top-k"
             teacher_PG_T, found = within_topk(tokens, scores.topk_ids_N_T_K, scores.topk_logprobs_N_T_K)
             fields["distill/topk_hit_frac"] = float((found & mask).sum()) / max(int(mask.sum()), 1)
@@ -99,7 +126,11 @@ class Distill:
         d_PG_T = log_ratio(teacher_PG_T, rollouts.logprobs_PG_T, mask)
         fields |= {"distill/reverse_kl": reverse_kl(d_PG_T, mask), "distill/coef": self.coef,
                    "distill/teacher_seconds": time.perf_counter() - t0}
-        return self.coef * d_PG_T, fields
+        if not full:
+            return self.coef * d_PG_T, None, fields
+        assert scores.topk_ids_N_T_K is not None and scores.topk_logprobs_N_T_K is not None, "asked for top-k"
+        weight = mask.float() * (self.coef / max(int(mask.sum()), 1))
+        return None, TeacherSupport(scores.topk_ids_N_T_K, scores.topk_logprobs_N_T_K.float(), weight), fields
 
 
 def read_token_map(path: Path, student_vocab: int) -> Tensor:

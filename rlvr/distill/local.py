@@ -34,6 +34,9 @@ torch = lazy_import("torch")
 
 
 class LocalTeacher:
+    whole_vocabulary = True
+    """It has every logit at hand: distill.estimator=full may take its whole vocabulary as the support (topk=0)."""
+
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         """The teacher's files are on this machine (`TeacherFiles`, checked in a run's first second and by `rlvr

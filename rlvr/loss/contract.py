@@ -48,6 +48,13 @@ class LossInputs:
     """bool: kl_cov's and clip_cov's tokens, chosen over the whole step (rlvr/loss/selection.py)."""
     echo_weights: Tensor | None = None
     """echo=on: each observation token's ECHO weight, normalised over the whole step (rlvr/echo/echo.py)."""
+    distill_weights: Tensor | None = None
+    """distill.estimator=full: each action token's weight in the teacher's KL term, coef / the step's action tokens
+    (rlvr/distill/distill.py)."""
+    student_support_logprobs: Tensor | None = None
+    """[N, T, K] log π_θ of the teacher's top-k tokens at each position, at the sampler's temperature, with gradient."""
+    teacher_support_logprobs: Tensor | None = None
+    """[N, T, K] the teacher's log-probabilities of the same tokens (no gradient)."""
 
 
 @dataclass(frozen=True)

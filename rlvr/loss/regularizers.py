@@ -29,3 +29,20 @@ def echo(inputs: LossInputs, settings: LossSettings) -> LossOutputs:
     if inputs.echo_weights is None:
         raise ValueError("echo=on: the loss needs the ECHO weights (LossInputs.echo_weights)")
     return LossOutputs(-(inputs.trainer_logprobs * inputs.echo_weights), {})
+
+
+def distill_kl(inputs: LossInputs, settings: LossSettings) -> LossOutputs:
+    """distill.estimator=full: per token, the reverse KL from the student to the teacher over the teacher's top-k S,
+    both distributions renormalised over S (NeMo-RL's distillation loss; exact when S is the vocabulary):
+
+        KL_t = Σ_{v ∈ S} p̃_θ(v) · (log p̃_θ(v) − log p̃_T(v)),   log p̃(v) = log p(v) − log Σ_{u ∈ S} p(u)
+
+    [N, T]; its gradient reaches the student's probability of every token of S."""
+    if inputs.student_support_logprobs is None or inputs.teacher_support_logprobs is None:
+        raise ValueError("distill.estimator=full: the loss needs the student's and the teacher's log-probabilities "
+                         "of the teacher's top-k (LossInputs.student_support_logprobs, teacher_support_logprobs)")
+    student = inputs.student_support_logprobs.float()
+    teacher = inputs.teacher_support_logprobs.float()
+    student = student - student.logsumexp(-1, keepdim=True)
+    teacher = teacher - teacher.logsumexp(-1, keepdim=True)
+    return LossOutputs((student.exp() * (student - teacher)).sum(-1), {})

@@ -47,7 +47,8 @@ class Signals(Stateless):
 
 class Teach(Stateless):
     """distill=…: the teacher scores the step's completions and its credit coef·(log π_teacher − log π) joins the
-    signals (rlvr/distill/distill.py); its seconds are the credit stage's. Without a teacher it does nothing."""
+    signals (rlvr/distill/distill.py), or its top-k for the loss (distill.estimator=full); its seconds are the credit
+    stage's. Without a teacher it does nothing."""
 
     fields: ClassVar[tuple[str, ...]] = ("distill/*",)
 
@@ -58,8 +59,8 @@ class Teach(Stateless):
         if self.distill is None:
             return
         assert s.signals is not None, "signals run first"
-        d_PG_T, fields = self.distill.score(s.scored.rollouts)
-        s.signals = replace(s.signals, distill_PG_T=d_PG_T)
+        d_PG_T, support, fields = self.distill.score(s.scored.rollouts)
+        s.signals = replace(s.signals, distill_PG_T=d_PG_T, distill_support=support)
         s.fields.update(fields)
 
 

@@ -28,7 +28,8 @@ class Train(Stateless):
         if not credit.skipped:
             live.engine.sleep()  # sampling is over until the next sync: a sleeping vLLM gives the trainer its memory
             train = self.capture.train_step(live, s.step, TrainBatch(batch.rollouts, credit.adv_PG_T,
-                                                                     credit.echo_PG_T), self.algorithm.loss, self.lr)
+                                                                     credit.echo_PG_T, credit.distill),
+                                              self.algorithm.loss, self.lr)
             s.train = {**s.train, **train}
         # The step's time getting its rollouts: syncs and sampling (k ≥ 1: syncs and waiting for the sampler), less
         # what an episode's environment and branch probes took, counted as scoring and credit (refill: plus its
