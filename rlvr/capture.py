@@ -91,9 +91,9 @@ def trainable_state(policy: nn.Module) -> dict[str, Tensor]:
 
 def to_payload(batch: TrainBatch, rng: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, str]]:
     """(tensors, metadata) of `payload.safetensors`: every tensor of the batch as `rollouts.<field>`, `adv_PG_T`,
-    `echo_PG_T`, `distill.<field>` (the teacher's support), floats widened to float64, and the RNG states as `rng.<name>`; the metadata holds each tensor's dtype
-    as trained and the rollouts' other fields (prompt ids, group size, temperature, …) as JSON, so the payload's
-    sha256 pins them too."""
+    `echo_PG_T`, `distill.<field>` (the teacher's support), floats widened to float64, and the RNG states as
+    `rng.<name>`; the metadata holds each tensor's dtype as trained and the rollouts' other fields (prompt ids, group
+    size, temperature, …) as JSON, so the payload's sha256 pins them too."""
     ro = batch.rollouts
     tensors: dict[str, Tensor] = {}
     plain: dict[str, Any] = {}
@@ -126,7 +126,7 @@ def from_payload(stored: Mapping[str, Tensor], metadata: Mapping[str, str]) -> t
     adv = get("adv_PG_T")
     assert adv is not None, "a payload holds the advantages"
     rng = {k.removeprefix("rng."): v for k, v in stored.items() if k.startswith("rng.")}
-    support = {k.removeprefix("distill."): get(k) for k in dtypes if k.startswith("distill.")}
+    support: dict[str, Any] = {k.removeprefix("distill."): get(k) for k in dtypes if k.startswith("distill.")}
     return TrainBatch(Rollouts(**fields), adv, get("echo_PG_T"), TeacherSupport(**support) if support else None), rng
 
 

@@ -136,14 +136,16 @@ def condition_label(config: Mapping) -> str:
 
 def distill_label(config: Mapping) -> str:
     """`,distill=<coef>` when a teacher's credit joins the RL credit; under algorithm=opd, whose credit it is alone,
-    only a coefficient other than 1 shows."""
+    only a coefficient other than 1 shows; `full` (after the coefficient, `/`-joined) for distill.estimator=full."""
     distill = config.get("distill")
     if not distill:
         return ""
     coef = distill.get("coef", 1.0)
-    if name(config.get("algorithm")) == "opd" and coef == 1.0:
-        return ""
-    return f",distill={coef:g}" if isinstance(coef, (int, float)) else f",distill={coef}"
+    parts = [] if name(config.get("algorithm")) == "opd" and coef == 1.0 else [
+        f"{coef:g}" if isinstance(coef, (int, float)) else str(coef)]
+    if distill.get("estimator", "sampled") != "sampled":
+        parts.append(str(distill.get("estimator")))
+    return f",distill={'/'.join(parts)}" if parts else ""
 
 
 def clip_label(loss: Mapping) -> str:

@@ -69,9 +69,13 @@ class Distill:
         why = ("distill.estimator=full adds the teacher's KL to the loss, which the trainer computes itself only on "
                "backend=local|fsdp (or use distill.estimator=sampled)")
         requires = {"local_loss": why} if estimator == "full" else {}
+        excludes = {"episodes": "distillation scores single-turn completions: a multi-turn row's later turns follow "
+                                "prompts the teacher is not shown (choose env=none)"}
+        if estimator == "full":
+            excludes["masked_token_mean"] = ("the teacher's KL term would be rescaled with the policy loss's: choose "
+                                             "another correction (token_tis, seq_tis, none) or aggregation")
         return Needs(provides=frozenset({"teacher"}), requires=requires, machine=machine, errors=tuple(errors),
-                     excludes={"episodes": "distillation scores single-turn completions: a multi-turn row's later "
-                                           "turns follow prompts the teacher is not shown (choose env=none)"})
+                     excludes=excludes)
 
     def __init__(self, *, teacher: Teacher, coef: float = 1.0, topk: int = 0, token_map: str | None = None,
                  estimator: str = "sampled") -> None:

@@ -1,5 +1,7 @@
 """The distillation credit's arithmetic (docs/algorithms.md#on-policy-distillation, #self-distillation), by hand."""
 
+import math
+
 import pytest
 import torch
 
@@ -98,6 +100,8 @@ def test_the_label_names_a_teachers_coefficient_beside_rl():
     assert distill_label({"algorithm": opd, "distill": {"coef": 2.0}}) == ",distill=2"
     assert distill_label({"algorithm": grpo, "distill": {"coef": 0.5}}) == ",distill=0.5"
     assert distill_label({"algorithm": grpo, "distill": None}) == ""
+    assert distill_label({"algorithm": opd, "distill": {"coef": 1.0, "estimator": "full"}}) == ",distill=full"
+    assert distill_label({"algorithm": grpo, "distill": {"coef": 0.5, "estimator": "full"}}) == ",distill=0.5/full"
 
 
 def test_a_token_map_must_cover_every_student_id(tmp_path):
@@ -122,3 +126,61 @@ def test_the_topk_variant_reads_the_teachers_topk_and_its_tail():
     assert found.tolist() == [[True, False]]
     # position 0: log 0.5; position 1: the mass outside the top-2, log(1 − 0.5 − 0.3) = log 0.2
     assert torch.allclose(q, torch.log(torch.tensor([[0.5, 0.2]])))
+
+
+def test_the_full_estimator_is_the_reverse_kl_over_the_teachers_renormalised_topk():
+    """Student p = (0.5, 0.3, 0.2), teacher q = (0.6, 0.1, 0.3) over a 3-token vocabulary.
+    Top-2 of the teacher, S = {0, 2}: p̃ = (5/7, 2/7), q̃ = (2/3, 1/3),
+        KL = 5/7·ln((5/7)/(2/3)) + 2/7·ln((2/7)/(1/3)) = 5/7·ln(15/14) + 2/7·ln(6/7) = 0.049281 − 0.044043 = 0.005238.
+    The whole vocabulary: KL = 0.5·ln(5/6) + 0.3·ln 3 + 0.2·ln(2/3) = −0.091161 + 0.329584 − 0.081093 = 0.157330,
+    and its gradient in the student's logits z is p ⊙ (log p − log q − KL)."""
+    from rlvr.loss.contract import LossInputs
+    from rlvr.loss.regularizers import distill_kl
+
+    p, q = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.6, 0.1, 0.3])
+    z = p.log().clone().requires_grad_(True)
+
+    def inputs(ids: list[int], weight: float) -> LossInputs:
+        student = torch.log_softmax(z, -1)[ids][None, None]  # [N=1, T=1, K]
+        one = torch.ones(1, 1)
+        return LossInputs(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1), one.bool() & False, 1,
+                          one.bool(), distill_weights=weight * one, student_support_logprobs=student,
+                          teacher_support_logprobs=q.log()[ids][None, None])
+
+    top2 = distill_kl(inputs([0, 2], 1.0), None).loss  # type: ignore[arg-type]
+    assert float(top2) == pytest.approx(5 / 7 * math.log(15 / 14) + 2 / 7 * math.log(6 / 7), abs=1e-6)
+    assert float(top2) == pytest.approx(0.005238, abs=1e-6)
+    out = PolicyLoss(0.0, 0.0, 0.0)(inputs([0, 1, 2], 0.25))  # no policy token: the loss is 0.25 × KL alone
+    kl = 0.5 * math.log(5 / 6) + 0.3 * math.log(3) + 0.2 * math.log(2 / 3)
+    assert float(out.loss) == pytest.approx(0.25 * kl, abs=1e-6) and kl == pytest.approx(0.157330, abs=1e-6)
+    assert float(out.metrics["distill_kl"]) == pytest.approx(kl, abs=1e-6)
+    out.loss.backward()
+    torch.testing.assert_close(z.grad, 0.25 * p * (p.log() - q.log() - kl), rtol=0, atol=1e-6)
+
+
+def test_the_full_estimator_needs_the_local_loss_and_a_teacher_that_has_every_token():
+    from rlvr.distill.distill import Distill
+
+    local = {"_target_": "rlvr.distill.local.LocalTeacher", "path": "/nowhere"}
+    server = {"_target_": "rlvr.distill.server.ServerTeacher", "model": "m", "base_url": "http://127.0.0.1:1/v1",
+              "api_key_env": None}
+    full = {"coef": 1.0, "topk": 0, "estimator": "full"}
+    needs = Distill.needs({**full, "teacher": local})
+    assert needs.errors == () and "local_loss" in needs.requires and "masked_token_mean" in needs.excludes
+    assert any("only a local teacher" in e for e in Distill.needs({**full, "teacher": server}).errors)
+    assert Distill.needs({**full, "topk": 20, "teacher": server}).errors == ()
+    assert any(e.startswith("distill.estimator='exact'")
+               for e in Distill.needs({**full, "estimator": "exact", "teacher": local}).errors)
+    sampled = Distill.needs({**full, "estimator": "sampled", "teacher": local})
+    assert "local_loss" not in sampled.requires and "masked_token_mean" not in sampled.excludes
+
+
+def test_the_full_estimator_is_refused_where_the_trainer_does_not_compute_the_loss():
+    from composing import FAST, compose_config
+    from rlvr.config_check import config_problems
+
+    full = FAST + ["algorithm=opd", "distill=teacher", "distill.teacher.path=/nowhere", "distill.estimator=full"]
+    _, errors = config_problems(compose_config(full + ["backend=tinker", "engine=tinker"]), at_start=False)
+    assert any("distill.estimator=full adds the teacher's KL to the loss" in e for e in errors), errors
+    _, errors = config_problems(compose_config(full), at_start=False)
+    assert not any("distill" in e for e in errors), errors

@@ -41,6 +41,21 @@ def test_the_students_own_start_as_teacher_gives_no_credit_at_first(start, tmp_p
     assert all(r["distill/coef"] == 1.0 and r["distill/teacher_seconds"] > 0 for r in steps)
 
 
+def test_the_full_estimator_trains_on_the_teachers_kl_alone_and_its_step_replays(start, tmp_path, capsys):
+    from rlvr.cli.main import main
+
+    run(compose_config(SHORT + ["algorithm=opd", "distill=teacher", f"distill.teacher.path={start}",
+                                "distill.estimator=full", "trainer.max_steps=2", "trainer.capture_steps=[1]"]),
+        tmp_path)
+    steps = rows(tmp_path)
+    # step 0: the student is its teacher, so the KL over the whole vocabulary is float noise, yet every step trains
+    # (no advantage anywhere: the KL is the whole loss)
+    assert steps[0]["distill/support_kl"] == pytest.approx(0.0, abs=1e-5)
+    assert all(not r["skipped"] and r["loss"] == 0.0 and r["distill/loss"] >= 0 for r in steps)
+    assert main(["replay", str(tmp_path / "captures" / "step_1")]) == 0, capsys.readouterr().out
+    assert "IDENTICAL" in capsys.readouterr().out
+
+
 def test_a_teacher_scores_alike_from_its_run_folder_its_export_and_by_hand(start, tmp_path):
     out = tmp_path / "export"
     subprocess.run([sys.executable, "-m", "rlvr.cli.main", "export", str(start), "--out", str(out)], check=True,

@@ -1,0 +1,106 @@
+"""distill.estimator=full in the local backend (rlvr/backend/local.py): the teacher's KL over its top-k joins the
+policy loss in the same forward and backward pass, over its own tokens (every action token, a row without advantage
+included) and weights, and equals a dense computation over every logit to 1e-6 in value and gradient, whatever the
+micro-batches or packing. docs/algorithms.md#on-policy-distillation."""
+
+import pytest
+import torch
+
+from rlvr.algorithm.loss import PolicyLoss
+from rlvr.backend.local import LocalBackend
+from rlvr.backend.logprobs import padded_rows
+from rlvr.model.tiny import TinyLlama
+from rlvr.types import Rollouts, TeacherSupport, TrainBatch
+
+TINY = TinyLlama("0123456789+=", 64, 128, 2, 2, 64, "float32", None)
+TEMPERATURE = 0.7
+COEF = 0.5
+
+
+def backend(micro_batch_size: int = 0, packing: bool = False, budget: int = 16) -> LocalBackend:
+    model, tok = TINY.load(0)
+    return LocalBackend(model, None, 0, tok.pad_token_id, "cpu", (0.9, 0.95), 1e-8, 0.0, 0.0, micro_batch_size,
+                        False, packing, budget)
+
+
+def step(k: int = 4) -> TrainBatch:
+    """2 prompts × 2 completions of 5, 3, 4 and 2 tokens; rows 1 and 3 have no advantage (they train for the
+    teacher's KL alone). The teacher: random logits, its top-k at every position; weights coef / 14 tokens."""
+    lengths, T, V = [5, 3, 4, 2], 5, len(TINY.alphabet) + 3
+    gen = torch.Generator().manual_seed(0)
+    mask = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]
+    tokens = torch.randint(1, 13, (4, T), generator=gen).masked_fill(~mask, 0)
+    engine_lp = torch.where(mask, -2.0 + 0.3 * torch.rand(4, T, generator=gen), 0.0)
+    adv = torch.where(mask, torch.tensor([[0.5], [0.0], [-0.7], [0.0]]), 0.0)
+    teacher = torch.log_softmax(2.0 * torch.randn(4, T, V, generator=gen), -1)
+    lp, ids = teacher.topk(k, dim=-1)
+    weight = mask.float() * COEF / int(mask.sum())
+    ro = Rollouts([[3, 4, 5], [6, 7]], 2, tokens, engine_lp, mask, torch.ones(4, dtype=torch.bool), TEMPERATURE)
+    return TrainBatch(ro, adv, None, TeacherSupport(ids, lp, weight))
+
+
+def gradients(b: LocalBackend, batch: TrainBatch, loss: PolicyLoss):
+    t = b.trainee
+    rows = t.step_rows(batch, loss)
+    batches = t.micro_batches(rows, range(len(rows.prompts)))
+    sums = t.accumulate(loss, rows, batches, None, scale=1.0)
+    grads = {n: p.grad.clone() for n, p in b.policy.named_parameters() if p.grad is not None}
+    b.policy.zero_grad(set_to_none=True)
+    return rows, batches, sums, grads
+
+
+def dense(b: LocalBackend, batch: TrainBatch):
+    """Every logit of every row: the policy loss −Σ exp(δ)·A / n over the tokens with A ≠ 0, plus
+    Σ w·Σ_S p̃ (log p̃ − log q̃) with p̃, q̃ the student's and the teacher's distributions renormalised over S."""
+    ro, model, support = batch.rollouts, b.policy, batch.distill
+    assert support is not None
+    ids, attn, Lp = padded_rows([ro.prompt_ids_P[0]] * 2 + [ro.prompt_ids_P[1]] * 2, ro.tokens_PG_T, ro.mask_PG_T, 0)
+    position = (attn.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=position).logits
+    T = ro.tokens_PG_T.shape[1]
+    logp_all = torch.log_softmax(logits[:, Lp - 1 : Lp - 1 + T].float() / TEMPERATURE, -1)
+    lp = logp_all.gather(-1, ro.tokens_PG_T[..., None]).squeeze(-1) * ro.mask_PG_T
+    signal = batch.adv_PG_T != 0
+    policy = (-torch.exp(lp - ro.logprobs_PG_T) * batch.adv_PG_T * signal).sum() / signal.sum()
+    student = logp_all.gather(-1, support.ids_PG_T_K)
+    student = student - student.logsumexp(-1, keepdim=True)
+    teacher = support.logprobs_PG_T_K - support.logprobs_PG_T_K.logsumexp(-1, keepdim=True)
+    distill = ((student.exp() * (student - teacher)).sum(-1) * support.weight_PG_T).sum()
+    (policy + distill).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return policy.detach(), distill.detach(), grads
+
+
+@pytest.mark.parametrize("k", [4, len(TINY.alphabet) + 3], ids=["top4", "whole-vocabulary"])
+def test_the_teachers_kl_equals_every_logit_in_value_and_gradient(k):
+    batch, loss = step(k), PolicyLoss(0.0, 0.0, 0.0)
+    b = backend()
+    rows, _, sums, grads = gradients(b, batch, loss)
+    assert len(rows.prompts) == 4 and int(rows.scored.sum()) == 14  # every action token, rows without advantage too
+    policy, distill, want = dense(b, batch)
+    assert sums["loss"] == pytest.approx(float(policy), abs=1e-6)
+    assert sums["distill_loss"] == pytest.approx(float(distill), abs=1e-6) and sums["distill_loss"] > 0
+    assert sums["distill_kl"] == pytest.approx(float(distill) * 14 / COEF, abs=1e-5)
+    for name, grad in want.items():
+        torch.testing.assert_close(grads[name], grad, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(("micro_batch_size", "packing", "budget"), [(1, False, 0), (3, False, 0), (0, True, 9)])
+def test_micro_batches_and_packing_leave_the_teachers_kl_unchanged(micro_batch_size, packing, budget):
+    batch, loss = step(), PolicyLoss(0.0, 0.0, 0.0)
+    _, _, one_sums, one = gradients(backend(), batch, loss)
+    _, batches, sums, grads = gradients(backend(micro_batch_size, packing, budget), batch, loss)
+    assert len(batches) > 1
+    assert sums["distill_loss"] == pytest.approx(one_sums["distill_loss"], abs=1e-6)
+    assert sums["loss"] == pytest.approx(one_sums["loss"], abs=1e-6)
+    for name, grad in one.items():
+        torch.testing.assert_close(grads[name], grad, rtol=0, atol=1e-6)
+
+
+def test_a_step_reports_the_teachers_kl_and_trains_on_it_alone():
+    batch = step()
+    no_advantage = TrainBatch(batch.rollouts, torch.zeros_like(batch.adv_PG_T), None, batch.distill)
+    metrics = backend().train_step(no_advantage, PolicyLoss(0.0, 0.0, 0.0), lr=1e-3)
+    assert metrics["loss"] == 0.0 and metrics["local_train_rows"] == 4 and metrics["grad_norm"] > 0
+    assert metrics["distill/loss"] == pytest.approx(metrics["distill/support_kl"] * COEF, rel=1e-5)
