@@ -235,7 +235,8 @@ class FSDPBackend:
     @staticmethod
     def _all_reduce(sums: dict[str, float]) -> dict[str, float]:
         """Every rank's sums added, its maxima maxed (the step's statistics and the correction's, SUMMED/MAXED)."""
-        summed, maxed = ("loss", "clipped", "abs_kl", "kl_ref", "entropy", "echo_loss", *SUMMED), ("ratio_max", *MAXED)
+        summed = ("loss", "clipped", "abs_kl", "kl_ref", "entropy", "echo_loss", "distill_loss", "distill_kl", *SUMMED)
+        maxed = ("ratio_max", *MAXED)
         added = torch.tensor([sums[k] for k in summed], dtype=torch.float64)
         top = torch.tensor([sums[k] for k in maxed], dtype=torch.float64)
         dist.all_reduce(added, op=dist.ReduceOp.SUM)

@@ -3,10 +3,10 @@
     torchrun --nproc-per-node 2 tests/distributed/steps_worker.py OUT.pt CASES_JSON
 
 CASES_JSON is a list of cases, each a dict of `case()`'s keyword arguments (full, micro_batch_size, clip, mode,
-correction, packing, aggregation, kl, split, echo). The cases run one after another in the same processes (one torchrun
-start for them all: its processes' start-up is most of a case's time). Rank 0 saves, per case, {"params": the full
-trainable weights after the steps, "stats": each step's train_step dict} to OUT.pt, with "world". `steps(backend)` is
-the loop both sides run (the test runs it on backend=local in its own process)."""
+correction, packing, aggregation, kl, split, echo, distill). The cases run one after another in the same processes
+(one torchrun start for them all: its processes' start-up is most of a case's time). Rank 0 saves, per case,
+{"params": the full trainable weights after the steps, "stats": each step's train_step dict} to OUT.pt, with "world".
+`steps(backend)` is the loop both sides run (the test runs it on backend=local in its own process)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from rlvr.types import (  # noqa: E402
     LoraSpec,  # noqa: E402
     Rollouts,
     SamplingParams,
+    TeacherSupport,
     TrainBatch,
 )
 
@@ -40,7 +41,7 @@ KNOBS = {"device": "cpu", "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0
 
 def steps(backend, clip: float, mode: str = "standard", n: int = 3, correction: str = "none",
           aggregation: str = "token_mean", kl: float = 0.0, split: bool = False, echo: bool = False,
-          nan_step: int = -1) -> list[dict]:
+          distill: bool = False, nan_step: int = -1) -> list[dict]:
     """`n` steps on one set of rollouts sampled before the first (so the later steps' ratios are not 1), 11 of its
     12 rows with an advantage (the row with 0 is dropped: an odd count splits unevenly over 2 ranks). AdamW divides
     each gradient element by its running RMS, so float noise in a near-zero element moves its weight by up to ~lr:
@@ -49,8 +50,10 @@ def steps(backend, clip: float, mode: str = "standard", n: int = 3, correction: 
     `ref_lp_sum`, the sum of `backend.reference_logprobs` (what `algorithm.kl.where=reward` reads). `split`: every row
     longer than 3 tokens is two sequences (`Rollouts.segments_PG`), the second behind its own context as its prompt,
     which must train as the whole row does. `echo`: ECHO weights (0.05 / 4 each) on the last 2 real tokens of every
-    row, the row without an advantage included (it trains for ECHO alone). `nan_step`: the step whose learning rate is
-    NaN (its update makes every weight NaN, and is rolled back); -1: none."""
+    row, the row without an advantage included (it trains for ECHO alone). `distill`: a teacher's whole vocabulary at
+    every action token (random log-probabilities, seeded), its KL weighted 0.5 / the action tokens
+    (distill.estimator=full; the row without an advantage trains for it alone). `nan_step`: the step whose learning
+    rate is NaN (its update makes every weight NaN, and is rolled back); -1: none."""
     engine = PyTorchEngine(backend.policy, [1], 0, 256, merge_lora=False)
     ro = engine.sample(PROMPTS, 4, SamplingParams(0.9, 1.0, 6), seeds=prompt_seeds(7, len(PROMPTS)))
     if split:
@@ -61,6 +64,13 @@ def steps(backend, clip: float, mode: str = "standard", n: int = 3, correction: 
     if echo:
         last_two = torch.arange(ro.mask_PG_T.shape[1])[None, :] >= ro.lengths_PG[:, None] - 2
         batch = TrainBatch(ro, batch.adv_PG_T, 0.0125 * (ro.mask_PG_T & last_two))
+    if distill:
+        gen = torch.Generator().manual_seed(3)
+        V = len(TINY.alphabet) + 3
+        teacher = torch.log_softmax(torch.randn(*ro.mask_PG_T.shape, V, generator=gen), -1)
+        lp, ids = teacher.topk(V, dim=-1)
+        weight = ro.action_mask_PG_T.float() * 0.5 / int(ro.action_mask_PG_T.sum())
+        batch = TrainBatch(ro, batch.adv_PG_T, batch.echo_PG_T, TeacherSupport(ids, lp, weight))
     # kl_cov: the 10 % of tokens of largest covariance; clip_cov: 20 % drawn among all (a band wide enough for any)
     # token_mask: a band narrow enough that the later steps' stale ratios leave it (tokens masked on every rank)
     loss = PolicyLoss(clip, clip, 0.0, mode=mode, kl_cov_percent=10.0, clip_cov_ratio=0.2, clip_cov_min=-1e3,
@@ -88,7 +98,7 @@ def trainable(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def case(full: bool = False, micro_batch_size: int = 0, clip: float = 0.0, mode: str = "standard",
          correction: str = "none", packing: int = 0, aggregation: str = "token_mean", kl: float = 0.0,
-         split: bool = False, echo: bool = False, nan_step: int = -1) -> dict:
+         split: bool = False, echo: bool = False, distill: bool = False, nan_step: int = -1) -> dict:
     """One case on backend=fsdp over this torchrun's processes: the trainable weights after `steps` and its stats
     (full fine-tuning or LoRA; packing: backend.packing with that token budget, 0 padded; kl: algorithm.kl.coef, and
     entropy_coef = kl/10; split: the rows split in two sequences; echo: ECHO weights on every row's last 2 tokens;
@@ -103,7 +113,7 @@ def case(full: bool = False, micro_batch_size: int = 0, clip: float = 0.0, mode:
                           reshard_after_forward=True, timeout_s=120, world=World.from_env(), packing=packing > 0,
                           max_tokens_per_micro_batch=packing, reference=kl > 0, **KNOBS)
     stats = steps(backend, clip, mode, correction=correction, aggregation=aggregation, kl=kl, split=split,
-                  echo=echo, nan_step=nan_step)
+                  echo=echo, distill=distill, nan_step=nan_step)
     full_state = get_model_state_dict(backend.policy, options=StateDictOptions(full_state_dict=True,
                                                                                cpu_offload=True,
                                                                                ignore_frozen_params=True))

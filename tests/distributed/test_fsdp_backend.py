@@ -33,21 +33,25 @@ def torchrun(nproc: int, *args: str, timeout: float = 240) -> subprocess.Complet
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-CASES = [  # (full, micro_batch_size, clip, mode, correction, packing, aggregation, kl, split, echo)
-    (False, 0, 0.0, "standard", "none", 0, "token_mean", 0.0, False, False),
-    (False, 5, 0.001, "standard", "none", 0, "seq_mean_token_mean", 0.0, False, False),
-    (True, 0, 0.001, "standard", "none", 0, "token_mean", 0.0, False, False),
-    (False, 5, 0.0, "kl_cov", "none", 0, "token_mean", 0.0, False, False),
-    (False, 5, 0.2, "clip_cov", "none", 0, "token_mean", 0.0, False, False),
-    (False, 5, 0.0, "standard", "token_mask", 0, "token_mean", 0.0, False, False),
-    (True, 5, 0.0, "standard", "token_mask", 24, "prompt_mean", 0.0, False, False),
+CASES = [  # (full, micro_batch_size, clip, mode, correction, packing, aggregation, kl, split, echo,
+    # distill)
+    (False, 0, 0.0, "standard", "none", 0, "token_mean", 0.0, False, False, False),
+    (False, 5, 0.001, "standard", "none", 0, "seq_mean_token_mean", 0.0, False, False, False),
+    (True, 0, 0.001, "standard", "none", 0, "token_mean", 0.0, False, False, False),
+    (False, 5, 0.0, "kl_cov", "none", 0, "token_mean", 0.0, False, False, False),
+    (False, 5, 0.2, "clip_cov", "none", 0, "token_mean", 0.0, False, False, False),
+    (False, 5, 0.0, "standard", "token_mask", 0, "token_mean", 0.0, False, False, False),
+    (True, 5, 0.0, "standard", "token_mask", 24, "prompt_mean", 0.0, False, False, False),
     # the frozen copy, sharded; the adapter disabled: reference passes paired over the ranks
-    (True, 5, 0.0, "standard", "none", 0, "token_mean", 0.5, False, False),
-    (False, 5, 0.0, "standard", "none", 24, "seq_mean_token_mean", 0.5, False, False),
-    (False, 5, 0.0, "standard", "none", 0, "seq_mean_token_mean", 0.5, True, False),  # split rows
-    (False, 5, 0.0, "standard", "none", 24, "token_mean", 0.0, False, True),  # ECHO, a row trained for it alone
+    (True, 5, 0.0, "standard", "none", 0, "token_mean", 0.5, False, False, False),
+    (False, 5, 0.0, "standard", "none", 24, "seq_mean_token_mean", 0.5, False, False, False),
+    (False, 5, 0.0, "standard", "none", 0, "seq_mean_token_mean", 0.5, True, False, False),  # split rows
+    (False, 5, 0.0, "standard", "none", 24, "token_mean", 0.0, False, True, False),  # ECHO, a row trained for it alone
+    # the teacher's KL over the whole vocabulary (distill.estimator=full), a row trained for it alone
+    (False, 5, 0.0, "standard", "none", 24, "token_mean", 0.0, False, False, True),
 ]
-KEYS = ("full", "micro_batch_size", "clip", "mode", "correction", "packing", "aggregation", "kl", "split", "echo")
+KEYS = ("full", "micro_batch_size", "clip", "mode", "correction", "packing", "aggregation", "kl", "split", "echo",
+        "distill")
 ROLLBACK = {"full": True, "micro_batch_size": 5, "nan_step": 1}
 """Full fine-tuning, the ranks' rows split unevenly, and step 2 of 3 with a NaN learning rate: its update is rolled
 back (`test_two_ranks_roll_back_a_nonfinite_update_together`), the last case of the torchrun."""
@@ -65,18 +69,19 @@ def two_ranks(tmp_path_factory):
 
 @pytest.mark.parametrize(KEYS, CASES)
 def test_two_ranks_update_the_weights_as_one_process_does(two_ranks, full, micro_batch_size, clip, mode, correction,
-                                                          packing, aggregation, kl, split, echo):
+                                                          packing, aggregation, kl, split, echo, distill):
     """Each case as one process and as two: the same weights and statistics. The aggregations other than token_mean
     weigh rows by counts over the whole step, which each rank must see whole."""
     assert two_ranks["world"] == 2
     fsdp = two_ranks["cases"][CASES.index((full, micro_batch_size, clip, mode, correction, packing, aggregation, kl,
-                                           split, echo))]
+                                           split, echo, distill))]
     torch.set_num_threads(1)
     model, tok = TINY.load(0)
     local = LocalBackend(model, None if full else LORA, 0, tok.pad_token_id, micro_batch_size=micro_batch_size,
                          reference=kl > 0, **KNOBS)
     before = trainable(local.policy)
-    stats = steps(local, clip, mode, correction=correction, aggregation=aggregation, kl=kl, split=split, echo=echo)
+    stats = steps(local, clip, mode, correction=correction, aggregation=aggregation, kl=kl, split=split, echo=echo,
+                  distill=distill)
     weights = trainable(local.policy)
     assert set(fsdp["params"]) == set(weights)
     assert max(float((weights[n] - before[n]).abs().max()) for n in weights) > 1e-3, "the steps moved the weights"
@@ -87,7 +92,7 @@ def test_two_ranks_update_the_weights_as_one_process_does(two_ranks, full, micro
                     "mismatch/ratio_max", "mismatch/ratio_min", "mismatch/masked_frac",
                     *(["policy/cov_fraction"] if mode != "standard" else []),
                     *(["policy/kl_ref", "policy/entropy", "ref_lp_sum"] if kl else []),
-                    *(["echo/loss"] if echo else [])):
+                    *(["echo/loss"] if echo else []), *(["distill/loss", "distill/support_kl"] if distill else [])):
             if key not in mine:  # the reference log-probabilities: the first step's alone
                 continue
             assert theirs[key] == pytest.approx(mine[key], rel=1e-5, abs=1e-6), key
@@ -101,6 +106,8 @@ def test_two_ranks_update_the_weights_as_one_process_does(two_ranks, full, micro
         assert stats[0]["policy/kl_ref"] == pytest.approx(0.0, abs=1e-6) and stats[-1]["policy/kl_ref"] > 1e-9
     if echo:  # −Σ w·log π over 24 tokens of weight 0.0125 (log π < 0): positive
         assert all(s["echo/loss"] > 0 for s in stats)
+    if distill:  # a KL to a random teacher: positive
+        assert all(s["distill/loss"] > 0 for s in stats)
     if correction == "token_mask":  # the later steps mask tokens of both ranks; the kept count is the whole step's
         assert 0 < stats[-1]["mismatch/masked_frac"] < 1
 
