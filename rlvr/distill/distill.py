@@ -160,6 +160,11 @@ def teacher_memory(config: Mapping[str, Any], self_scoring: bool) -> list[str]:
     teacher = (config.get("distill") or {}).get("teacher") or {}
     cls: Any = get_class(teacher["_target_"]) if "_target_" in teacher else None  # a teacher class: `memory`
     lines = [cls.memory(teacher)] if cls is not None else []
+    if (config.get("distill") or {}).get("estimator") == "full":
+        k = (config.get("distill") or {}).get("topk") or "the vocabulary"
+        lines.append(f"distill.estimator=full: the teacher's top-k (k = {k}) ids and log-probabilities at every "
+                     "action token of the step, 12 bytes each, and the student's whole float32 logits at every action "
+                     "token of a micro-batch, in its forward and backward pass (backend.micro_batch_size bounds them)")
     if self_scoring:
         lines.append(f"self-teacher (transform.teacher={(config.get('transform') or {}).get('teacher')}): no copy, "
                      "one more no-grad forward pass over the rows with context each step")
