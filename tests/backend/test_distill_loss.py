@@ -5,6 +5,7 @@ micro-batches or packing. docs/algorithms.md#on-policy-distillation."""
 
 import pytest
 import torch
+from backend.passes import gradients
 
 from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.local import LocalBackend
@@ -37,16 +38,6 @@ def step(k: int = 4) -> TrainBatch:
     weight = mask.float() * COEF / int(mask.sum())
     ro = Rollouts([[3, 4, 5], [6, 7]], 2, tokens, engine_lp, mask, torch.ones(4, dtype=torch.bool), TEMPERATURE)
     return TrainBatch(ro, adv, None, TeacherSupport(ids, lp, weight))
-
-
-def gradients(b: LocalBackend, batch: TrainBatch, loss: PolicyLoss):
-    t = b.trainee
-    rows = t.step_rows(batch, loss)
-    batches = t.micro_batches(rows, range(len(rows.prompts)))
-    sums = t.accumulate(loss, rows, batches, None, scale=1.0)
-    grads = {n: p.grad.clone() for n, p in b.policy.named_parameters() if p.grad is not None}
-    b.policy.zero_grad(set_to_none=True)
-    return rows, batches, sums, grads
 
 
 def dense(b: LocalBackend, batch: TrainBatch):

@@ -5,6 +5,7 @@ computation over every logit to 1e-6 in value and gradient, whatever the micro-b
 
 import pytest
 import torch
+from backend.passes import gradients
 
 import rlvr.backend.logprobs as logprobs_module
 from rlvr.algorithm.loss import PolicyLoss
@@ -40,16 +41,6 @@ def step() -> TrainBatch:
     ro = Rollouts([[3, 4, 5], [6, 7]], 2, tokens, engine_lp, mask, torch.ones(4, dtype=torch.bool), TEMPERATURE,
                   actions_PG_T=actions, turn_PG_T=torch.where(actions, 0, -1), observation_body_PG_T=body)
     return TrainBatch(ro, adv, echo)
-
-
-def gradients(b: LocalBackend, batch: TrainBatch, loss: PolicyLoss):
-    t = b.trainee
-    rows = t.step_rows(batch, loss)
-    batches = t.micro_batches(rows, range(len(rows.prompts)))
-    sums = t.accumulate(loss, rows, batches, None, scale=1.0)
-    grads = {n: p.grad.clone() for n, p in b.policy.named_parameters() if p.grad is not None}
-    b.policy.zero_grad(set_to_none=True)
-    return rows, batches, sums, grads
 
 
 def dense(b: LocalBackend, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor, dict]:
