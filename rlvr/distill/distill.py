@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 torch = lazy_import("torch")
 
+WHOLE_VOCABULARY_MAX = 4096
+"""The largest vocabulary distill.estimator=full takes whole (distill.topk=0): 48 KiB a token."""
 ESTIMATORS = ("sampled", "full")
 """distill.estimator: the sampled token's log-ratio as credit | the reverse KL over the teacher's top-k in the loss."""
 
@@ -95,8 +97,13 @@ class Distill:
     def open(self, student_tokenizer: Any, device: Any = "cpu") -> None:
         """At start: load the teacher (a local one's weights), then refuse a vocabulary that differs from the
         student's unless `token_map` translates the student's ids."""
-        self.teacher.load(device)
         self.vocabulary = len(student_tokenizer)
+        if self.estimator == "full" and not self.topk and self.vocabulary > WHOLE_VOCABULARY_MAX:
+            raise ConfigError(f"distill.estimator=full with distill.topk=0 keeps the teacher's whole vocabulary, "
+                              f"{self.vocabulary} ids and log-probabilities (12 bytes each), at every action token of "
+                              f"a step: set distill.topk=k (NeMo-RL's default is 64); the whole vocabulary is for "
+                              f"vocabularies of at most {WHOLE_VOCABULARY_MAX} tokens")
+        self.teacher.load(device)
         if self.token_map_file is not None:
             self.token_map = read_token_map(Path(self.token_map_file), len(student_tokenizer))
             return

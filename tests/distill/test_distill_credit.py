@@ -184,3 +184,14 @@ def test_the_full_estimator_is_refused_where_the_trainer_does_not_compute_the_lo
     assert any("distill.estimator=full adds the teacher's KL to the loss" in e for e in errors), errors
     _, errors = config_problems(compose_config(full), at_start=False)
     assert not any("distill" in e for e in errors), errors
+
+
+def test_the_whole_vocabulary_of_a_large_tokenizer_is_refused_before_the_teacher_loads():
+    from rlvr.distill.distill import Distill
+
+    class Never:
+        def load(self, device):
+            raise AssertionError("refused before loading")
+
+    with pytest.raises(ConfigError, match=r"distill.estimator=full with distill.topk=0 .* 151936 ids"):
+        Distill(teacher=Never(), estimator="full").open(list(range(151936)))  # type: ignore[arg-type]
