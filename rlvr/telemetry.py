@@ -198,9 +198,11 @@ def _with_advantages(transcript: list[dict], adv_T: Tensor, turn_T: Tensor) -> l
 
 def console_line(row: dict, progress: str) -> str:
     """`rl 10/300 steps | 21.7 step/s | ETA 13s | reward 0.470 | correct 0.470 | loss -0.0124`; `progress` is
-    rlvr/progress.py's `Progress.text()`."""
-    return (f"rl {progress} | reward {row['mean_reward']:.3f} | correct {row['correct_rate']:.3f} | "
+    rlvr/progress.py's `Progress.text()`. With distill.estimator=full, `| teacher KL 0.0451` too (its term is not in
+    `loss`)."""
+    line = (f"rl {progress} | reward {row['mean_reward']:.3f} | correct {row['correct_rate']:.3f} | "
             f"loss {row['loss']:+.4f}")
+    return line + (f" | teacher KL {row['distill/support_kl']:.4f}" if "distill/support_kl" in row else "")
 
 
 def eval_line(row: dict) -> str:

@@ -14,6 +14,7 @@ from composing import FAST, MIXED, compose_config
 from rlvr.distill.local import LocalTeacher
 from rlvr.errors import ConfigError
 from rlvr.run import run
+from rlvr.telemetry import console_line
 
 SHORT = FAST + ["trainer.evaluate=false"]
 TINY_TEMPLATES = ["transform.template='{context}{prompt}'", "transform.context_template='{prompt}{solution}'"]
@@ -52,6 +53,8 @@ def test_the_full_estimator_trains_on_the_teachers_kl_alone_and_its_step_replays
     # (no advantage anywhere: the KL is the whole loss)
     assert steps[0]["distill/support_kl"] == pytest.approx(0.0, abs=1e-5)
     assert all(not r["skipped"] and r["loss"] == 0.0 and r["distill/loss"] >= 0 for r in steps)
+    kl = steps[1]["distill/support_kl"]
+    assert console_line(steps[1], "2/2 steps").endswith(f"| loss +0.0000 | teacher KL {kl:.4f}")
     assert main(["replay", str(tmp_path / "captures" / "step_1")]) == 0, capsys.readouterr().out
     assert "IDENTICAL" in capsys.readouterr().out
 
