@@ -172,3 +172,17 @@ def test_a_run_distils_from_the_server_its_own_start_scoring_as_its_sampler(serv
     assert {r["condition"] for r in rows} == {"opd+none"}
     assert rows[0]["distill/reverse_kl"] == pytest.approx(0.0, abs=TOL)
     assert all(r["distill/teacher_seconds"] > 0 for r in rows)
+
+
+def test_the_full_estimator_takes_the_servers_topk_as_its_support(server, tmp_path):
+    """distill.estimator=full over the server's top-15 (the tiny vocabulary whole, within vLLM's 20): the teacher is
+    the run's own start, so at step 0 the KL over the support is float noise, and the KL alone trains the policy."""
+    from rlvr.run import run
+
+    run(compose_config(FAST + ["trainer.evaluate=false", "trainer.max_steps=2", "algorithm=opd", "distill=server",
+                               f"distill.teacher.base_url={server.base_url}", f"distill.teacher.model={SERVED_NAME}",
+                               "distill.teacher.retries=0", "distill.estimator=full", "distill.topk=15"]), tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert {r["condition"] for r in rows} == {"opd+none,distill=full"}
+    assert rows[0]["distill/support_kl"] == pytest.approx(0.0, abs=TOL)
+    assert all(not r["skipped"] and r["grad_norm"] > 0 for r in rows)
