@@ -164,11 +164,12 @@ def teacher_memory(config: Mapping[str, Any], self_scoring: bool) -> list[str]:
     self-teacher's extra pass when the transform requires `self_scoring` (transform=sdpo|sdft)."""
     from hydra.utils import get_class
 
-    teacher = (config.get("distill") or {}).get("teacher") or {}
+    distill = config.get("distill") or {}
+    teacher = distill.get("teacher") or {}
     cls: Any = get_class(teacher["_target_"]) if "_target_" in teacher else None  # a teacher class: `memory`
     lines = [cls.memory(teacher)] if cls is not None else []
-    if (config.get("distill") or {}).get("estimator") == "full":
-        k = (config.get("distill") or {}).get("topk") or "the vocabulary"
+    if distill.get("estimator") == "full":
+        k = distill.get("topk") or "the vocabulary"
         lines.append(f"distill.estimator=full: the teacher's top-k (k = {k}) ids and log-probabilities at every "
                      "action token of the step, 12 bytes each, and the student's whole float32 logits at every action "
                      "token of a micro-batch, in its forward and backward pass (backend.micro_batch_size bounds them)")
