@@ -92,8 +92,9 @@ def trainable_state(policy: nn.Module) -> dict[str, Tensor]:
 def to_payload(batch: TrainBatch, rng: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, str]]:
     """(tensors, metadata) of `payload.safetensors`: every tensor of the batch as `rollouts.<field>`, `adv_PG_T`,
     `echo_PG_T`, `distill.<field>` (the teacher's support), floats widened to float64, and the RNG states as
-    `rng.<name>`; the metadata holds each tensor's dtype as trained and the rollouts' other fields (prompt ids, group
-    size, temperature, …) as JSON, so the payload's sha256 pins them too."""
+    `rng.<name>`; the metadata holds each tensor's dtype as trained, the rollouts' other fields (prompt ids, group
+    size, temperature, …) and the support's divergence (`distill`: beta, tail) as JSON, so the payload's sha256 pins
+    them too."""
     ro = batch.rollouts
     tensors: dict[str, Tensor] = {}
     plain: dict[str, Any] = {}
@@ -106,12 +107,19 @@ def to_payload(batch: TrainBatch, rng: dict[str, Tensor]) -> tuple[dict[str, Ten
     tensors["adv_PG_T"] = batch.adv_PG_T
     if batch.echo_PG_T is not None:
         tensors["echo_PG_T"] = batch.echo_PG_T
+    divergence: dict[str, Any] = {}
     if batch.distill is not None:
-        tensors |= {f"distill.{f.name}": getattr(batch.distill, f.name) for f in dataclasses.fields(batch.distill)}
+        for f in dataclasses.fields(batch.distill):
+            value = getattr(batch.distill, f.name)
+            if isinstance(value, torch.Tensor):
+                tensors[f"distill.{f.name}"] = value
+            else:
+                divergence[f.name] = value
     dtypes = {k: str(v.dtype).removeprefix("torch.") for k, v in tensors.items()}
     stored = {k: (v.double() if v.is_floating_point() else v).detach().cpu().contiguous() for k, v in tensors.items()}
     stored |= {f"rng.{k}": v.clone() for k, v in rng.items()}
-    return stored, {"dtypes": json.dumps(dtypes), "rollouts": json.dumps(plain)}
+    metadata = {"dtypes": json.dumps(dtypes), "rollouts": json.dumps(plain)}
+    return stored, metadata | ({"distill": json.dumps(divergence)} if divergence else {})
 
 
 def from_payload(stored: Mapping[str, Tensor], metadata: Mapping[str, str]) -> tuple[TrainBatch, dict[str, Tensor]]:
@@ -127,6 +135,8 @@ def from_payload(stored: Mapping[str, Tensor], metadata: Mapping[str, str]) -> t
     assert adv is not None, "a payload holds the advantages"
     rng = {k.removeprefix("rng."): v for k, v in stored.items() if k.startswith("rng.")}
     support: dict[str, Any] = {k.removeprefix("distill."): get(k) for k in dtypes if k.startswith("distill.")}
+    if support:
+        support |= json.loads(metadata.get("distill", "{}"))
     return TrainBatch(Rollouts(**fields), adv, get("echo_PG_T"), TeacherSupport(**support) if support else None), rng
 
 

@@ -4,7 +4,7 @@
             [,clip=<ε>[/<ε_high>]][,cap=<cispo_max>][,ds=<dynamic sampling>][,overlong=<buffer_frac>[x<penalty>]]
             [,overlong_filter][,ahead=<k>[/bounded][/partial]]
             [,corr=<correction>[/decoupled]][,kl=<coef>[/<estimator>][/reward]][,ent=<entropy_coef>]
-            [,distill=<coef>]
+            [,distill=<coef>[/full[/beta<β>][/tail]]]
             [,turn=<turn credit>]
             [,backend=<backend>]
     task  = [<env>-]<data>[-<reward>]-<model>
@@ -136,7 +136,8 @@ def condition_label(config: Mapping) -> str:
 
 def distill_label(config: Mapping) -> str:
     """`,distill=<coef>` when a teacher's credit joins the RL credit; under algorithm=opd, whose credit it is alone,
-    only a coefficient other than 1 shows; `full` (after the coefficient, `/`-joined) for distill.estimator=full."""
+    only a coefficient other than 1 shows; `full` (after the coefficient, `/`-joined) for distill.estimator=full, then
+    `beta<β>` for a divergence other than the reverse KL and `tail` for the tail bucket."""
     distill = config.get("distill")
     if not distill:
         return ""
@@ -145,6 +146,11 @@ def distill_label(config: Mapping) -> str:
         f"{coef:g}" if isinstance(coef, (int, float)) else str(coef)]
     if distill.get("estimator", "sampled") != "sampled":
         parts.append(str(distill.get("estimator")))
+    beta = distill.get("beta", 1.0)
+    if beta != 1.0:
+        parts.append(f"beta{beta:g}" if isinstance(beta, (int, float)) else f"beta{beta}")
+    if distill.get("tail", False):
+        parts.append("tail")
     return f",distill={'/'.join(parts)}" if parts else ""
 
 

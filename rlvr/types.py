@@ -297,7 +297,8 @@ class TokenSignals:
 class TeacherSupport:
     """distill.estimator=full (rlvr/distill/distill.py, docs/algorithms.md#on-policy-distillation): at each action
     token the teacher's k most likely next tokens (every token of the vocabulary with distill.topk=0) and their
-    log-probabilities; the loss adds each token's weight × the reverse KL from the student to the teacher over them."""
+    log-probabilities; the loss adds each token's weight × the divergence `beta` chooses between the student's and the
+    teacher's distributions over them (the reverse KL by default)."""
 
     ids_PG_T_K: Tensor
     """long: the support's token ids (the teacher's, which are the student's: a token map is refused)."""
@@ -305,6 +306,10 @@ class TeacherSupport:
     """float32: the teacher's log-probabilities of those tokens (over its whole vocabulary)."""
     weight_PG_T: Tensor
     """float32: coef / (the step's action tokens) on each action token, 0 elsewhere (the term's token mean)."""
+    beta: float = 1.0
+    """distill.beta: which divergence the loss takes over the support (1: the reverse KL)."""
+    tail: bool = False
+    """distill.tail: the mass outside the support as one more outcome (False: renormalised over it)."""
 
 
 @dataclass(frozen=True)

@@ -206,8 +206,8 @@ class PolicyLoss:
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         """The micro-batch's share of the step's loss: the form's ℓ × the correction's weights, plus the
-        regularisers' terms, aggregated (`agg_loss`), plus ECHO's term and the teacher's KL (distill.estimator=full),
-        each over its own tokens and weights; with the sums the backend reports."""
+        regularisers' terms, aggregated (`agg_loss`), plus ECHO's term and the teacher's divergence
+        (distill.estimator=full), each over its own tokens and weights; with the sums the backend reports."""
         if self.custom is not None:
             return self.custom(inputs, self)
         form = self.form_function(inputs, self)
@@ -223,11 +223,11 @@ class PolicyLoss:
             echo_loss = echo(inputs, self).loss.sum()
             loss, metrics = loss + echo_loss, metrics | {"echo_loss": echo_loss.detach()}
         if inputs.distill_weights is not None:  # its own tokens and weights: every action token, a token mean
-            kl = distill_kl(inputs, self).loss
-            distill_loss = (kl * inputs.distill_weights).sum()
+            teacher = distill_kl(inputs, self)
+            distill_loss = (teacher.loss * inputs.distill_weights).sum()
             loss = loss + distill_loss
             metrics |= {"distill_loss": distill_loss.detach(),
-                        "distill_kl": kl.detach()[inputs.distill_weights > 0].sum()}
+                        "distill_kl": teacher.metrics["reverse_kl"].detach()[inputs.distill_weights > 0].sum()}
         return LossOutputs(loss, metrics)
 
     @property

@@ -159,9 +159,10 @@ class StepRows:
                        weight=cut_optional(self.weight), echo=cut_optional(self.echo),
                        scored=cut_optional(self.scored, False),
                        origin=[(self.origin[i][0], a) for i, a, _, _ in pieces],
-                       distill=None if self.distill is None else TeacherSupport(
-                           cut(self.distill.ids_PG_T_K), cut(self.distill.logprobs_PG_T_K),
-                           cut(self.distill.weight_PG_T)))
+                       distill=None if self.distill is None else replace(
+                           self.distill, ids_PG_T_K=cut(self.distill.ids_PG_T_K),
+                           logprobs_PG_T_K=cut(self.distill.logprobs_PG_T_K),
+                           weight_PG_T=cut(self.distill.weight_PG_T)))
 
 
 def selection_generator(seed: int, step: int) -> Generator:
@@ -294,9 +295,10 @@ class Trainee:
                         lengths.tolist(), engine_lp, adv, action, sampled, ro.temperature,
                         max(int(action_PG_T.sum()), 1), int(action_PG_T.sum()), weight, echo, scored,
                         [(r, 0) for r in keep.tolist()],
-                        None if support is None else TeacherSupport(
-                            *(x[keep, :T].to(self.device) for x in (support.ids_PG_T_K, support.logprobs_PG_T_K,
-                                                                    support.weight_PG_T))))
+                        None if support is None else replace(
+                            support, ids_PG_T_K=support.ids_PG_T_K[keep, :T].to(self.device),
+                            logprobs_PG_T_K=support.logprobs_PG_T_K[keep, :T].to(self.device),
+                            weight_PG_T=support.weight_PG_T[keep, :T].to(self.device)))
         return rows if ro.segments_PG is None else rows.split(ro, self.pad_id)
 
     def micro_batches(self, rows: StepRows, share: Sequence[int]) -> list[list[int]]:
@@ -366,7 +368,8 @@ class Trainee:
                             None if rows.weight is None else rows.weight[b], factor, ref_lp, entropy,
                             None if selected is None else selected[b], None if rows.echo is None else rows.echo[b],
                             None if distill is None else distill.weight_PG_T[b], support_lp,
-                            None if distill is None else distill.logprobs_PG_T_K[b])
+                            None if distill is None else distill.logprobs_PG_T_K[b],
+                            1.0 if distill is None else distill.beta, distill is not None and distill.tail)
         return inputs, log_rho, torch.ones_like(mask) if keep is None else keep
 
     @staticmethod

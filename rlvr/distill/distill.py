@@ -7,12 +7,13 @@
 Each step the teacher scores the step's completions (one no-grad pass, or one request per row); the credit stage
 adds coef · d_t (rlvr/distill/credit.py) to the transform's token advantages, before the algorithm's batch pass and
 the cap. `distill.estimator=full` instead hands the backend the teacher's top-k at each action token (its whole
-vocabulary at distill.topk=0, a local teacher's), and the loss adds coef × the reverse KL over them, token-averaged
-over the step (rlvr/loss/regularizers.py `distill_kl`): the student's probability of every token of the support gets
-its exact gradient, not the sampled token's alone. `algorithm=opd` gives no RL credit: the teacher's alone. The
-teacher is loaded (or its vocabulary asked for) at start, and a tokenizer that maps a token to another id than the
-student's is refused there unless `token_map` names a JSON object {student id: teacher id} that translates every
-token the student may sample.
+vocabulary at distill.topk=0, a local teacher's), and the loss adds coef × a divergence over them, token-averaged
+over the step (rlvr/loss/regularizers.py `distill_kl`; `distill.beta`: 1 the reverse KL, 0 the forward KL, between
+the generalised Jensen-Shannon; `distill.tail`: the mass outside the top-k as one more outcome): the student's
+probability of every token of the support gets its exact gradient, not the sampled token's alone.
+`algorithm=opd` gives no RL credit: the teacher's alone. The teacher is loaded (or its vocabulary asked for) at
+start, and a tokenizer that maps a token to another id than the student's is refused there unless `token_map` names
+a JSON object {student id: teacher id} that translates every token the student may sample.
 """
 
 from __future__ import annotations
@@ -60,6 +61,20 @@ class Distill:
         estimator = settings.get("estimator", "sampled")
         if estimator not in ESTIMATORS:
             errors.append(f"distill.estimator={estimator!r}: expected one of {', '.join(ESTIMATORS)}")
+        beta, tail = settings.get("beta", 1.0), settings.get("tail", False)
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0.0 <= beta <= 1.0:
+            errors.append(f"distill.beta={beta}: expected a number in [0, 1] (1: the reverse KL, 0: the forward KL, "
+                          "between: the generalised Jensen-Shannon divergence)")
+        elif beta != 1.0 and estimator != "full":
+            errors.append(f"distill.beta={beta:g} chooses the divergence of distill.estimator=full, which the sampled "
+                          "estimator does not take (its credit is the reverse KL's one-sample estimate): set "
+                          "distill.estimator=full")
+        if not isinstance(tail, bool):
+            errors.append(f"distill.tail={tail}: expected true (the mass outside the top-k as one more outcome) or "
+                          "false (renormalised over the top-k)")
+        elif tail and estimator != "full":
+            errors.append("distill.tail=true keeps the mass outside the top-k in distill.estimator=full's divergence, "
+                          "which the sampled estimator does not take: set distill.estimator=full")
         teacher = settings.get("teacher") or {}
         kind: Any = get_class(teacher["_target_"]) if "_target_" in teacher else None  # a teacher class
         inner = getattr(kind, "needs", None)
@@ -80,12 +95,13 @@ class Distill:
                      excludes=excludes)
 
     def __init__(self, *, teacher: Teacher, coef: float = 1.0, topk: int = 0, token_map: str | None = None,
-                 estimator: str = "sampled") -> None:
+                 estimator: str = "sampled", beta: float = 1.0, tail: bool = False) -> None:
         if token_map is not None and (topk or estimator == "full"):
             raise ConfigError(f"distill.token_map with distill.topk={topk}, distill.estimator={estimator}: the top-k "
                               "reads the teacher's own token ids, which a map from the student's does not translate "
                               "back (set distill.topk=0 and distill.estimator=sampled)")
         self.teacher, self.coef, self.topk, self.estimator = teacher, float(coef), int(topk), estimator
+        self.beta, self.tail = float(beta), bool(tail)
         self.token_map_file = token_map
         self.token_map: Tensor | None = None
         self.vocabulary = 0
@@ -141,7 +157,8 @@ class Distill:
             return self.coef * d_PG_T, None, fields
         assert scores.topk_ids_N_T_K is not None and scores.topk_logprobs_N_T_K is not None, "asked for top-k"
         weight = mask.float() * (self.coef / max(int(mask.sum()), 1))
-        return None, TeacherSupport(scores.topk_ids_N_T_K, scores.topk_logprobs_N_T_K.float(), weight), fields
+        return None, TeacherSupport(scores.topk_ids_N_T_K, scores.topk_logprobs_N_T_K.float(), weight, self.beta,
+                                    self.tail), fields
 
 
 def read_token_map(path: Path, student_vocab: int) -> Tensor:

@@ -55,6 +55,11 @@ class LossInputs:
     """[N, T, K] log π_θ of the teacher's top-k tokens at each position, at the sampler's temperature, with gradient."""
     teacher_support_logprobs: Tensor | None = None
     """[N, T, K] the teacher's log-probabilities of the same tokens (no gradient)."""
+    distill_beta: float = 1.0
+    """distill.beta: the divergence over the support, 1 the reverse KL, 0 the forward KL, between the generalised
+    Jensen–Shannon (rlvr/loss/regularizers.py `distill_kl`)."""
+    distill_tail: bool = False
+    """distill.tail: the mass outside the support as one more outcome, instead of renormalising over it."""
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@ policy loss in the same forward and backward pass, over its own tokens (every ac
 included) and weights, and equals a dense computation over every logit to 1e-6 in value and gradient, whatever the
 micro-batches or packing. docs/algorithms.md#on-policy-distillation."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from backend.passes import gradients
@@ -42,7 +44,8 @@ def step(k: int = 4) -> TrainBatch:
 
 def dense(b: LocalBackend, batch: TrainBatch):
     """Every logit of every row: the policy loss −Σ exp(δ)·A / n over the tokens with A ≠ 0, plus
-    Σ w·Σ_S p̃ (log p̃ − log q̃) with p̃, q̃ the student's and the teacher's distributions renormalised over S."""
+    Σ w·D_β(p̃, q̃) with p̃, q̃ the student's and the teacher's distributions over S (renormalised, or with the rest
+    of the vocabulary as one more outcome), in probabilities rather than log-probabilities."""
     ro, model, support = batch.rollouts, b.policy, batch.distill
     assert support is not None
     ids, attn, Lp = padded_rows([ro.prompt_ids_P[0]] * 2 + [ro.prompt_ids_P[1]] * 2, ro.tokens_PG_T, ro.mask_PG_T, 0)
@@ -53,10 +56,17 @@ def dense(b: LocalBackend, batch: TrainBatch):
     lp = logp_all.gather(-1, ro.tokens_PG_T[..., None]).squeeze(-1) * ro.mask_PG_T
     signal = batch.adv_PG_T != 0
     policy = (-torch.exp(lp - ro.logprobs_PG_T) * batch.adv_PG_T * signal).sum() / signal.sum()
-    student = logp_all.gather(-1, support.ids_PG_T_K)
-    student = student - student.logsumexp(-1, keepdim=True)
-    teacher = support.logprobs_PG_T_K - support.logprobs_PG_T_K.logsumexp(-1, keepdim=True)
-    distill = ((student.exp() * (student - teacher)).sum(-1) * support.weight_PG_T).sum()
+    p_in, q_in = logp_all.gather(-1, support.ids_PG_T_K).exp(), support.logprobs_PG_T_K.exp()
+    if support.tail:  # the rest of the vocabulary as one more outcome
+        p = torch.cat([p_in, 1 - p_in.sum(-1, keepdim=True)], -1)
+        q = torch.cat([q_in, 1 - q_in.sum(-1, keepdim=True)], -1)
+    else:
+        p, q = p_in / p_in.sum(-1, keepdim=True), q_in / q_in.sum(-1, keepdim=True)
+    b = support.beta
+    m = b * q + (1 - b) * p
+    divergence = ((p * (p / q).log()).sum(-1) if b == 1 else (q * (q / p).log()).sum(-1) if b == 0
+                  else b * (q * (q / m).log()).sum(-1) + (1 - b) * (p * (p / m).log()).sum(-1))
+    distill = (divergence * support.weight_PG_T).sum()
     (policy + distill).backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)
@@ -73,6 +83,24 @@ def test_the_teachers_kl_equals_every_logit_in_value_and_gradient(k):
     assert sums["loss"] == pytest.approx(float(policy), abs=1e-6)
     assert sums["distill_loss"] == pytest.approx(float(distill), abs=1e-6) and sums["distill_loss"] > 0
     assert sums["distill_kl"] == pytest.approx(float(distill) * 14 / COEF, abs=1e-5)
+    for name, grad in want.items():
+        torch.testing.assert_close(grads[name], grad, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(("beta", "tail"), [(0.0, False), (0.5, True), (0.25, False)],
+                         ids=["forward-kl", "jsd-tail", "jsd0.25"])
+def test_every_divergence_equals_every_logit_in_value_and_gradient(beta, tail):
+    """distill.beta and distill.tail (docs/algorithms.md#the-full-estimator) in the backend's pass, against the same
+    dense computation; `distill_kl` still reports the reverse KL."""
+    plain = step()
+    batch = replace(plain, distill=replace(plain.distill, beta=beta, tail=tail))
+    b, loss = backend(), PolicyLoss(0.0, 0.0, 0.0)
+    _, _, sums, grads = gradients(b, batch, loss)
+    _, distill, want = dense(b, batch)
+    assert sums["distill_loss"] == pytest.approx(float(distill), abs=1e-6) and sums["distill_loss"] > 0
+    _, reverse, _ = dense(backend(), plain) if not tail else dense(backend(), replace(batch, distill=replace(
+        batch.distill, beta=1.0)))
+    assert sums["distill_kl"] == pytest.approx(float(reverse) * 14 / COEF, abs=1e-5)
     for name, grad in want.items():
         torch.testing.assert_close(grads[name], grad, rtol=0, atol=1e-6)
 

@@ -158,6 +158,67 @@ def test_the_full_estimator_is_the_reverse_kl_over_the_teachers_renormalised_top
     torch.testing.assert_close(z.grad, 0.25 * p * (p.log() - q.log() - kl), rtol=0, atol=1e-6)
 
 
+def test_beta_chooses_the_divergence_and_tail_keeps_the_mass_outside_the_topk():
+    """The same p = (0.5, 0.3, 0.2), q = (0.6, 0.1, 0.3), the whole vocabulary (TRL's and SDPO's β):
+    β = 0, the forward KL(q ‖ p) = 0.6·ln(6/5) + 0.1·ln(1/3) + 0.3·ln(3/2) = 0.109393 − 0.109861 + 0.121640
+          = 0.121172, whose gradient in the student's logits z is p − q;
+    β = ½, M = (p + q)/2 = (0.55, 0.2, 0.25): KL(q ‖ M) = 0.6·ln(12/11) + 0.1·ln(1/2) + 0.3·ln(6/5) = 0.037589,
+          KL(p ‖ M) = 0.5·ln(10/11) + 0.3·ln(3/2) + 0.2·ln(4/5) = 0.029356, JSD = ½·0.037589 + ½·0.029356 = 0.033472;
+    β = ¼, M = ¼q + ¾p = (0.525, 0.25, 0.225): ¼·KL(q ‖ M) + ¾·KL(p ‖ M) = 0.023757.
+    With the tail bucket, the teacher's top-2 S = {0, 2} and the rest as a third outcome: p → (0.5, 0.2 | 0.3),
+    q → (0.6, 0.3 | 0.1), and the reverse KL over the three is the whole vocabulary's 0.157330 (its rest is token 1),
+    where renormalising over S gave 0.005238. `distill/support_kl` stays the reverse KL whatever β."""
+    from rlvr.loss.contract import LossInputs
+    from rlvr.loss.regularizers import distill_kl
+
+    p, q = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.6, 0.1, 0.3])
+    z = p.log().clone().requires_grad_(True)
+    reverse = 0.157330
+
+    def term(ids: list[int], beta: float = 1.0, tail: bool = False):
+        one = torch.ones(1, 1)
+        return distill_kl(LossInputs(
+            torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1), one.bool() & False, 1, one.bool(),
+            distill_weights=one, student_support_logprobs=torch.log_softmax(z, -1)[ids][None, None],
+            teacher_support_logprobs=q.log()[ids][None, None], distill_beta=beta, distill_tail=tail),
+            None)  # type: ignore[arg-type]
+
+    forward = term([0, 1, 2], beta=0.0)
+    assert float(forward.loss) == pytest.approx(0.121172, abs=1e-6)
+    assert float(forward.metrics["reverse_kl"]) == pytest.approx(reverse, abs=1e-6)
+    forward.loss.sum().backward()
+    torch.testing.assert_close(z.grad, p - q, rtol=0, atol=1e-6)
+    assert float(term([0, 1, 2], beta=0.5).loss) == pytest.approx(0.5 * 0.037589 + 0.5 * 0.029356, abs=1e-6)
+    assert float(term([0, 1, 2], beta=0.5).loss) == pytest.approx(0.033472, abs=1e-6)
+    assert float(term([0, 1, 2], beta=0.25).loss) == pytest.approx(0.023757, abs=1e-6)
+    assert float(term([0, 2], tail=True).loss) == pytest.approx(reverse, abs=1e-6)
+    assert float(term([0, 2]).loss) == pytest.approx(0.005238, abs=1e-6)
+    whole = term([0, 1, 2], tail=True)  # nothing outside the vocabulary: the bucket is empty on both sides
+    assert float(whole.loss) == pytest.approx(reverse, abs=1e-5) and torch.isfinite(whole.loss).all()
+
+
+def test_beta_and_tail_belong_to_the_full_estimator_and_show_in_the_label():
+    from rlvr.distill.distill import Distill
+
+    local = {"_target_": "rlvr.distill.local.LocalTeacher", "path": "/nowhere"}
+    full = {"coef": 1.0, "topk": 0, "estimator": "full", "teacher": local}
+    assert Distill.needs({**full, "beta": 0.5, "tail": True}).errors == ()
+    for bad in (-0.1, 1.5, "half", None):
+        assert any(e.startswith(f"distill.beta={bad}") for e in Distill.needs({**full, "beta": bad}).errors)
+    assert any(e.startswith("distill.tail=") for e in Distill.needs({**full, "tail": "yes"}).errors)
+    sampled = {**full, "estimator": "sampled"}
+    assert any("distill.beta=0.5 chooses the divergence of distill.estimator=full" in e
+               for e in Distill.needs({**sampled, "beta": 0.5}).errors)
+    assert any("distill.tail=true" in e for e in Distill.needs({**sampled, "tail": True}).errors)
+    opd = {"algorithm": {"_target_": "rlvr.algorithm.opd.OPD"}}
+    assert distill_label({**opd, "distill": {"coef": 1.0, "estimator": "full"}}) == ",distill=full"
+    assert distill_label({**opd, "distill": {"coef": 1.0, "estimator": "full", "beta": 1.0, "tail": False}}
+                         ) == ",distill=full"
+    assert distill_label({**opd, "distill": {"coef": 1.0, "estimator": "full", "beta": 0.5, "tail": True}}
+                         ) == ",distill=full/beta0.5/tail"
+    assert distill_label({**opd, "distill": {"coef": 1.0, "estimator": "full", "beta": 0.0}}) == ",distill=full/beta0"
+
+
 def test_the_full_estimator_needs_the_local_loss_and_a_teacher_that_has_every_token():
     from rlvr.distill.distill import Distill
 

@@ -46,13 +46,17 @@ def test_the_full_estimator_trains_on_the_teachers_kl_alone_and_its_step_replays
     from rlvr.cli.main import main
 
     run(compose_config(SHORT + ["algorithm=opd", "distill=teacher", f"distill.teacher.path={start}",
-                                "distill.estimator=full", "trainer.max_steps=2", "trainer.capture_steps=[1]"]),
+                                "distill.estimator=full", "distill.beta=0.5", "distill.tail=true",
+                                "trainer.max_steps=2", "trainer.capture_steps=[1]"]),
         tmp_path)
     steps = rows(tmp_path)
-    # step 0: the student is its teacher, so the KL over the whole vocabulary is float noise, yet every step trains
-    # (no advantage anywhere: the KL is the whole loss)
+    assert steps[0]["condition"].endswith(",distill=full/beta0.5/tail")
+    # step 0: the student is its teacher, so the divergence over the whole vocabulary is float noise, yet every step
+    # trains (no advantage anywhere: the teacher's Jensen-Shannon term is the whole loss); the captured step holds β
+    # and the tail bucket, so it replays bit for bit
     assert steps[0]["distill/support_kl"] == pytest.approx(0.0, abs=1e-5)
-    assert all(not r["skipped"] and r["loss"] == 0.0 and r["distill/loss"] >= 0 for r in steps)
+    assert steps[0]["distill/loss"] == pytest.approx(0.0, abs=1e-5)
+    assert all(not r["skipped"] and r["loss"] == 0.0 and r["distill/loss"] > -1e-6 for r in steps)
     kl = steps[1]["distill/support_kl"]
     assert console_line(steps[1], "2/2 steps").endswith(f"| loss +0.0000 | teacher KL {kl:.4f}")
     assert main(["replay", str(tmp_path / "captures" / "step_1")]) == 0, capsys.readouterr().out
