@@ -111,7 +111,7 @@ def stages(t: Trainer, c: Components) -> list[Stage]:
         Select(t.dynamic, shaping, t.group_size, t.sampling),
         Signals(t.group_size, c.planning, c.wants_planning, c.wants_entropy),
         Teach(c.distill),
-        SelfTeach(cast("SelfDistill", c.transform).teacher if c.wants_self_teacher else None),
+        SelfTeach(cast("SelfDistill", c.transform) if c.wants_self_teacher else None),
         RewardKL(c.algorithm),
         CreditStage(c.algorithm, c.transform, c.turn_credit, t.overlong, t.sampling.max_tokens, c.echo),
         Train(c.algorithm, t.capture, t.lr, bool(t.off_policy_steps)),

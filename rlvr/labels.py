@@ -4,7 +4,7 @@
             [,clip=<ε>[/<ε_high>]][,cap=<cispo_max>][,ds=<dynamic sampling>][,overlong=<buffer_frac>[x<penalty>]]
             [,overlong_filter][,ahead=<k>[/bounded][/partial]]
             [,corr=<correction>[/decoupled]][,kl=<coef>[/<estimator>][/reward]][,ent=<entropy_coef>]
-            [,distill=<coef>[/full[/beta<β>][/tail]]]
+            [,distill=<coef>[/full[/beta<β>][/tail]]][,sd=full[/beta<β>][/tail]]
             [,turn=<turn credit>]
             [,backend=<backend>]
     task  = [<env>-]<data>[-<reward>]-<model>
@@ -125,7 +125,7 @@ def condition_label(config: Mapping) -> str:
         label += f",corr={correction.get('kind', 'none')}" + ("/decoupled" if correction.get("pi_old") == "decoupled"
                                                               else "")
     label += regularizer_label(config.get("algorithm") or {})
-    label += distill_label(config)
+    label += distill_label(config) + self_distill_label(config)
     if config.get("env"):
         label += f",turn={name(config.get('turn_credit'))}"
     backend = name(config.get("backend"))
@@ -144,14 +144,27 @@ def distill_label(config: Mapping) -> str:
     coef = distill.get("coef", 1.0)
     parts = [] if name(config.get("algorithm")) == "opd" and coef == 1.0 else [
         f"{coef:g}" if isinstance(coef, (int, float)) else str(coef)]
-    if distill.get("estimator", "sampled") != "sampled":
-        parts.append(str(distill.get("estimator")))
-    beta = distill.get("beta", 1.0)
-    if beta != 1.0:
-        parts.append(f"beta{beta:g}" if isinstance(beta, (int, float)) else f"beta{beta}")
-    if distill.get("tail", False):
-        parts.append("tail")
+    parts += estimator_parts(distill)
     return f",distill={'/'.join(parts)}" if parts else ""
+
+
+def self_distill_label(config: Mapping) -> str:
+    """`,sd=full[/beta<β>][/tail]` when transform=sdpo|sdft takes the self-teacher's divergence in the loss
+    (transform.estimator=full), not its log-ratio as credit."""
+    transform = config.get("transform") or {}
+    if transform.get("estimator", "sampled") == "sampled":
+        return ""
+    return f",sd={'/'.join(estimator_parts(transform))}"
+
+
+def estimator_parts(node: Mapping) -> list[str]:
+    """The estimator and the divergence of distill=… or transform=sdpo|sdft: `full`, then `beta<β>` for a divergence
+    other than the reverse KL and `tail` for the tail bucket (none for the sampled estimator)."""
+    if node.get("estimator", "sampled") == "sampled":
+        return []
+    beta = node.get("beta", 1.0)
+    return [str(node.get("estimator")), *([f"beta{beta:g}" if isinstance(beta, (int, float)) else f"beta{beta}"]
+                                          if beta != 1.0 else []), *(["tail"] if node.get("tail", False) else [])]
 
 
 def clip_label(loss: Mapping) -> str:

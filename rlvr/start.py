@@ -64,11 +64,16 @@ def start(c: Components, warmup: Warmup, keep_last: int, out: RunDir, stop: Stop
 def open_teachers(c: Components, tokenizer: Any, backend: Any) -> None:
     """distill=…: the teacher loaded beside the policy (or its server asked for its vocabulary), a tokenizer that
     differs refused (rlvr/distill/distill.py `open`); the RNG is left as it was (loading a model draws from it).
-    transform=sdpo|sdft: templates whose text the tokenizer cannot spell refused."""
+    transform=sdpo|sdft: templates whose text the tokenizer cannot spell refused, and the whole vocabulary of a large
+    one as transform.estimator=full's support."""
     if c.wants_self_teacher:
+        from rlvr.distill.distill import refuse_whole_vocabulary
         from rlvr.distill.self_teacher import check_template
 
-        check_template(cast("SelfDistill", c.transform).teacher, tokenizer)
+        self_distill = cast("SelfDistill", c.transform)
+        check_template(self_distill.teacher, tokenizer)
+        if self_distill.estimator == "full":
+            refuse_whole_vocabulary("transform", self_distill.topk, len(tokenizer))
     if c.distill is None:
         return
     before = rng_state()

@@ -73,6 +73,8 @@ if TYPE_CHECKING:
     from torch.optim import Optimizer
     from transformers import PreTrainedModel
 
+    from rlvr.distill.teacher import TeacherScores
+
 torch = lazy_import("torch")
 peft = lazy_import("peft")
 safetensors_torch = lazy_import("safetensors.torch")
@@ -632,6 +634,31 @@ class LocalBackend:
         finally:
             t.policy.train(training)
         return rows.scatter(part, mask.shape)
+
+    def self_teacher_scores(self, rollouts: Rollouts, topk: int, reference: bool) -> TeacherScores:
+        """transform.estimator=full's self-teacher pass (rlvr/distill/self_teacher.py): the policy as it is now, or
+        with `reference` as RL started (the adapter disabled under LoRA, the frozen copy under full fine-tuning),
+        scoring the rollouts at their temperature with its top-k at every completion position, in no-grad passes of
+        `micro_batch_size` rows (0: all), eval mode, each row right-padded (rlvr/distill/local.py `score_rows`)."""
+        from contextlib import nullcontext
+
+        from rlvr.distill.local import score_rows
+
+        t, training = self.trainee, self.trainee.policy.training
+        adapter = isinstance(t.policy, peft.PeftModel)
+        if reference and not adapter and t.reference is None:
+            raise ValueError("transform.teacher=base under full fine-tuning needs the reference copy, which this "
+                             "backend was not built with (reference=True)")
+        model = cast("nn.Module", t.reference if reference and not adapter else t.policy)
+        G, mask = rollouts.group_size, rollouts.mask_PG_T
+        prompts = [rollouts.prompt_ids_P[r // G] for r in range(mask.shape[0])]
+        t.policy.eval()
+        try:
+            with cast("PeftModel", t.policy).disable_adapter() if reference and adapter else nullcontext():
+                return score_rows(model, prompts, rollouts.tokens_PG_T, mask.sum(-1).tolist(), topk,
+                                  t.micro_batch_size or mask.shape[0], rollouts.temperature)
+        finally:
+            t.policy.train(training)
 
     def reference_logprobs(self, rollouts: Rollouts) -> Tensor:
         """[PG, T] log π_ref of every sampled completion token of the rollouts (0 on padding and on rows without an

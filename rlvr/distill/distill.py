@@ -42,7 +42,8 @@ torch = lazy_import("torch")
 WHOLE_VOCABULARY_MAX = 4096
 """The largest vocabulary distill.estimator=full takes whole (distill.topk=0): 48 KiB a token."""
 ESTIMATORS = ("sampled", "full")
-"""distill.estimator: the sampled token's log-ratio as credit | the reverse KL over the teacher's top-k in the loss."""
+"""distill.estimator (and transform=sdpo|sdft's): the sampled token's log-ratio as credit | a divergence over the
+teacher's top-k in the loss."""
 
 
 class Distill:
@@ -59,22 +60,7 @@ class Distill:
             errors.append(f"distill.topk={topk}: expected an integer >= 0 (0: the sampled token's exact "
                           "log-probability)")
         estimator = settings.get("estimator", "sampled")
-        if estimator not in ESTIMATORS:
-            errors.append(f"distill.estimator={estimator!r}: expected one of {', '.join(ESTIMATORS)}")
-        beta, tail = settings.get("beta", 1.0), settings.get("tail", False)
-        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0.0 <= beta <= 1.0:
-            errors.append(f"distill.beta={beta}: expected a number in [0, 1] (1: the reverse KL, 0: the forward KL, "
-                          "between: the generalised Jensen-Shannon divergence)")
-        elif beta != 1.0 and estimator != "full":
-            errors.append(f"distill.beta={beta:g} chooses the divergence of distill.estimator=full, which the sampled "
-                          "estimator does not take (its credit is the reverse KL's one-sample estimate): set "
-                          "distill.estimator=full")
-        if not isinstance(tail, bool):
-            errors.append(f"distill.tail={tail}: expected true (the mass outside the top-k as one more outcome) or "
-                          "false (renormalised over the top-k)")
-        elif tail and estimator != "full":
-            errors.append("distill.tail=true keeps the mass outside the top-k in distill.estimator=full's divergence, "
-                          "which the sampled estimator does not take: set distill.estimator=full")
+        errors += estimator_problems("distill", estimator, settings.get("beta", 1.0), settings.get("tail", False))
         teacher = settings.get("teacher") or {}
         kind: Any = get_class(teacher["_target_"]) if "_target_" in teacher else None  # a teacher class
         inner = getattr(kind, "needs", None)
@@ -91,7 +77,8 @@ class Distill:
         if estimator == "full":
             excludes["masked_token_mean"] = ("the teacher's KL term would be rescaled with the policy loss's: choose "
                                              "another correction (token_tis, seq_tis, none) or aggregation")
-        return Needs(provides=frozenset({"teacher"}), requires=requires, machine=machine, errors=tuple(errors),
+        provides = {"teacher", "teacher_support"} if estimator == "full" else {"teacher"}
+        return Needs(provides=frozenset(provides), requires=requires, machine=machine, errors=tuple(errors),
                      excludes=excludes)
 
     def __init__(self, *, teacher: Teacher, coef: float = 1.0, topk: int = 0, token_map: str | None = None,
@@ -114,11 +101,8 @@ class Distill:
         """At start: load the teacher (a local one's weights), then refuse a vocabulary that differs from the
         student's unless `token_map` translates the student's ids."""
         self.vocabulary = len(student_tokenizer)
-        if self.estimator == "full" and not self.topk and self.vocabulary > WHOLE_VOCABULARY_MAX:
-            raise ConfigError(f"distill.estimator=full with distill.topk=0 keeps the teacher's whole vocabulary, "
-                              f"{self.vocabulary} ids and log-probabilities (12 bytes each), at every action token of "
-                              f"a step: set distill.topk=k (NeMo-RL's default is 64); the whole vocabulary is for "
-                              f"vocabularies of at most {WHOLE_VOCABULARY_MAX} tokens")
+        if self.estimator == "full":
+            refuse_whole_vocabulary("distill", self.topk, self.vocabulary)
         self.teacher.load(device)
         if self.token_map_file is not None:
             self.token_map = read_token_map(Path(self.token_map_file), len(student_tokenizer))
@@ -161,6 +145,38 @@ class Distill:
                                     self.tail), fields
 
 
+def estimator_problems(node: str, estimator: Any, beta: Any, tail: Any) -> list[str]:
+    """What is wrong with `<node>.estimator`, `.beta` and `.tail` (distill=…, transform=sdpo|sdft): an estimator of
+    `ESTIMATORS`; β in [0, 1] and the tail bucket, which choose the divergence of estimator=full alone."""
+    errors = []
+    if estimator not in ESTIMATORS:
+        errors.append(f"{node}.estimator={estimator!r}: expected one of {', '.join(ESTIMATORS)}")
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0.0 <= beta <= 1.0:
+        errors.append(f"{node}.beta={beta}: expected a number in [0, 1] (1: the reverse KL, 0: the forward KL, "
+                      "between: the generalised Jensen-Shannon divergence)")
+    elif beta != 1.0 and estimator != "full":
+        errors.append(f"{node}.beta={beta:g} chooses the divergence of {node}.estimator=full, which the sampled "
+                      f"estimator does not take (its credit is the reverse KL's one-sample estimate): set "
+                      f"{node}.estimator=full")
+    if not isinstance(tail, bool):
+        errors.append(f"{node}.tail={tail}: expected true (the mass outside the top-k as one more outcome) or false "
+                      "(renormalised over the top-k)")
+    elif tail and estimator != "full":
+        errors.append(f"{node}.tail=true keeps the mass outside the top-k in {node}.estimator=full's divergence, "
+                      f"which the sampled estimator does not take: set {node}.estimator=full")
+    return errors
+
+
+def refuse_whole_vocabulary(node: str, topk: int, vocabulary: int) -> None:
+    """At start: estimator=full with topk=0 keeps the whole vocabulary at every action token, for a vocabulary of at
+    most `WHOLE_VOCABULARY_MAX` tokens only."""
+    if not topk and vocabulary > WHOLE_VOCABULARY_MAX:
+        raise ConfigError(f"{node}.estimator=full with {node}.topk=0 keeps the teacher's whole vocabulary, "
+                          f"{vocabulary} ids and log-probabilities (12 bytes each), at every action token of a step: "
+                          f"set {node}.topk=k (NeMo-RL's default is 64, SDPO's 100); the whole vocabulary is for "
+                          f"vocabularies of at most {WHOLE_VOCABULARY_MAX} tokens")
+
+
 def read_token_map(path: Path, student_vocab: int) -> Tensor:
     """`distill.token_map`: a JSON object {student id: teacher id} covering every student id, as a lookup tensor."""
     try:
@@ -191,6 +207,11 @@ def teacher_memory(config: Mapping[str, Any], self_scoring: bool) -> list[str]:
                      "action token of the step, 12 bytes each, and the student's whole float32 logits at every action "
                      "token of a micro-batch, in its forward and backward pass (backend.micro_batch_size bounds them)")
     if self_scoring:
-        lines.append(f"self-teacher (transform.teacher={(config.get('transform') or {}).get('teacher')}): no copy, "
-                     "one more no-grad forward pass over the rows with context each step")
+        transform = config.get("transform") or {}
+        lines.append(f"self-teacher (transform.teacher={transform.get('teacher')}): no copy, one more no-grad forward "
+                     "pass over the rows with context each step" + (
+                         f"; transform.estimator=full: its top-k (k = {transform.get('topk') or 'the vocabulary'}) "
+                         "ids and log-probabilities at every action token, 12 bytes each, and the student's whole "
+                         "float32 logits at every action token of a micro-batch"
+                         if transform.get("estimator") == "full" else ""))
     return lines

@@ -24,12 +24,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from rlvr.errors import ConfigError
+from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import encode_prompts
 
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from rlvr.distill.teacher import TeacherScores
     from rlvr.types import Example, Rollouts
+
+torch = lazy_import("torch")
 
 CONTEXTS = ("sibling", "reference")
 TEACHERS = ("live", "base")
@@ -42,6 +46,11 @@ class SelfScoringBackend(Protocol):
 
     def reference_logprobs(self, rollouts: Rollouts) -> Tensor:
         """[PG, T] the same under the policy RL started from."""
+        ...
+
+    def self_teacher_scores(self, rollouts: Rollouts, topk: int, reference: bool) -> TeacherScores:
+        """The policy's (`reference`: as RL started) scores of the rollouts at their temperature, with its top-k at
+        every completion position (rlvr/distill/local.py `score_rows`): estimator=full's support."""
         ...
 
 
@@ -89,15 +98,18 @@ class SelfTeacher:
                 context=self.context_template.format(prompt=example.prompt, solution=solution)))
         return out
 
-    def score(self, backend: Any, tokenizer: Any, rollouts: Rollouts, texts: Sequence[str | None]
-              ) -> tuple[Tensor, dict[str, float]]:
-        """[PG, T] the self-teacher's log-probabilities of the sampled tokens (the sampled ones where a row has no
-        context) and the step's `self_distill/*` fields."""
+    def score(self, backend: Any, tokenizer: Any, rollouts: Rollouts, texts: Sequence[str | None],
+              topk: int | None = None) -> tuple[Tensor, tuple[Tensor, Tensor] | None, dict[str, float]]:
+        """([PG, T] the self-teacher's log-probabilities of the sampled tokens (the sampled ones where a row has no
+        context); with `topk` (estimator=full: k, or the vocabulary's size), ([PG, T, K] its top-k ids, their
+        log-probabilities), zeros on rows without context; None without `topk` or when no row has context; the step's
+        `self_distill/*` fields)."""
         from dataclasses import replace
 
         t0 = time.perf_counter()
         rows = [r for r, text in enumerate(texts) if text is not None]
         teacher_PG_T = rollouts.logprobs_PG_T.clone()
+        top: tuple[Tensor, Tensor] | None = None
         if rows:
             prompts = encode_prompts(tokenizer, [cast(str, texts[r]) for r in rows])
             check_encodable(tokenizer, prompts, self.template)
@@ -105,10 +117,19 @@ class SelfTeacher:
                 k: getattr(rollouts, k)[rows] for k in ("tokens_PG_T", "logprobs_PG_T", "mask_PG_T", "finished_PG")},
                 entropy_PG_T=None, actions_PG_T=None, turn_PG_T=None, observation_body_PG_T=None, segments_PG=None)
             scorer: SelfScoringBackend = backend
-            lp = scorer.reference_logprobs(sub) if self.teacher == "base" else scorer.policy_logprobs(sub)
+            if topk is None:
+                lp = scorer.reference_logprobs(sub) if self.teacher == "base" else scorer.policy_logprobs(sub)
+            else:
+                scores = scorer.self_teacher_scores(sub, topk, reference=self.teacher == "base")
+                assert scores.topk_ids_N_T_K is not None and scores.topk_logprobs_N_T_K is not None, "asked for top-k"
+                lp, K = scores.logprobs_N_T, scores.topk_ids_N_T_K.shape[-1]
+                ids = torch.zeros(*teacher_PG_T.shape, K, dtype=torch.long)
+                top_lp = torch.zeros(*teacher_PG_T.shape, K)
+                ids[rows], top_lp[rows] = scores.topk_ids_N_T_K, scores.topk_logprobs_N_T_K.float()
+                top = (ids, top_lp)
             teacher_PG_T[rows] = lp.to(teacher_PG_T.dtype).where(sub.mask_PG_T, teacher_PG_T.new_zeros(()))
-        return teacher_PG_T, {"self_distill/context_frac": len(rows) / max(len(texts), 1),
-                              "self_distill/teacher_seconds": time.perf_counter() - t0}
+        return teacher_PG_T, top, {"self_distill/context_frac": len(rows) / max(len(texts), 1),
+                                   "self_distill/teacher_seconds": time.perf_counter() - t0}
 
 
 def check_template(teacher: SelfTeacher, tokenizer: Any) -> None:

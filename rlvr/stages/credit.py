@@ -5,18 +5,23 @@ truncated completions filtered out (trainer.overlong.filter) and echo's targets 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from rlvr.credit import assign_credit
 from rlvr.distill.distill import Distill
-from rlvr.distill.self_teacher import SelfTeacher
 from rlvr.echo.echo import Echo
+from rlvr.lazy import lazy_import
 from rlvr.model.prompt_encoding import token_pieces
 from rlvr.protocols import Algorithm, EntropyBackend, PlanningDetector, Transform, TurnCredit
 from rlvr.reward.overlong import Overlong
 from rlvr.stages import Stateless, StepState
 from rlvr.telemetry import CORRECT_THRESHOLD
 from rlvr.types import TokenSignals
+
+if TYPE_CHECKING:
+    from rlvr.transform.self_distill import SelfDistill
+
+torch = lazy_import("torch")
 
 
 class Signals(Stateless):
@@ -66,24 +71,29 @@ class Teach(Stateless):
 
 class SelfTeach(Stateless):
     """transform=sdpo|sdft: each row's privileged context (a successful sibling, the reference answer) and the
-    policy's log-probabilities of the row's tokens under it (rlvr/distill/self_teacher.py), for the transform to read.
-    Without a self-teacher it does nothing."""
+    policy's log-probabilities of the row's tokens under it (rlvr/distill/self_teacher.py), for the transform to read;
+    with transform.estimator=full, its top-k too, as the loss's support. Without a self-teacher it does nothing."""
 
     fields: ClassVar[tuple[str, ...]] = ("self_distill/*",)
 
-    def __init__(self, teacher: SelfTeacher | None) -> None:
-        self.teacher = teacher
+    def __init__(self, transform: SelfDistill | None) -> None:
+        self.transform = transform
 
     def apply(self, s: StepState) -> None:
-        if self.teacher is None:
+        if self.transform is None:
             return
         assert s.signals is not None, "signals run first"
-        batch, live = s.scored, s.live
+        batch, live, teacher = s.scored, s.live, self.transform.teacher
         rollouts = batch.rollouts
-        texts = self.teacher.contexts(s.examples, batch.completions, batch.rewards_P_G.flatten().tolist(),
-                                      rollouts.group_size)
-        teacher_PG_T, fields = self.teacher.score(live.backend, live.tokenizer, rollouts, texts)
+        texts = teacher.contexts(s.examples, batch.completions, batch.rewards_P_G.flatten().tolist(),
+                                 rollouts.group_size)
+        full = self.transform.estimator == "full"
+        topk = (self.transform.topk or len(cast(Any, live.tokenizer))) if full else None
+        teacher_PG_T, top, fields = teacher.score(live.backend, live.tokenizer, rollouts, texts, topk)
         s.signals = replace(s.signals, self_teacher_PG_T=teacher_PG_T)
+        if full:  # the loss's support (a step of rows without context has none: it may skip)
+            s.signals = replace(s.signals, distill_support=None if top is None else self.transform.support(
+                top, rollouts.action_mask_PG_T, torch.tensor([t is not None for t in texts])))
         s.fields.update(fields)
 
 

@@ -3,6 +3,7 @@ policy loss in the same forward and backward pass, over its own tokens (every ac
 included) and weights, and equals a dense computation over every logit to 1e-6 in value and gradient, whatever the
 micro-batches or packing. docs/algorithms.md#on-policy-distillation."""
 
+from contextlib import nullcontext
 from dataclasses import replace
 
 import pytest
@@ -13,7 +14,7 @@ from rlvr.algorithm.loss import PolicyLoss
 from rlvr.backend.local import LocalBackend
 from rlvr.backend.logprobs import padded_rows
 from rlvr.model.tiny import TinyLlama
-from rlvr.types import Rollouts, TeacherSupport, TrainBatch
+from rlvr.types import LoraSpec, Rollouts, TeacherSupport, TrainBatch
 
 TINY = TinyLlama("0123456789+=", 64, 128, 2, 2, 64, "float32", None)
 TEMPERATURE = 0.7
@@ -123,3 +124,34 @@ def test_a_step_reports_the_teachers_kl_and_trains_on_it_alone():
     metrics = backend().train_step(no_advantage, PolicyLoss(0.0, 0.0, 0.0), lr=1e-3)
     assert metrics["loss"] == 0.0 and metrics["local_train_rows"] == 4 and metrics["grad_norm"] > 0
     assert metrics["distill/loss"] == pytest.approx(metrics["distill/support_kl"] * COEF, rel=1e-5)
+
+
+@pytest.mark.parametrize("reference", [False, True], ids=["live", "base"])
+def test_the_self_teachers_scores_are_the_policys_at_the_sampling_temperature(reference):
+    """transform.estimator=full's self-teacher pass (LocalBackend.self_teacher_scores): the sampled tokens'
+    log-probabilities and the top-4 of log-softmax(logits / T) at each position, the policy's (or, with the adapter
+    off, the base's) as `dense` computes them, over every micro-batch layout."""
+    batch = step()
+    model, tok = TINY.load(0)
+    b = LocalBackend(model, LoraSpec(4, 8.0, 0.0, ["q_proj", "v_proj"]), 0, tok.pad_token_id, "cpu", (0.9, 0.95),
+                     1e-8, 0.0, 0.0, 3, False)
+    with torch.no_grad():  # a non-zero adapter, so that the base differs from the policy
+        for name, p in b.policy.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.05)
+    training = b.policy.training
+    scores = b.self_teacher_scores(batch.rollouts, 4, reference)
+    ro = batch.rollouts
+    ids, attn, Lp = padded_rows([ro.prompt_ids_P[0]] * 2 + [ro.prompt_ids_P[1]] * 2, ro.tokens_PG_T, ro.mask_PG_T, 0)
+    with torch.no_grad(), b.policy.disable_adapter() if reference else nullcontext():
+        logits = b.policy(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0)).logits
+    T = ro.tokens_PG_T.shape[1]
+    logp = torch.log_softmax(logits[:, Lp - 1: Lp - 1 + T].float() / TEMPERATURE, -1)
+    mask = ro.mask_PG_T
+    torch.testing.assert_close(scores.logprobs_N_T, logp.gather(-1, ro.tokens_PG_T[..., None]).squeeze(-1) * mask,
+                               rtol=0, atol=1e-5)
+    values, indices = logp.topk(4, dim=-1)
+    assert scores.topk_ids_N_T_K is not None and scores.topk_logprobs_N_T_K is not None
+    assert torch.equal(scores.topk_ids_N_T_K[mask], indices[mask])
+    torch.testing.assert_close(scores.topk_logprobs_N_T_K[mask], values[mask], rtol=0, atol=1e-5)
+    assert b.policy.training == training  # its mode is given back

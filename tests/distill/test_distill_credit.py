@@ -219,6 +219,42 @@ def test_beta_and_tail_belong_to_the_full_estimator_and_show_in_the_label():
     assert distill_label({**opd, "distill": {"coef": 1.0, "estimator": "full", "beta": 0.0}}) == ",distill=full/beta0"
 
 
+def test_self_distillation_full_leaves_the_rl_credit_and_weighs_the_rows_with_context():
+    """transform.estimator=full: A_t = (1 − w)·A on action tokens, the self-teacher's support weighing w / (the action
+    tokens of rows with context). Rows 0 and 2 have context (3 + 1 action tokens), w = 0.25: weights 0.0625."""
+    sd = SelfDistill(context="sibling", teacher="live", weight=0.25, success_threshold=0.5, estimator="full",
+                     topk=0, beta=0.5, tail=True, **TINY)
+    mask = [[True, True, True], [True, False, False], [True, False, False], [False, False, False]]
+    sig = signals([[-1.0] * 3] * 4, mask, self_teacher_PG_T=torch.tensor([[-0.5] * 3] * 4))
+    adv, fields = sd(torch.tensor([0.5, -0.5, 0.5, -0.5]), sig)
+    torch.testing.assert_close(adv, 0.75 * torch.tensor([[0.5] * 3, [-0.5, 0, 0], [0.5, 0, 0], [0.0] * 3]))
+    assert fields["self_distill/reverse_kl"] == pytest.approx(-0.5)  # the one-sample estimate, reported still
+    top = (torch.zeros(4, 3, 2, dtype=torch.long), torch.zeros(4, 3, 2))
+    support = sd.support(top, torch.tensor(mask), torch.tensor([True, False, True, False]))
+    torch.testing.assert_close(support.weight_PG_T, torch.tensor(
+        [[0.0625] * 3, [0.0, 0, 0], [0.0625, 0, 0], [0.0] * 3]))
+    assert (support.beta, support.tail) == (0.5, True)
+
+
+def test_self_distillation_full_needs_the_local_loss_and_one_support_a_step():
+    base = {"context": "sibling", "teacher": "live", "weight": 1.0, "success_threshold": 0.5, **TINY}
+    needs = SelfDistill.needs({**base, "estimator": "full", "topk": 100, "beta": 0.5, "tail": True})
+    assert needs.errors == () and "local_loss" in needs.requires
+    assert {"teacher_support", "masked_token_mean"} <= set(needs.excludes)
+    sampled = SelfDistill.needs(base)
+    assert "local_loss" not in sampled.requires and "teacher_support" not in sampled.excludes
+    assert any(e.startswith("transform.beta=0.5 chooses the divergence of transform.estimator=full")
+               for e in SelfDistill.needs({**base, "beta": 0.5}).errors)
+    assert any(e.startswith("transform.topk=-1") for e in SelfDistill.needs({**base, "topk": -1}).errors)
+    assert any(e.startswith("transform.estimator='logits'")
+               for e in SelfDistill.needs({**base, "estimator": "logits"}).errors)
+    from rlvr.labels import self_distill_label
+
+    assert self_distill_label({"transform": {**base, "estimator": "full", "beta": 0.5, "tail": True}}
+                              ) == ",sd=full/beta0.5/tail"
+    assert self_distill_label({"transform": base}) == ""
+
+
 def test_the_full_estimator_needs_the_local_loss_and_a_teacher_that_has_every_token():
     from rlvr.distill.distill import Distill
 

@@ -110,6 +110,39 @@ def test_the_self_teacher_shown_nothing_more_scores_as_the_sampler(tmp_path):
         assert r["self_distill/reverse_kl"] == pytest.approx(0.0, abs=1e-5)
 
 
+def test_sdpo_full_puts_the_self_teachers_divergence_in_the_loss_and_its_step_replays(tmp_path, capsys):
+    """condition=sdpo_full (SDPO's code defaults: Jensen-Shannon over the top-100, the tail bucket) with an empty
+    context: the self-teacher is the student, so its divergence is float noise, yet the rows with context train on it
+    alone (w = 1: no RL credit) and a captured step replays bit for bit."""
+    from rlvr.cli.main import main
+
+    run(compose_config(SHORT + MIXED + ["condition=sdpo_full", "transform.context_template=''", "trainer.max_steps=3",
+                                        "trainer.capture_steps=[1]"]), tmp_path)
+    steps = rows(tmp_path)
+    assert {r["condition"] for r in steps} == {"grpo+sdpo,sd=full/beta0.5/tail"}
+    taught = [r for r in steps if r["self_distill/context_frac"] > 0]
+    assert taught and steps[1] in taught
+    for r in taught:
+        assert not r["skipped"] and r["loss"] == 0.0  # no RL credit: the divergence is the whole loss
+        assert r["distill/support_kl"] == pytest.approx(0.0, abs=1e-5)
+        assert r["distill/loss"] == pytest.approx(0.0, abs=1e-5)
+        assert r["self_distill/reverse_kl"] == pytest.approx(0.0, abs=1e-5)
+    assert main(["replay", str(tmp_path / "captures" / "step_1")]) == 0, capsys.readouterr().out
+    assert "IDENTICAL" in capsys.readouterr().out
+
+
+def test_sdft_full_scores_under_the_reference_answer_with_the_adapter_off(tmp_path):
+    """transform=sdft (teacher=base: the adapter disabled) with transform.estimator=full over the whole vocabulary:
+    every row is shown its answer, so the self-teacher differs from the student and its KL is the loss's term."""
+    run(compose_config(SHORT + ["transform=sdft", *TINY_TEMPLATES, "transform.estimator=full",
+                                "trainer.max_steps=2"]), tmp_path)
+    steps = rows(tmp_path)
+    assert {r["condition"] for r in steps} == {"grpo+sdft,sd=full"}
+    assert all(r["self_distill/context_frac"] == 1.0 for r in steps)
+    assert all(r["distill/support_kl"] > 1e-3 and r["distill/loss"] == pytest.approx(r["distill/support_kl"],
+                                                                                     rel=1e-5) for r in steps)
+
+
 def test_sdft_scores_each_row_under_the_reference_answer(tmp_path):
     run(compose_config(SHORT + ["transform=sdft", *TINY_TEMPLATES, "trainer.max_steps=2"]), tmp_path)
     steps = rows(tmp_path)
