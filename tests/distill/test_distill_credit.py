@@ -253,6 +253,12 @@ def test_self_distillation_full_needs_the_local_loss_and_one_support_a_step():
     assert self_distill_label({"transform": {**base, "estimator": "full", "beta": 0.5, "tail": True}}
                               ) == ",sd=full/beta0.5/tail"
     assert self_distill_label({"transform": base}) == ""
+    from rlvr.distill.distill import teacher_memory
+
+    line, = teacher_memory({"transform": {**base, "estimator": "full", "topk": 100}}, self_scoring=True)
+    assert "one more no-grad forward pass" in line and "its top-k (k = 100) ids and log-probabilities" in line
+    line, = teacher_memory({"transform": base}, self_scoring=True)
+    assert "top-k" not in line
 
 
 def test_the_full_estimator_needs_the_local_loss_and_a_teacher_that_has_every_token():
