@@ -40,7 +40,8 @@ VARIANTS = {
     "ahead": ["trainer.off_policy_steps=2", *OVERLAP],
     # partial rollouts (rlvr/rollout/partial.py): the groups in flight, their tokens' versions, are checkpoint state
     "partial": ["trainer.off_policy_steps=4", "trainer.partial_rollouts=true", *OVERLAP],
-    # self-distillation: the live policy re-prompted with a sibling that succeeded (stateless, but a second pass)
+    # self-distillation: the policy's EMA re-prompted with a sibling that succeeded (a second pass; the EMA of the
+    # weights is checkpoint state)
     "sdpo": ["condition=sdpo"],
     "ahead_guess": ["env=guess", "trainer.sampling.max_tokens=2", "trainer.eval_max_tokens=2",
                     "trainer.off_policy_steps=1", *OVERLAP],

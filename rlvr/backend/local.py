@@ -50,7 +50,8 @@ import copy
 import json
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
@@ -81,6 +82,8 @@ safetensors_torch = lazy_import("safetensors.torch")
 
 STATE_FILE = "local_state.json"
 """The backend's own counters in a checkpoint folder (`train_steps`)."""
+EMA_FILE = "self_teacher_ema.safetensors"
+"""transform.teacher=ema's EMA of the trainable weights, in a checkpoint (`LocalBackend.ema_update`)."""
 
 
 @dataclass(frozen=True)
@@ -274,6 +277,10 @@ class Trainee:
     @property
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.params)
+
+    def trained_weights(self) -> dict[str, nn.Parameter]:
+        """The parameters an update changes, by name (the adapter's under LoRA, every one under full fine-tuning)."""
+        return {name: p for name, p in self.policy.named_parameters() if p.requires_grad}
 
     def step_rows(self, batch: TrainBatch, loss: PolicyLoss | None = None) -> StepRows:
         """The step's rows that carry signal (every rank holds all of them), with `loss`'s token weights."""
@@ -590,6 +597,8 @@ class LocalBackend:
         model = prepare(model, lora, lora_seed, gradient_checkpointing)
         self.trainee = Trainee(model, self.device, pad_id, lora_seed, betas, eps, weight_decay, grad_clip_norm,
                                micro_batch_size, packing, max_tokens_per_micro_batch, frozen)
+        self.ema: dict[str, Tensor] | None = None
+        """transform.teacher=ema: the EMA of the trainable weights, by name (`ema_update`); None otherwise."""
 
     @property
     def policy(self) -> nn.Module:
@@ -620,6 +629,35 @@ class LocalBackend:
         finally:
             t.policy.train(training)
         return rows.scatter(part, mask.shape)
+
+    @no_grad
+    def ema_update(self, rate: float) -> None:
+        """transform.teacher=ema (SDPO's teacher): θ_ema ← (1 − rate)·θ_ema + rate·θ over the trainable weights (the
+        adapter under LoRA, every weight under full fine-tuning); the first call starts θ_ema at θ. θ_ema is
+        checkpoint state (`save`, `load`)."""
+        trained = self.trainee.trained_weights()
+        if self.ema is None:
+            self.ema = {name: p.detach().clone() for name, p in trained.items()}
+            return
+        for name, p in trained.items():
+            self.ema[name].mul_(1.0 - rate).add_(p.detach(), alpha=rate)
+
+    @contextmanager
+    def ema_weights(self) -> Iterator[None]:
+        """The trainable weights are θ_ema while the body runs (the self-teacher's pass), then θ again, bit for bit."""
+        if self.ema is None:
+            raise ValueError("transform.teacher=ema scores with the EMA of the weights, which no ema_update has begun")
+        trained = self.trainee.trained_weights()
+        with torch.no_grad():
+            held = {name: p.detach().clone() for name, p in trained.items()}
+            for name, p in trained.items():
+                p.copy_(self.ema[name])
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for name, p in trained.items():
+                    p.copy_(held[name])
 
     def policy_logprobs(self, rollouts: Rollouts) -> Tensor:
         """[PG, T] log π of every completion token of the rollouts under the policy as it is now (0 on padding), from a
@@ -687,7 +725,8 @@ class LocalBackend:
     def save(self, path: Path) -> None:
         """The adapter (`save_adapter`: adapter_model.safetensors + adapter_config.json, no model card) or the full
         weights (model.safetensors + config.json, loadable by `from_pretrained`), plus `optimizer.pt` and
-        `local_state.json` (the step counter clip_cov's draws read)."""
+        `local_state.json` (the step counter clip_cov's draws read), and `self_teacher_ema.safetensors` when
+        transform.teacher=ema keeps an EMA of the weights (`ema_update`)."""
         path.mkdir(parents=True, exist_ok=True)
         if isinstance(self.trainee.policy, peft.PeftModel):
             save_adapter(self.trainee.policy, path)
@@ -697,6 +736,8 @@ class LocalBackend:
             cast("PreTrainedModel", self.trainee.policy).config.save_pretrained(path)
         torch.save(self.trainee.optimizer.state_dict(), path / "optimizer.pt")
         (path / STATE_FILE).write_text(json.dumps({"train_steps": self.trainee.train_steps}) + "\n")
+        if self.ema is not None:
+            safetensors_torch.save_file({k: v.contiguous() for k, v in self.ema.items()}, str(path / EMA_FILE))
 
     def load(self, path: Path) -> None:
         """Restore what `save` wrote: weights, optimizer moments and the step counter, exactly."""
@@ -711,6 +752,8 @@ class LocalBackend:
         # a checkpoint from before the counter existed cannot be a clip_cov run, the one reader of it: 0
         state = json.loads((path / STATE_FILE).read_text()) if (path / STATE_FILE).exists() else {}
         self.trainee.train_steps = int(state.get("train_steps", 0))
+        if (path / EMA_FILE).is_file():
+            self.ema = safetensors_torch.load_file(path / EMA_FILE, device=str(self.device))
 
 
 def save_adapter(policy: PeftModel, path: Path) -> None:

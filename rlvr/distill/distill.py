@@ -208,7 +208,8 @@ def teacher_memory(config: Mapping[str, Any], self_scoring: bool) -> list[str]:
                      "token of a micro-batch, in its forward and backward pass (backend.micro_batch_size bounds them)")
     if self_scoring:
         transform = config.get("transform") or {}
-        lines.append(f"self-teacher (transform.teacher={transform.get('teacher')}): no copy, one more no-grad forward "
+        copy = ("a copy of the trainable weights (their EMA)" if transform.get("teacher") == "ema" else "no copy")
+        lines.append(f"self-teacher (transform.teacher={transform.get('teacher')}): {copy}, one more no-grad forward "
                      "pass over the rows with context each step" + (
                          f"; transform.estimator=full: its top-k (k = {transform.get('topk') or 'the vocabulary'}) "
                          "ids and log-probabilities at every action token, 12 bytes each, and the student's whole "

@@ -11,8 +11,10 @@ Each row's context is one of (`context`):
 A row with context is scored under the prompt `template.format(prompt=…, context=context_template.format(prompt=…,
 solution=…))`, encoded as the student's prompts are (the chat template's user turn, or the plain text), with the
 row's own completion tokens after it, at the sampling temperature (as SDPO's code divides both passes' logits by it),
-by the policy as it is now (`teacher: live`, PRIME-RL's opsd) or as RL started (`teacher: base`: the LoRA adapter
-disabled, or the frozen copy under full fine-tuning; SDFT's frozen teacher). A row without context keeps its own
+by the policy as it is now (`teacher: live`, PRIME-RL's opsd), with an EMA of its trainable weights (`teacher: ema`,
+SDPO's: θ_ema ← (1 − ema_rate)·θ_ema + ema_rate·θ each step, before the pass; the backend keeps θ_ema and
+checkpoints it) or as RL started (`teacher: base`: the LoRA adapter disabled, or the frozen copy under full
+fine-tuning; SDFT's frozen teacher). A row without context keeps its own
 sampled log-probabilities: its log-ratio is 0 and, with `weight` 1, it trains nothing (SDPO masks it out).
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
 torch = lazy_import("torch")
 
 CONTEXTS = ("sibling", "reference")
-TEACHERS = ("live", "base")
+TEACHERS = ("live", "base", "ema")
 
 
 class SelfScoringBackend(Protocol):
@@ -46,6 +49,14 @@ class SelfScoringBackend(Protocol):
 
     def reference_logprobs(self, rollouts: Rollouts) -> Tensor:
         """[PG, T] the same under the policy RL started from."""
+        ...
+
+    def ema_update(self, rate: float) -> None:
+        """θ_ema ← (1 − rate)·θ_ema + rate·θ over the trainable weights (θ_ema = θ the first time): checkpoint state."""
+        ...
+
+    def ema_weights(self) -> AbstractContextManager[None]:
+        """The trainable weights are θ_ema while the body runs, then θ again, bit for bit."""
         ...
 
     def self_teacher_scores(self, rollouts: Rollouts, topk: int, reference: bool) -> TeacherScores:
@@ -61,6 +72,8 @@ class SelfTeacher:
     success_threshold: float
     template: str
     context_template: str
+    ema_rate: float = 0.05
+    """teacher=ema: the weights' EMA rate, each step (SDPO's `teacher_update_rate`)."""
 
     def problems(self) -> list[str]:
         """What is wrong with the settings (`transform.<key>=…` and what is expected)."""
@@ -69,6 +82,10 @@ class SelfTeacher:
             out.append(f"transform.context={self.context!r}: expected one of {', '.join(CONTEXTS)}")
         if self.teacher not in TEACHERS:
             out.append(f"transform.teacher={self.teacher!r}: expected one of {', '.join(TEACHERS)}")
+        rate = self.ema_rate
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 < rate <= 1.0:
+            out.append(f"transform.ema_rate={rate}: expected 0 < rate <= 1 (the EMA teacher's step toward the policy; "
+                       "1: the live policy)")
         for key, text, fields in (("template", self.template, ("prompt", "context")),
                                   ("context_template", self.context_template, ("prompt", "solution"))):
             try:
@@ -117,10 +134,12 @@ class SelfTeacher:
                 k: getattr(rollouts, k)[rows] for k in ("tokens_PG_T", "logprobs_PG_T", "mask_PG_T", "finished_PG")},
                 entropy_PG_T=None, actions_PG_T=None, turn_PG_T=None, observation_body_PG_T=None, segments_PG=None)
             scorer: SelfScoringBackend = backend
-            if topk is None:
-                lp = scorer.reference_logprobs(sub) if self.teacher == "base" else scorer.policy_logprobs(sub)
-            else:
-                scores = scorer.self_teacher_scores(sub, topk, reference=self.teacher == "base")
+            with scorer.ema_weights() if self.teacher == "ema" else nullcontext():
+                if topk is None:
+                    lp = scorer.reference_logprobs(sub) if self.teacher == "base" else scorer.policy_logprobs(sub)
+                else:
+                    scores = scorer.self_teacher_scores(sub, topk, reference=self.teacher == "base")
+            if topk is not None:
                 assert scores.topk_ids_N_T_K is not None and scores.topk_logprobs_N_T_K is not None, "asked for top-k"
                 lp, K = scores.logprobs_N_T, scores.topk_ids_N_T_K.shape[-1]
                 ids = torch.zeros(*teacher_PG_T.shape, K, dtype=torch.long)

@@ -19,6 +19,7 @@ from rlvr.telemetry import CORRECT_THRESHOLD
 from rlvr.types import TokenSignals
 
 if TYPE_CHECKING:
+    from rlvr.distill.self_teacher import SelfScoringBackend
     from rlvr.transform.self_distill import SelfDistill
 
 torch = lazy_import("torch")
@@ -87,6 +88,8 @@ class SelfTeach(Stateless):
         rollouts = batch.rollouts
         texts = teacher.contexts(s.examples, batch.completions, batch.rewards_P_G.flatten().tolist(),
                                  rollouts.group_size)
+        if teacher.teacher == "ema":  # each step, whether or not a row has context (SDPO: each optimizer step)
+            cast("SelfScoringBackend", live.backend).ema_update(teacher.ema_rate)
         full = self.transform.estimator == "full"
         topk = (self.transform.topk or len(cast(Any, live.tokenizer))) if full else None
         teacher_PG_T, top, fields = teacher.score(live.backend, live.tokenizer, rollouts, texts, topk)

@@ -41,7 +41,7 @@ class SelfDistill:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         teacher = SelfTeacher(**{k: settings[k] for k in ("context", "teacher", "success_threshold", "template",
-                                                          "context_template")})
+                                                          "context_template")}, ema_rate=settings.get("ema_rate", 0.05))
         errors = teacher.problems()
         weight = settings["weight"]
         if not isinstance(weight, (int, float)) or not 0.0 < weight <= 1.0:
@@ -65,8 +65,9 @@ class SelfDistill:
 
     def __init__(self, *, context: str, teacher: str, weight: float, success_threshold: float, template: str,
                  context_template: str, estimator: str = "sampled", topk: int = 0, beta: float = 1.0,
-                 tail: bool = False) -> None:
-        self.teacher = SelfTeacher(context, teacher, float(success_threshold), template, context_template)
+                 tail: bool = False, ema_rate: float = 0.05) -> None:
+        self.teacher = SelfTeacher(context, teacher, float(success_threshold), template, context_template,
+                                   float(ema_rate))
         self.weight, self.estimator, self.topk = float(weight), estimator, int(topk)
         self.beta, self.tail = float(beta), bool(tail)
 

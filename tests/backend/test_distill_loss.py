@@ -155,3 +155,32 @@ def test_the_self_teachers_scores_are_the_policys_at_the_sampling_temperature(re
     assert torch.equal(scores.topk_ids_N_T_K[mask], indices[mask])
     torch.testing.assert_close(scores.topk_logprobs_N_T_K[mask], values[mask], rtol=0, atol=1e-5)
     assert b.policy.training == training  # its mode is given back
+
+
+def test_the_ema_teacher_moves_a_rate_toward_the_policy_swaps_in_and_out_exactly_and_is_checkpointed(tmp_path):
+    """transform.teacher=ema (LocalBackend.ema_update, ema_weights): θ_ema starts at θ0; after the policy moves to θ1,
+    one update at rate r = 0.25 gives 0.75·θ0 + 0.25·θ1; inside `ema_weights` the adapter is θ_ema, after it θ1 bit
+    for bit; a checkpoint holds θ_ema, and a backend loading it goes on from it."""
+    model, tok = TINY.load(0)
+    lora = LoraSpec(4, 8.0, 0.0, ["q_proj", "v_proj"])
+    b = LocalBackend(model, lora, 0, tok.pad_token_id, "cpu", (0.9, 0.95), 1e-8, 0.0, 0.0, 0, False)
+    trained = b.trainee.trained_weights()
+    assert trained and all("lora_" in name for name in trained)
+    theta0 = {n: p.detach().clone() for n, p in trained.items()}
+    b.ema_update(0.25)  # the first call: θ_ema = θ0
+    with torch.no_grad():
+        for p in trained.values():
+            p.add_(0.5)
+    theta1 = {n: p.detach().clone() for n, p in trained.items()}
+    b.ema_update(0.25)
+    assert b.ema is not None
+    for n in trained:
+        torch.testing.assert_close(b.ema[n], 0.75 * theta0[n] + 0.25 * theta1[n], rtol=0, atol=1e-7)
+    with b.ema_weights():
+        assert all(torch.equal(p, b.ema[n]) for n, p in trained.items())
+    assert all(torch.equal(p, theta1[n]) for n, p in trained.items())
+    b.save(tmp_path)
+    model2, _ = TINY.load(0)
+    other = LocalBackend(model2, lora, 0, tok.pad_token_id, "cpu", (0.9, 0.95), 1e-8, 0.0, 0.0, 0, False)
+    other.load(tmp_path)
+    assert other.ema is not None and all(torch.equal(other.ema[n], b.ema[n]) for n in trained)

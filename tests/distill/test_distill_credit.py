@@ -83,11 +83,12 @@ def test_a_row_is_shown_the_first_other_success_of_its_group():
 
 
 def test_bad_self_distillation_settings_name_their_key():
-    settings = {"context": "feedback", "teacher": "ema", "weight": 0.0, "success_threshold": 0.5,
-                "template": "{prompt}", "context_template": "{answer}"}
+    settings = {"context": "feedback", "teacher": "teacher", "weight": 0.0, "success_threshold": 0.5,
+                "template": "{prompt}", "context_template": "{answer}", "ema_rate": 0.0}
     errors = SelfDistill.needs(settings).errors
     assert any(e.startswith("transform.context='feedback'") for e in errors)
-    assert any(e.startswith("transform.teacher='ema'") for e in errors)
+    assert any(e.startswith("transform.teacher='teacher'") for e in errors)
+    assert any(e.startswith("transform.ema_rate=0.0: expected 0 < rate <= 1") for e in errors)
     assert any(e.startswith("transform.weight=0.0") for e in errors)
     assert any("never shows {context}" in e for e in errors)
     assert any(e.startswith("transform.context_template='{answer}'") for e in errors)

@@ -101,8 +101,9 @@ def test_a_teacher_with_another_tokenizer_is_refused_at_start_unless_mapped(tmp_
 
 
 def test_the_self_teacher_shown_nothing_more_scores_as_the_sampler(tmp_path):
-    run(compose_config(SHORT + MIXED + ["transform=sdpo", "transform.template='{context}{prompt}'",
-                                        "transform.context_template=''", "trainer.max_steps=3"]), tmp_path)
+    run(compose_config(SHORT + MIXED + ["transform=sdpo", "transform.teacher=live",
+                                        "transform.template='{context}{prompt}'", "transform.context_template=''",
+                                        "trainer.max_steps=3"]), tmp_path)
     steps = rows(tmp_path)
     assert {r["condition"] for r in steps} == {"grpo+sdpo"}
     assert any(r["self_distill/context_frac"] > 0 for r in steps)  # rows with a successful sibling
@@ -111,12 +112,13 @@ def test_the_self_teacher_shown_nothing_more_scores_as_the_sampler(tmp_path):
 
 
 def test_sdpo_full_puts_the_self_teachers_divergence_in_the_loss_and_its_step_replays(tmp_path, capsys):
-    """condition=sdpo_full (SDPO's code defaults: Jensen-Shannon over the top-100, the tail bucket) with an empty
-    context: the self-teacher is the student, so its divergence is float noise, yet the rows with context train on it
-    alone (w = 1: no RL credit) and a captured step replays bit for bit."""
+    """condition=sdpo_full (SDPO's code defaults: Jensen-Shannon over the top-100, the tail bucket), the live policy
+    as teacher, shown an empty context: the self-teacher is the student, so its divergence is float noise, yet the
+    rows with context train on it alone (w = 1: no RL credit) and a captured step replays bit for bit."""
     from rlvr.cli.main import main
 
-    run(compose_config(SHORT + MIXED + ["condition=sdpo_full", "transform.context_template=''", "trainer.max_steps=3",
+    run(compose_config(SHORT + MIXED + ["condition=sdpo_full", "transform.teacher=live",
+                                        "transform.context_template=''", "trainer.max_steps=3",
                                         "trainer.capture_steps=[1]"]), tmp_path)
     steps = rows(tmp_path)
     assert {r["condition"] for r in steps} == {"grpo+sdpo,sd=full/beta0.5/tail"}
@@ -141,6 +143,20 @@ def test_sdft_full_scores_under_the_reference_answer_with_the_adapter_off(tmp_pa
     assert all(r["self_distill/context_frac"] == 1.0 for r in steps)
     assert all(r["distill/support_kl"] > 1e-3 and r["distill/loss"] == pytest.approx(r["distill/support_kl"],
                                                                                      rel=1e-5) for r in steps)
+
+
+def test_the_ema_teacher_starts_as_the_policy_then_lags_it(tmp_path):
+    """transform=sdpo's default teacher, the EMA of the weights (rate 0.05), shown nothing more than the student: at
+    step 0 it is the policy (its KL float noise); once the policy has moved, the teacher trails it; the checkpoint
+    holds it."""
+    run(compose_config(SHORT + MIXED + ["transform=sdpo", "transform.template='{context}{prompt}'",
+                                        "transform.context_template=''", "trainer.max_steps=4",
+                                        "trainer.save_every=2"]), tmp_path)
+    steps = rows(tmp_path)
+    taught = [r for r in steps if r["self_distill/context_frac"] > 0]
+    assert taught[0]["step"] == 0 and taught[0]["self_distill/reverse_kl"] == pytest.approx(0.0, abs=1e-5)
+    assert any(abs(r["self_distill/reverse_kl"]) > 1e-4 for r in taught[1:])
+    assert (tmp_path / "checkpoints" / "step_2" / "self_teacher_ema.safetensors").is_file()
 
 
 def test_sdft_scores_each_row_under_the_reference_answer(tmp_path):
