@@ -294,6 +294,18 @@ class TokenSignals:
 
 
 @dataclass(frozen=True)
+class TeacherScores:
+    """A distillation teacher's answer for N rows of width T (the completions' width): rlvr/distill/teacher.py."""
+
+    logprobs_N_T: Tensor
+    """float32: log π_teacher of each completion token; 0 past the row's length."""
+    topk_ids_N_T_K: Tensor | None = None
+    """int64: the teacher's k most likely token ids at each completion position (asked for top-k); 0 past the length."""
+    topk_logprobs_N_T_K: Tensor | None = None
+    """float32: their log-probabilities, in the same order; 0 past the length."""
+
+
+@dataclass(frozen=True)
 class TeacherSupport:
     """distill.estimator=full (rlvr/distill/distill.py, docs/algorithms.md#on-policy-distillation): at each action
     token the teacher's k most likely next tokens (every token of the vocabulary with distill.topk=0) and their

@@ -58,14 +58,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from rlvr.algorithm.correction import EMPTY_SUMS, merge_sums, mismatch_metrics, mismatch_sums
 from rlvr.algorithm.loss import PolicyLoss
-from rlvr.backend.logprobs import padded_logprobs, padded_rows, position_logprobs, scatter
+from rlvr.backend.logprobs import padded_logprobs, padded_rows, position_logprobs, scatter, score_rows
 from rlvr.backend.optimizer_rules import optimizer_errors, packing_errors
 from rlvr.lazy import lazy_import, no_grad
 from rlvr.loss.contract import LossInputs
 from rlvr.protocols import Needs
 from rlvr.requirements import CudaDevice
 from rlvr.seeds import sub_seed
-from rlvr.types import LoraSpec, Rollouts, TeacherSupport, TrainBatch
+from rlvr.types import LoraSpec, Rollouts, TeacherScores, TeacherSupport, TrainBatch
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -74,7 +74,6 @@ if TYPE_CHECKING:
     from torch.optim import Optimizer
     from transformers import PreTrainedModel
 
-    from rlvr.distill.teacher import TeacherScores
 
 torch = lazy_import("torch")
 peft = lazy_import("peft")
@@ -677,10 +676,8 @@ class LocalBackend:
         """transform.estimator=full's self-teacher pass (rlvr/distill/self_teacher.py): the policy as it is now, or
         with `reference` as RL started (the adapter disabled under LoRA, the frozen copy under full fine-tuning),
         scoring the rollouts at their temperature with its top-k at every completion position, in no-grad passes of
-        `micro_batch_size` rows (0: all), eval mode, each row right-padded (rlvr/distill/local.py `score_rows`)."""
+        `micro_batch_size` rows (0: all), eval mode, each row right-padded (rlvr/backend/logprobs.py `score_rows`)."""
         from contextlib import nullcontext
-
-        from rlvr.distill.local import score_rows
 
         t, training = self.trainee, self.trainee.policy.training
         adapter = isinstance(t.policy, peft.PeftModel)

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlvr.distill.teacher import TeacherScores
+from rlvr.backend.logprobs import score_rows
 from rlvr.errors import ConfigError
 from rlvr.lazy import lazy_import
 from rlvr.protocols import Finding, Needs
 from rlvr.requirements import hub_offline
+from rlvr.types import TeacherScores
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -88,39 +89,6 @@ class LocalTeacher:
         self.load()
         assert self.model is not None
         return score_rows(self.model, prompts, completions_N_T, lengths, topk, self.batch_rows)
-
-
-def score_rows(model: nn.Module, prompts: Sequence[Sequence[int]], completions_N_T: Tensor, lengths: Sequence[int],
-               topk: int, batch_rows: int, temperature: float = 1.0) -> TeacherScores:
-    """`model`'s scores of N rows (`Teacher.score`), in no-grad passes of `batch_rows` rows, each row its prompt then
-    its completion, right-padded: log-softmax(logits / `temperature`) at the position before each completion token,
-    of that token and, with `topk` = k ≥ 1, of the k most likely (all of them when the vocabulary is smaller)."""
-    device = next(model.parameters()).device
-    N, T = completions_N_T.shape
-    lp = torch.zeros(N, T)
-    ids = top = None
-    with torch.no_grad():
-        for a in range(0, N, max(batch_rows, 1)):
-            rows = range(a, min(a + max(batch_rows, 1), N))
-            seqs = [list(prompts[i]) + completions_N_T[i, :lengths[i]].tolist() for i in rows]
-            width = max(len(s) for s in seqs)
-            input_ids = torch.zeros(len(seqs), width, dtype=torch.long)
-            attention = torch.zeros(len(seqs), width, dtype=torch.long)
-            for j, s in enumerate(seqs):
-                input_ids[j, :len(s)] = torch.tensor(s)
-                attention[j, :len(s)] = 1
-            logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
-            logp = torch.log_softmax(logits.float() / temperature, dim=-1).cpu()
-            if topk and ids is None:
-                k = min(topk, logp.shape[-1])
-                ids, top = torch.zeros(N, T, k, dtype=torch.long), torch.zeros(N, T, k)
-            for j, i in enumerate(rows):
-                at = len(prompts[i]) - 1 + torch.arange(lengths[i])  # the position before each completion token
-                lp[i, :lengths[i]] = logp[j, at].gather(-1, completions_N_T[i, :lengths[i], None]).squeeze(-1)
-                if ids is not None and top is not None:
-                    values, indices = logp[j, at].topk(ids.shape[-1], dim=-1)
-                    top[i, :lengths[i]], ids[i, :lengths[i]] = values, indices
-    return TeacherScores(lp, ids, top)
 
 
 def load_teacher(path: Path, given: str) -> tuple[Any, Any, str]:

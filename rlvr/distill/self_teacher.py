@@ -33,8 +33,7 @@ from rlvr.model.prompt_encoding import encode_prompts
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from rlvr.distill.teacher import TeacherScores
-    from rlvr.types import Example, Rollouts
+    from rlvr.types import Example, Rollouts, TeacherScores
 
 torch = lazy_import("torch")
 
@@ -61,7 +60,7 @@ class SelfScoringBackend(Protocol):
 
     def self_teacher_scores(self, rollouts: Rollouts, topk: int, reference: bool) -> TeacherScores:
         """The policy's (`reference`: as RL started) scores of the rollouts at their temperature, with its top-k at
-        every completion position (rlvr/distill/local.py `score_rows`): estimator=full's support."""
+        every completion position (rlvr/backend/logprobs.py `score_rows`): estimator=full's support."""
         ...
 
 

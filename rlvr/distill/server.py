@@ -32,13 +32,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rlvr.distill.teacher import TeacherScores
 from rlvr.engine.openai import ServerServes
 from rlvr.errors import ConfigError
 from rlvr.lazy import lazy_import
 from rlvr.openai_api import OpenAIClient, ServerError
 from rlvr.protocols import Needs
 from rlvr.requirements import EnvVar, Package, pip_dependency
+from rlvr.types import TeacherScores
 
 if TYPE_CHECKING:
     from torch import Tensor

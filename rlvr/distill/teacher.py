@@ -10,23 +10,12 @@ at start unless `distill.token_map` maps the student's ids onto its own (rlvr/di
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
+
+from rlvr.types import TeacherScores
 
 if TYPE_CHECKING:
     from torch import Tensor
-
-
-@dataclass(frozen=True)
-class TeacherScores:
-    """The teacher's answer for N rows of width T (the completions' width)."""
-
-    logprobs_N_T: Tensor
-    """float32: log π_teacher of each completion token; 0 past the row's length."""
-    topk_ids_N_T_K: Tensor | None = None
-    """int64: the teacher's k most likely token ids at each completion position (asked for top-k); 0 past the length."""
-    topk_logprobs_N_T_K: Tensor | None = None
-    """float32: their log-probabilities, in the same order; 0 past the length."""
 
 
 class Teacher(Protocol):
