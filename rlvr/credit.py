@@ -51,7 +51,8 @@ class Credit:
     echo_PG_T: Tensor | None = None
     """echo=on: the step's ECHO weights on the observation tokens it keeps (rlvr/echo/echo.py); None: none kept."""
     distill: TeacherSupport | None = None
-    """distill.estimator=full: the teacher's top-k at each action token, whose reverse KL the loss adds."""
+    """estimator=full (distill=…, transform=sdpo|sdft): the teacher's top-k at each action token, whose divergence the
+    loss adds."""
 
     @property
     def skipped(self) -> bool:

@@ -160,11 +160,15 @@ def self_distill_label(config: Mapping) -> str:
 def estimator_parts(node: Mapping) -> list[str]:
     """The estimator and the divergence of distill=… or transform=sdpo|sdft: `full`, then `beta<β>` for a divergence
     other than the reverse KL and `tail` for the tail bucket (none for the sampled estimator)."""
-    if node.get("estimator", "sampled") == "sampled":
+    estimator = node.get("estimator", "sampled")
+    if estimator == "sampled":
         return []
-    beta = node.get("beta", 1.0)
-    return [str(node.get("estimator")), *([f"beta{beta:g}" if isinstance(beta, (int, float)) else f"beta{beta}"]
-                                          if beta != 1.0 else []), *(["tail"] if node.get("tail", False) else [])]
+    parts, beta = [str(estimator)], node.get("beta", 1.0)
+    if beta != 1.0:
+        parts.append(f"beta{beta:g}" if isinstance(beta, (int, float)) else f"beta{beta}")
+    if node.get("tail", False):
+        parts.append("tail")
+    return parts
 
 
 def clip_label(loss: Mapping) -> str:

@@ -317,7 +317,8 @@ class TeacherSupport:
     logprobs_PG_T_K: Tensor
     """float32: the teacher's log-probabilities of those tokens (over its whole vocabulary)."""
     weight_PG_T: Tensor
-    """float32: coef / (the step's action tokens) on each action token, 0 elsewhere (the term's token mean)."""
+    """float32: each token's weight in the term, a token mean: coef / (the step's action tokens) on each action token
+    (distill=…), or w / (the action tokens of rows with context) on those (transform=sdpo|sdft); 0 elsewhere."""
     beta: float = 1.0
     """distill.beta: which divergence the loss takes over the support (1: the reverse KL)."""
     tail: bool = False
@@ -335,7 +336,8 @@ class TrainBatch:
     """float32 ECHO weight of each observation token it targets, the step's normalisation included (rlvr/echo/echo.py:
     the loss adds −Σ w·log π over them); 0 elsewhere. None: echo=none."""
     distill: TeacherSupport | None = None
-    """distill.estimator=full: the teacher's top-k at each action token, whose reverse KL the loss adds."""
+    """estimator=full (distill=…, transform=sdpo|sdft): the teacher's top-k at each action token, whose divergence the
+    loss adds."""
 
 
 @dataclass(frozen=True)

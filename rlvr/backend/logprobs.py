@@ -163,16 +163,16 @@ def scatter(flat: tuple[Tensor | None, ...], n: int, T: int, row: Tensor, t: Ten
 
 def score_rows(model: nn.Module, prompts: Sequence[Sequence[int]], completions_N_T: Tensor, lengths: Sequence[int],
                topk: int, batch_rows: int, temperature: float = 1.0) -> TeacherScores:
-    """`model`'s scores of N rows (`Teacher.score`), in no-grad passes of `batch_rows` rows, each row its prompt then
-    its completion, right-padded: log-softmax(logits / `temperature`) at the position before each completion token,
+    """`model`'s scores of N rows (`Teacher.score`), in no-grad passes of `batch_rows` (≥ 1) rows, each row its prompt
+    then its completion, right-padded: log-softmax(logits / `temperature`) at the position before each completion token,
     of that token and, with `topk` = k ≥ 1, of the k most likely (all of them when the vocabulary is smaller)."""
     device = next(model.parameters()).device
     N, T = completions_N_T.shape
     lp = torch.zeros(N, T)
     ids = top = None
     with torch.no_grad():
-        for a in range(0, N, max(batch_rows, 1)):
-            rows = range(a, min(a + max(batch_rows, 1), N))
+        for a in range(0, N, batch_rows):
+            rows = range(a, min(a + batch_rows, N))
             seqs = [list(prompts[i]) + completions_N_T[i, :lengths[i]].tolist() for i in rows]
             width = max(len(s) for s in seqs)
             input_ids = torch.zeros(len(seqs), width, dtype=torch.long)

@@ -202,17 +202,19 @@ def teacher_memory(config: Mapping[str, Any], self_scoring: bool) -> list[str]:
     cls: Any = get_class(teacher["_target_"]) if "_target_" in teacher else None  # a teacher class: `memory`
     lines = [cls.memory(teacher)] if cls is not None else []
     if distill.get("estimator") == "full":
-        k = distill.get("topk") or "the vocabulary"
-        lines.append(f"distill.estimator=full: the teacher's top-k (k = {k}) ids and log-probabilities at every "
-                     "action token of the step, 12 bytes each, and the student's whole float32 logits at every action "
-                     "token of a micro-batch, in its forward and backward pass (backend.micro_batch_size bounds them)")
+        lines.append(f"distill.estimator=full: the teacher's {support_memory(distill)}")
     if self_scoring:
         transform = config.get("transform") or {}
         copy = ("a copy of the trainable weights (their EMA)" if transform.get("teacher") == "ema" else "no copy")
+        full = transform.get("estimator") == "full"
         lines.append(f"self-teacher (transform.teacher={transform.get('teacher')}): {copy}, one more no-grad forward "
-                     "pass over the rows with context each step" + (
-                         f"; transform.estimator=full: its top-k (k = {transform.get('topk') or 'the vocabulary'}) "
-                         "ids and log-probabilities at every action token, 12 bytes each, and the student's whole "
-                         "float32 logits at every action token of a micro-batch"
-                         if transform.get("estimator") == "full" else ""))
+                     "pass over the rows with context each step"
+                     + (f"; transform.estimator=full: its {support_memory(transform)}" if full else ""))
     return lines
+
+
+def support_memory(node: Mapping[str, Any]) -> str:
+    """What estimator=full's support holds (distill=… or transform=sdpo|sdft's `topk`), for `rlvr plan`."""
+    return (f"top-k (k = {node.get('topk') or 'the vocabulary'}) ids and log-probabilities at every action token of "
+            "the step, 12 bytes each, and the student's whole float32 logits at every action token of a micro-batch, "
+            "in its forward and backward pass (backend.micro_batch_size bounds them)")
