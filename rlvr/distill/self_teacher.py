@@ -39,6 +39,8 @@ torch = lazy_import("torch")
 
 CONTEXTS = ("sibling", "reference")
 TEACHERS = ("live", "base", "ema")
+EMA_RATE = 0.05
+"""teacher=ema's default rate (SDPO's `teacher_update_rate`)."""
 
 
 class SelfScoringBackend(Protocol):
@@ -71,8 +73,8 @@ class SelfTeacher:
     success_threshold: float
     template: str
     context_template: str
-    ema_rate: float = 0.05
-    """teacher=ema: the weights' EMA rate, each step (SDPO's `teacher_update_rate`)."""
+    ema_rate: float = EMA_RATE
+    """teacher=ema: the weights' EMA rate, each step."""
 
     def problems(self) -> list[str]:
         """What is wrong with the settings (`transform.<key>=…` and what is expected)."""

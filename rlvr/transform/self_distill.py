@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlvr.distill.credit import log_ratio, reverse_kl
 from rlvr.distill.distill import estimator_problems
-from rlvr.distill.self_teacher import SelfTeacher
+from rlvr.distill.self_teacher import EMA_RATE, SelfTeacher
 from rlvr.protocols import Needs
 from rlvr.transform.signals import per_token
 from rlvr.types import TeacherSupport
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 class SelfDistill:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
-        teacher = SelfTeacher(**{k: settings[k] for k in ("context", "teacher", "success_threshold", "template",
-                                                          "context_template")}, ema_rate=settings.get("ema_rate", 0.05))
+        keys = ("context", "teacher", "success_threshold", "template", "context_template")
+        teacher = SelfTeacher(**{k: settings[k] for k in keys}, ema_rate=settings.get("ema_rate", EMA_RATE))
         errors = teacher.problems()
         weight = settings["weight"]
         if not isinstance(weight, (int, float)) or not 0.0 < weight <= 1.0:
@@ -50,6 +50,12 @@ class SelfDistill:
         errors += estimator_problems("transform", estimator, settings.get("beta", 1.0), settings.get("tail", False))
         if isinstance(topk, bool) or not isinstance(topk, int) or topk < 0:
             errors.append(f"transform.topk={topk}: expected an integer >= 0 (0: the whole vocabulary)")
+        elif topk and estimator != "full":
+            errors.append(f"transform.topk={topk} is the support of transform.estimator=full, which the sampled "
+                          "estimator does not take: set transform.estimator=full")
+        if settings.get("ema_rate", EMA_RATE) != EMA_RATE and settings["teacher"] != "ema":
+            errors.append(f"transform.ema_rate={settings['ema_rate']} moves the EMA teacher, which "
+                          f"transform.teacher={settings['teacher']} is not: set transform.teacher=ema")
         requires = {"self_scoring": f"transform.teacher={settings['teacher']}"}
         if settings["teacher"] == "base":
             requires["reference_model"] = "transform.teacher=base"
@@ -65,7 +71,7 @@ class SelfDistill:
 
     def __init__(self, *, context: str, teacher: str, weight: float, success_threshold: float, template: str,
                  context_template: str, estimator: str = "sampled", topk: int = 0, beta: float = 1.0,
-                 tail: bool = False, ema_rate: float = 0.05) -> None:
+                 tail: bool = False, ema_rate: float = EMA_RATE) -> None:
         self.teacher = SelfTeacher(context, teacher, float(success_threshold), template, context_template,
                                    float(ema_rate))
         self.weight, self.estimator, self.topk = float(weight), estimator, int(topk)

@@ -247,6 +247,11 @@ def test_self_distillation_full_needs_the_local_loss_and_one_support_a_step():
     assert any(e.startswith("transform.beta=0.5 chooses the divergence of transform.estimator=full")
                for e in SelfDistill.needs({**base, "beta": 0.5}).errors)
     assert any(e.startswith("transform.topk=-1") for e in SelfDistill.needs({**base, "topk": -1}).errors)
+    assert any(e.startswith("transform.topk=100 is the support of transform.estimator=full")
+               for e in SelfDistill.needs({**base, "topk": 100}).errors)
+    assert any(e.startswith("transform.ema_rate=0.1 moves the EMA teacher, which transform.teacher=live is not")
+               for e in SelfDistill.needs({**base, "ema_rate": 0.1}).errors)
+    assert SelfDistill.needs({**base, "teacher": "ema", "ema_rate": 0.1}).errors == ()
     assert any(e.startswith("transform.estimator='logits'")
                for e in SelfDistill.needs({**base, "estimator": "logits"}).errors)
     from rlvr.labels import self_distill_label
