@@ -100,8 +100,8 @@ class SamplingParams:
 @dataclass(frozen=True)
 class Segment:
     """Partial rollouts (rlvr/rollout/partial.py): rows continued under the engine's current weights from where an
-    earlier version left them, until `need` of their groups are complete and every `forced` one is (or every row
-    has ended). Plain lists: it crosses to engine=pytorch's sampler process."""
+    earlier version left them, until `need` of their groups are complete and every row has sampled its quota (or
+    ended). Plain lists: it crosses to engine=pytorch's sampler process."""
 
     contexts: list[list[int]]
     """Per row: its prompt's ids and the tokens it has so far (the engine prefills them: their keys and values are
@@ -114,9 +114,10 @@ class Segment:
     """Per row: its own sampling seed; token t's draw is seeded by (seed, t) alone (`rlvr.engine.pytorch.RowNoise`),
     so a row's tokens are the same however its sampling is cut into segments."""
     groups: list[int]
-    """Per row: its group, an index into `forced`."""
-    forced: list[bool]
-    """Per group: it must be complete when the segment ends (its tokens would otherwise outgrow the staleness bound)."""
+    """Per row: its group (0, 1, …), for `need`."""
+    quotas: list[int]
+    """Per row: the fewest tokens it must sample in this segment unless it ends first; its whole budget where its
+    group must be complete when the segment ends (its tokens would otherwise outgrow the staleness bound)."""
     need: int
     """Groups that must be complete, among those of the segment, before it may end."""
     params: SamplingParams
@@ -124,17 +125,18 @@ class Segment:
 
     @property
     def settled(self) -> bool:
-        """Nothing to decode: no rows, or enough groups complete already and none forced."""
-        return not self.contexts or (self.need <= 0 and not any(self.forced))
+        """Nothing to decode: no rows, or enough groups complete already and no quota."""
+        return not self.contexts or (self.need <= 0 and not any(self.quotas))
 
-    def may_end(self, ended: Sequence[bool]) -> bool:
-        """The segment may end once each row has `ended` as given: at least `need` of its groups have every row
-        ended, and so has every forced group."""
-        running = [0] * len(self.forced)
+    def may_end(self, ended: Sequence[bool], sampled: Sequence[int]) -> bool:
+        """The segment may end once each row has `ended` and has `sampled` tokens in it as given: every row has
+        ended or sampled its quota, and at least `need` groups have every row ended."""
+        if not all(done or n >= quota for done, n, quota in zip(ended, sampled, self.quotas, strict=True)):
+            return False
+        running = [0] * (max(self.groups, default=-1) + 1)
         for group, done in zip(self.groups, ended, strict=True):
             running[group] += not done
-        complete = [count == 0 for count in running]
-        return sum(complete) >= self.need and all(c for c, forced in zip(complete, self.forced) if forced)
+        return sum(count == 0 for count in running) >= self.need
 
 
 @dataclass(frozen=True)

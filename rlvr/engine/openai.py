@@ -336,7 +336,7 @@ class OpenAIEngine:
                 logprobs[n] += [float(x) for x in choice["logprobs"]["token_logprobs"]] if params.temperature > 0 \
                     else [0.0] * len(ids)
                 ended[n] = ended[n] or choice.get("finish_reason") is not None
-            return segment.may_end(ended)
+            return segment.may_end(ended, [len(row) for row in tokens])
 
         outside_running_loop(self.client.stream_all, "completions", bodies, event)
         if any(len(t) != len(lp) for t, lp in zip(tokens, logprobs, strict=True)):

@@ -449,7 +449,7 @@ class PyTorchEngine:
             hit = torch.isin(token, eos)
             done = hit | (budgets[live] <= t + 1)
             ended_eos[live[hit]], ended[live[done]] = True, True
-            if bool(ended.all()) or segment.may_end(ended.tolist()):
+            if bool(ended.all()) or segment.may_end(ended.tolist(), [t + 1] * N):  # every live row drew t + 1
                 break
             keep = (~done).nonzero().squeeze(1)
             if len(keep) < len(live):

@@ -468,7 +468,7 @@ class VLLMEngine:
         logprobs: list[list[float]] = [[] for _ in range(N)]
         ended = [False] * N
         try:
-            while not segment.may_end(ended) and engine.has_unfinished_requests():
+            while not segment.may_end(ended, [len(row) for row in tokens]) and engine.has_unfinished_requests():
                 for out in engine.step():
                     n, child = rows[out.request_id], cast("RequestOutput", out).outputs[0]  # a generative model's
                     tokens[n] = list(child.token_ids)

@@ -6,11 +6,13 @@ The pool. k batches of groups are in flight: job 0 admits the data stream's batc
 s + k − 1 (none past the run's last step). Job s decodes every unfinished row of the pool under the engine's weights
 (version s − 1, sampled while step s − 1 trains: rlvr/overlap.py with one step ahead; version 0 for job 0) — the
 engine prefills each row's prompt and tokens so far, so their keys and values are the new weights' — until
-`batch_size` groups are complete (every row ended: EOS or max_tokens) and every group due at s is; then step s
-trains the `batch_size` complete groups admitted first. Batch i is due at job i: a group is at most k updates old
-when it trains (its first tokens were sampled by version ≥ i − k), whatever the timing — the staleness bound counts
-a sequence's oldest token. With k = 1 every group is due at once: the same steps as without partial rollouts (from
-another noise stream: below).
+`batch_size` groups are complete (every row ended: EOS or max_tokens) and every row has sampled its quota or
+ended; then step s trains the `batch_size` complete groups admitted first. A row's quota (`PartialRollouts.quota`)
+shares max_tokens evenly over the jobs from its admission to the one it is due at, where it is the rest of its
+budget: every group due at s is complete, and a long completion is decoded over its jobs alike. Batch i is due at
+job i: a group is at most k updates old when it trains (its first tokens were sampled by version ≥ i − k), whatever
+the timing — the staleness bound counts a sequence's oldest token. With k = 1 every group is due at once: the same
+steps as without partial rollouts (from another noise stream: below).
 
 Exact. What a job decodes depends only on the pool, which depends only on the seed and the steps before: a run
 repeats bit for bit (trainer.off_policy_mode=fixed; bounded is refused). A row's token t is drawn from noise seeded by
@@ -161,7 +163,7 @@ class PartialRollouts:
             contexts=[g.prompt + g.tokens[r] for g, r in rows],
             budgets=[self.sampling.max_tokens - len(g.tokens[r]) for g, r in rows],
             offsets=[len(g.tokens[r]) for g, r in rows], seeds=[g.seeds[r] for g, r in rows],
-            groups=[index[id(g)] for g, _ in rows], forced=[g.batch <= job.step for g in running],
+            groups=[index[id(g)] for g, _ in rows], quotas=[self.quota(g, r, job.step) for g, r in rows],
             need=self.B - sum(g.complete for g in self.pool), params=self.sampling,
             with_entropy=self.rollout.with_entropy)
         continued = cast(ContinuesRows, self.rollout.engine).continue_rows(segment)
@@ -180,6 +182,16 @@ class PartialRollouts:
         job.partial = Partial([g.example for g in trained], [g.versions[r] for g in trained for r in range(self.G)],
                               self.k, self.pool, job.work.upto)
         return self._sampled(trained, clock.lap())
+
+    def quota(self, group: Group, row: int, step: int) -> int:
+        """The tokens `row` of `group` must sample in job `step` unless it ends: max_tokens shared evenly over the jobs
+        from the one that admitted its batch i (job max(0, i − k + 1)) to the one it is due at (job i, where the
+        quota is the rest of its budget: the group must be complete). A long completion is then decoded over those
+        jobs alike, not mostly in the job it is due at, whose length would otherwise swing with the tail."""
+        first = max(0, group.batch - self.k + 1)
+        jobs = group.batch - first + 1
+        upto = -(-self.sampling.max_tokens * min(step - first + 1, jobs) // jobs)
+        return max(0, upto - len(group.tokens[row]))
 
     def _admit(self, index: int, examples: list[Example], position: int) -> list[Group]:
         seeds = group_sampling_seeds(self.rollout.seeds.sampler, index, position, len(examples))

@@ -33,10 +33,11 @@ def partial_segment(prompts: list[list[int]], tokens: list[list[int]], need: int
                     rows: tuple[int, ...] | list[int] = (0, 1, 2), top_p: float = 1.0) -> Segment:
     """Rows `rows` of `prompts` (each a group of one, seeded 11, 22, 33) continued from `tokens` (partial rollouts,
     `Engine.continue_rows`), row n allowed BUDGETS[n] tokens in all, sampled at temperature 1."""
-    return Segment(contexts=[prompts[n] + tokens[n] for n in rows],
-                   budgets=[BUDGETS[n] - len(tokens[n]) for n in rows], offsets=[len(tokens[n]) for n in rows],
-                   seeds=[(11, 22, 33)[n] for n in rows], groups=list(range(len(rows))), forced=forced, need=need,
-                   params=SamplingParams(temperature=1.0, top_p=top_p, max_tokens=max(BUDGETS)))
+    budgets = [BUDGETS[n] - len(tokens[n]) for n in rows]
+    return Segment(contexts=[prompts[n] + tokens[n] for n in rows], budgets=budgets,
+                   offsets=[len(tokens[n]) for n in rows], seeds=[(11, 22, 33)[n] for n in rows],
+                   groups=list(range(len(rows))), quotas=[b if f else 0 for b, f in zip(budgets, forced, strict=True)],
+                   need=need, params=SamplingParams(temperature=1.0, top_p=top_p, max_tokens=max(BUDGETS)))
 
 
 PREFIXES = [[5, 6], [7], [3, 4, 5]]

@@ -18,7 +18,7 @@ from rlvr.engine.pytorch import PyTorchEngine
 from rlvr.model.tiny import TinyLlama
 from rlvr.outputs import NONDETERMINISTIC_KEYS
 from rlvr.overlap import Job
-from rlvr.rollout.partial import Partial, PartialRollouts
+from rlvr.rollout.partial import Group, Partial, PartialRollouts
 from rlvr.types import Example, SamplingParams, Segment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,12 +39,15 @@ def engine_and_prompts(tokenizer_too=False):
     return (engine, prompts, tokenizer) if tokenizer_too else (engine, prompts)
 
 
-def segment(prompts, tokens, need, forced, rows=(0, 1, 2), lengths=(4, 8, 12)):
+def segment(prompts, tokens, need, forced, rows=(0, 1, 2), lengths=(4, 8, 12), quotas=None):
     """Rows `rows` (each prompt's one row, a group of one) continued from `tokens`; row n ends at `lengths[n]`
-    tokens if not at an EOS before (the untrained model seldom samples one)."""
-    return Segment(contexts=[prompts[n] + tokens[n] for n in rows], budgets=[lengths[n] - len(tokens[n]) for n in rows],
+    tokens if not at an EOS before (the untrained model seldom samples one). A forced row must end (its quota is
+    its budget); `quotas`, when given, are the rows' own."""
+    budgets = [lengths[n] - len(tokens[n]) for n in rows]
+    return Segment(contexts=[prompts[n] + tokens[n] for n in rows], budgets=budgets,
                    offsets=[len(tokens[n]) for n in rows], seeds=[(11, 22, 33)[n] for n in rows],
-                   groups=list(range(len(rows))), forced=forced, need=need,
+                   groups=list(range(len(rows))), need=need,
+                   quotas=quotas or [b if f else 0 for b, f in zip(budgets, forced, strict=True)],
                    params=SamplingParams(temperature=1.0, top_p=1.0, max_tokens=max(lengths)))
 
 
@@ -62,11 +65,35 @@ def test_a_rows_tokens_do_not_depend_on_where_its_sampling_was_cut():
     assert nothing.tokens == [[], []]  # enough groups were complete already: no decoding at all
 
 
+def test_a_segment_goes_on_until_every_row_has_sampled_its_quota():
+    engine, prompts = engine_and_prompts()
+    cut = engine.continue_rows(segment(prompts, [[], [], []], need=1, forced=[False] * 3, quotas=[0, 6, 3]))
+    # row 0 ends at its 4 tokens (a group complete: `need` met), but row 1 must sample 6; row 2 decodes beside it
+    assert cut.ended == [True, False, False] and [len(t) for t in cut.tokens] == [4, 6, 6]
+
+
+def test_a_rows_quota_shares_max_tokens_over_its_jobs():
+    # k = 4, max_tokens 27. Batch 5 is admitted by job 5 − 4 + 1 = 2 and due at job 5: four jobs, so by the end of
+    # jobs 2, 3, 4, 5 a row holds at least ⌈27·1/4⌉ = 7, ⌈27·2/4⌉ = 14, ⌈27·3/4⌉ = 21 tokens, then all 27.
+    # Batch 1 is admitted by job 0 (the first admits batches 0 … 3) and due at job 1: ⌈27/2⌉ = 14, then 27.
+    rollout = SimpleNamespace(world=ONE_PROCESS)
+    pool = PartialRollouts(rollout, batch_size=1, group_size=1, sampling=SamplingParams(1.0, 1.0, 27), k=4)
+    five, one = (Group(b, Example("1+1=", "2"), [1], [0], [[0] * n], [], [], [], [False], [False]) for b, n in
+                 ((5, 0), (1, 0)))
+    assert [pool.quota(five, 0, job) for job in (2, 3, 4, 5)] == [7, 14, 21, 27]
+    five.tokens = [[0] * 9]  # 9 so far: 14 − 9 = 5 more by the end of job 3; the rest, 18, at job 5
+    assert [pool.quota(five, 0, job) for job in (3, 5)] == [5, 18]
+    five.tokens = [[0] * 16]
+    assert pool.quota(five, 0, 3) == 0  # ahead of its share: nothing this job
+    assert [pool.quota(one, 0, job) for job in (0, 1)] == [14, 27]
+
+
 def test_groups_unfinished_at_an_update_go_on_under_the_next_version():
     # batch_size 1, groups of 2, k = 2, at most 12 tokens. Job 1 (sampled by version 0) finds batch 0's group with
-    # 10 tokens a row (due now: it must end) and admits batch 2's. The untrained model seldom samples an EOS, so
-    # batch 0's rows end at 12 tokens, 2 decoding steps later: the job may then end (1 group complete, none other
-    # due) and batch 2's rows stop at 2 tokens. Job 2 (version 1) finds batch 2's group due: its rows go on to 12.
+    # 10 tokens a row (due now: its quota is the rest, 2) and admits batch 2's (admitted at job 1, due at job 2: a
+    # quota of ⌈12 · 1/2⌉ = 6 tokens now). The untrained model seldom samples an EOS, so batch 0's rows end at 12
+    # tokens, 2 decoding steps later, and the job ends when batch 2's rows have 6 (1 group complete, every quota
+    # sampled). Job 2 (version 1) finds batch 2's group due: its rows go on to 12.
     engine, _, tokenizer = engine_and_prompts(tokenizer_too=True)
     rollout = SimpleNamespace(engine=engine, tokenizer=tokenizer, seeds=SimpleNamespace(sampler=7), world=ONE_PROCESS,
                               with_entropy=False)
@@ -85,15 +112,15 @@ def test_groups_unfinished_at_an_update_go_on_under_the_next_version():
     assert [e.reference for e in examples] == ["46"] and first.sampled.rows.rollouts.mask_PG_T.sum() == 24
     assert fields["async/partial_frac"] == 0.0 and fields["async/staleness_max"] == 1.0
     left = first.partial.pool
-    assert [g.batch for g in left] == [2] and [len(t) for t in left[0].tokens] == [2, 2] and not left[0].complete
+    assert [g.batch for g in left] == [2] and [len(t) for t in left[0].tokens] == [6, 6] and not left[0].complete
     second = job(2, 1)
     assert [e.reference for e in second.partial.examples] == ["20"]
     assert second.partial.pool == [] or all(g.batch == 3 for g in second.partial.pool)
-    _, fields = second.partial.gathered(ONE_PROCESS, 2)  # 2 rows × (2 tokens of version 0 + 10 of version 1)
+    _, fields = second.partial.gathered(ONE_PROCESS, 2)  # 2 rows × (6 tokens of version 0 + 6 of version 1)
     assert fields["async/partial_frac"] == 1.0 and fields["async/version_spread_max"] == 1.0
     assert fields["async/staleness_max"] == 2.0 and fields["async/policy_version"] == 0.0
-    assert fields["async/staleness_frac/2"] == pytest.approx(4 / 24) and fields["async/staleness_mean"] == (
-        pytest.approx((4 * 2 + 20 * 1) / 24))
+    assert fields["async/staleness_frac/2"] == pytest.approx(12 / 24) and fields["async/staleness_mean"] == (
+        pytest.approx((12 * 2 + 12 * 1) / 24))
 
 
 def test_a_job_pickled_before_its_fields_were_gathered_still_reports_them():
