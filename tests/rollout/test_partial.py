@@ -14,7 +14,8 @@ import pytest
 from composing import MIXED, OVERLAP, compose_config
 from rlvr.config_check import config_problems
 from rlvr.distributed import ONE_PROCESS
-from rlvr.engine.pytorch import PyTorchEngine
+from rlvr.engine import pytorch as pytorch_engine
+from rlvr.engine.pytorch import PyTorchEngine, buckets
 from rlvr.model.tiny import TinyLlama
 from rlvr.outputs import NONDETERMINISTIC_KEYS
 from rlvr.overlap import Job
@@ -70,6 +71,49 @@ def test_a_segment_goes_on_until_every_row_has_sampled_its_quota():
     cut = engine.continue_rows(segment(prompts, [[], [], []], need=1, forced=[False] * 3, quotas=[0, 6, 3]))
     # row 0 ends at its 4 tokens (a group complete: `need` met), but row 1 must sample 6; row 2 decodes beside it
     assert cut.ended == [True, False, False] and [len(t) for t in cut.tokens] == [4, 6, 6]
+
+
+def test_a_prefill_is_cut_into_buckets_of_like_length_where_padding_costs_more_than_a_pass():
+    # 64 rows of 5 tokens and 8 of 26, a pass worth 64 positions: one batch pads every row to 26,
+    # 64 + 72·26 = 1936 positions; two buckets cost 64 + 64·5 + 64 + 8·26 = 656. Rows of 5 and 6 tokens stay
+    # together: 64 + 2·6 = 76 against 64 + 5 + 64 + 6 = 139.
+    assert [len(b) for b in buckets([26] * 8 + [5] * 64, call=64)] == [64, 8]
+    assert buckets([26] * 8 + [5] * 64, call=64)[1] == list(range(8))  # indices into the lengths, shortest first
+    assert buckets([6, 5], call=64) == [[1, 0]]
+    assert buckets([5, 40, 6, 39, 41], call=10) == [[0, 2], [3, 1, 4]]  # 10 + 2·6 + 10 + 3·41 = 155, the fewest
+    assert buckets([], call=64) == []
+
+
+@pytest.mark.parametrize("call", [None, 0])
+def test_each_row_continues_as_it_would_alone_whatever_else_is_prefilled_beside_it(call, monkeypatch):
+    # rows of unlike lengths (a prompt alone, cut after 9 and after 2 tokens) and a copy of the first: the prefill
+    # feeds the copies once and cuts the rest into buckets (at call = 0 a bucket per length: three, whose caches are
+    # joined), and each row must finish as it does in a segment of its own (the same draws: noise per row), its
+    # log-probabilities equal up to float summation order
+    if call is not None:
+        monkeypatch.setattr(pytorch_engine, "buckets", lambda lengths: buckets(lengths, call=call))
+    engine, prompts = engine_and_prompts()
+    first = engine.continue_rows(segment(prompts, [[], [], []], need=3, forced=[True] * 3, lengths=(9, 9, 9)))
+    contexts = [[], first.tokens[1], first.tokens[2][:2], []]
+    rows = [prompts[0], prompts[1], prompts[2], prompts[0]]
+    budgets = [12 - len(t) for t in contexts]
+    seeds = [11, 22, 33, 11]
+
+    def alone(n):
+        return Segment(contexts=[rows[n] + contexts[n]], budgets=[budgets[n]], offsets=[len(contexts[n])],
+                       seeds=[seeds[n]], groups=[0], quotas=[budgets[n]], need=0,
+                       params=SamplingParams(temperature=1.0, top_p=1.0, max_tokens=12))
+
+    together = engine.continue_rows(Segment(
+        contexts=[r + c for r, c in zip(rows, contexts, strict=True)], budgets=budgets,
+        offsets=[len(c) for c in contexts], seeds=seeds, groups=[0, 1, 2, 3], quotas=budgets, need=0,
+        params=SamplingParams(temperature=1.0, top_p=1.0, max_tokens=12)))
+    assert len({len(r + c) for r, c in zip(rows, contexts, strict=True)}) == 3
+    for n in range(4):
+        own = engine.continue_rows(alone(n))
+        assert together.tokens[n] == own.tokens[0] and together.ended[n] == own.ended[0]
+        assert together.logprobs[n] == pytest.approx(own.logprobs[0], abs=1e-5)
+    assert together.tokens[0] == together.tokens[3]
 
 
 def test_a_rows_quota_shares_max_tokens_over_its_jobs():
