@@ -60,11 +60,12 @@ def test_vllm_continues_partial_rollouts_across_updates_and_repeats(tmp_path):
     """trainer.partial_rollouts=true with engine=vllm (docs/overlap.md): rows unfinished at an update are aborted
     and their prefixes resubmitted to the updated vLLM; every trained token stays within k = 2 updates, some rows
     span two versions, step 0 (one version, on-policy) has no mismatch, and the same command writes the same rows.
-    After a short warm-up, whose policy ends some completions early and runs others to 20 tokens."""
+    After a short warm-up, whose completions are 1–6 tokens: at most 6, 3 of them in the job that admits a row
+    (its quota), so the longer ones cross an update."""
     overrides = ["engine=vllm", "trainer.off_policy_steps=2", "trainer.partial_rollouts=true", *OVERLAP,
                  "trainer.max_steps=6", "trainer.warmup.steps=10", "trainer.warmup.cache_dir=null",
                  "trainer.evaluate=false", "threads=1", "reward=function",
-                 "reward.function=tests.backpressure.mixed_rewards.parity", "trainer.sampling.max_tokens=20",
+                 "reward.function=tests.backpressure.mixed_rewards.parity", "trainer.sampling.max_tokens=6",
                  "trainer.group_size=2"]
     runs = []
     for name in ("a", "b"):
