@@ -12,7 +12,10 @@ alike:
   guess      `python train.py env=guess` (16 games × 8 episodes a step, its warm-up)
   long_tail  `python train.py data=repeat` (rlvr/data/repeat.py): completions of ~2.5 tokens, a tenth of the prompts
              asking for 25–27: a step waits for its longest completion. A warm-up of 150 steps (not 800): it writes
-             the long answers already, and leaves RL something to train every step (after 800 every group ties)
+             the long answers already, and leaves RL something to train every step (after 800 every group ties).
+             Its training rows are packed end to end in every arm, k=0's too (backend.packing=true), as a long tail
+             asks: padded, a batch holding one long completion trains its 64 rows at that length
+             (`backend.packing=false` among the overrides measures it padded)
 Per run: the RL loop's wall per step (the run's RL seconds less its evaluations', over its steps) and its ratio to
 k=0's, the held-out accuracy at the end, and the mean idle fractions (async/trainer_idle_frac,
 async/sampler_idle_frac). The load average before and after is printed: these are a shared machine's numbers.
@@ -34,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = {"default": [], "guess": ["env=guess"],
          "long_tail": ["data=repeat", "trainer.sampling.max_tokens=27", "trainer.eval_max_tokens=27",
-                       "trainer.warmup.steps=150"]}
+                       "trainer.warmup.steps=150", "backend.packing=true"]}
 DECOUPLED = ["correction=token_tis", "algorithm.loss.correction.pi_old=decoupled"]
 
 
