@@ -460,15 +460,18 @@ class PyTorchEngine:
     def _prefill(self, rows: list[list[int]], device) -> tuple[Tensor, Any, Tensor, Tensor]:
         """(the last position's logits, the cache, the attention mask, the positions) of `rows` left-padded to the
         longest and prefilled under the current weights, for `_continue`. Each distinct row is fed once
-        (`distinct_rows`: a group admitted in this job is G copies of its prompt) and, where a position held out by
-        the mask is exact (`caches_continue`: plain attention), the rows go in buckets of like length (`buckets`)
-        whose keys and values are then left-padded to the longest and joined. A prefill's arithmetic is its padded
-        positions, and a pool in flight is mostly short rows beside a few long ones: one batch would pad them all."""
+        (`distinct_rows`: a group admitted in this job is G copies of its prompt). On a CPU, where a position held out
+        by the mask is exact (`caches_continue`: plain attention), the rows then go in buckets of like length
+        (`buckets`) whose keys and values are left-padded to the longest and joined: a CPU's prefill costs its padded
+        positions, and a pool in flight is mostly short rows beside a few long ones, which one batch would pad to the
+        longest. A GPU's pass costs about the same over a few thousand positions, so there buckets would only add
+        passes: one batch, as before (not measured on a GPU)."""
         L = max(len(r) for r in rows)
         attn = torch.tensor([[0] * (L - len(r)) + [1] * len(r) for r in rows], dtype=torch.long, device=device)
         first, copies = distinct_rows(rows)
         distinct = rows if first is None else [rows[i] for i in first]
-        parts = buckets([len(r) for r in distinct]) if self.caches_continue else [list(range(len(distinct)))]
+        parts = buckets([len(r) for r in distinct]) if self.caches_continue and torch.device(device).type == "cpu" \
+            else [list(range(len(distinct)))]
         logits, caches = [], []
         for part in parts:
             fed = [distinct[n] for n in part]
@@ -619,8 +622,8 @@ def holes_are_exact(module: nn.Module) -> bool:
 
 
 PREFILL_CALL_POSITIONS = 64
-"""What one more forward pass costs, in padded positions, where `buckets` weighs splitting a prefill (measured with the
-tiny model on one CPU core: a pass ~1.3 ms of overhead, a position ~20 µs)."""
+"""What one more forward pass costs on a CPU, in padded positions, where `buckets` weighs splitting a prefill (measured
+with the tiny model on one core: a pass ~1.3 ms of overhead, a position ~20 µs)."""
 
 
 def buckets(lengths: Sequence[int], call: int = PREFILL_CALL_POSITIONS) -> list[list[int]]:
