@@ -4,7 +4,7 @@
             [,clip=<ε>[/<ε_high>]][,cap=<cispo_max>][,ds=<dynamic sampling>][,overlong=<buffer_frac>[x<penalty>]]
             [,overlong_filter][,ahead=<k>[/bounded][/partial]]
             [,corr=<correction>[/decoupled]][,kl=<coef>[/<estimator>][/reward]][,ent=<entropy_coef>]
-            [,distill=<coef>[/full[/beta<β>][/tail]]][,sd=full[/beta<β>][/tail]]
+            [,distill=<coef>[/full][/top<k>][/beta<β>][/tail]][,sd=full[/top<k>][/beta<β>][/tail]]
             [,turn=<turn credit>]
             [,backend=<backend>]
     task  = [<env>-]<data>[-<reward>]-<model>
@@ -21,12 +21,11 @@ other than `none`, a loss form other than `ppo`, a loss mode other than `standar
 `token_mean`, PPO's clip range (or CISPO's cap other than 5), dynamic sampling and DAPO's overlong handling,
 sampling ahead of training (the rollouts come from weights k updates old), a
 mismatch correction (or a decoupled π_old), a reference KL (its coefficient, its estimator when not the default of
-where it applies, `reward` when in the reward) or an entropy bonus, a distillation teacher's coefficient, the turn
-credit of multi-turn episodes, a backend that samples elsewhere (`tinker`; fsdp samples the same rollouts as one
-process), the environment, the data (with its file or task), the verifier (single turn: an environment scores its
-own episodes) and the model. Everything else
-(learning rate, group size, …) is the same within a comparison by rule: `rlvr compare` refuses cells whose configs
-differ.
+where it applies, `reward` when in the reward) or an entropy bonus, a distillation teacher's coefficient, estimator,
+top-k and divergence (and a self-teacher's), the turn credit of multi-turn episodes, a backend that samples elsewhere
+(`tinker`; fsdp samples the same rollouts as one process), the environment, the data (with its file or task), the
+verifier (single turn: an environment scores its own episodes) and the model. Everything else (learning rate, group
+size, …) is the same within a comparison by rule: `rlvr compare` refuses cells whose configs differ.
 
 Names are the familiar option names (`sepa_amp_c`, not `SEPAAmpClamped`): a class is named by the option file
 that declares it as its `_target_`, in conf/ or in a `hydra.searchpath` folder (`names`); a class no option file
@@ -136,8 +135,7 @@ def condition_label(config: Mapping) -> str:
 
 def distill_label(config: Mapping) -> str:
     """`,distill=<coef>` when a teacher's credit joins the RL credit; under algorithm=opd, whose credit it is alone,
-    only a coefficient other than 1 shows; `full` (after the coefficient, `/`-joined) for distill.estimator=full, then
-    `beta<β>` for a divergence other than the reverse KL and `tail` for the tail bucket."""
+    only a coefficient other than 1 shows; then (`/`-joined) `estimator_parts`."""
     distill = config.get("distill")
     if not distill:
         return ""
@@ -149,7 +147,7 @@ def distill_label(config: Mapping) -> str:
 
 
 def self_distill_label(config: Mapping) -> str:
-    """`,sd=full[/beta<β>][/tail]` when transform=sdpo|sdft takes the self-teacher's divergence in the loss
+    """`,sd=full[/top<k>][/beta<β>][/tail]` when transform=sdpo|sdft takes the self-teacher's divergence in the loss
     (transform.estimator=full), not its log-ratio as credit."""
     transform = config.get("transform") or {}
     if transform.get("estimator", "sampled") == "sampled":
@@ -158,12 +156,13 @@ def self_distill_label(config: Mapping) -> str:
 
 
 def estimator_parts(node: Mapping) -> list[str]:
-    """The estimator and the divergence of distill=… or transform=sdpo|sdft: `full`, then `beta<β>` for a divergence
-    other than the reverse KL and `tail` for the tail bucket (none for the sampled estimator)."""
-    estimator = node.get("estimator", "sampled")
-    if estimator == "sampled":
-        return []
-    parts, beta = [str(estimator)], node.get("beta", 1.0)
+    """The estimator and the divergence of distill=… or transform=sdpo|sdft: `full`, then `top<k>` for the teacher's
+    top-k (not its whole vocabulary, topk=0), `beta<β>` for a divergence other than the reverse KL and `tail` for the
+    tail bucket (the sampled estimator shows its `top<k>` alone: β and the tail are refused beside it)."""
+    estimator, topk, beta = node.get("estimator", "sampled"), node.get("topk", 0), node.get("beta", 1.0)
+    parts = [] if estimator == "sampled" else [str(estimator)]
+    if topk:
+        parts.append(f"top{topk}")
     if beta != 1.0:
         parts.append(f"beta{beta:g}" if isinstance(beta, (int, float)) else f"beta{beta}")
     if node.get("tail", False):

@@ -218,6 +218,12 @@ def test_beta_and_tail_belong_to_the_full_estimator_and_show_in_the_label():
     assert distill_label({**opd, "distill": {"coef": 1.0, "estimator": "full", "beta": 0.5, "tail": True}}
                          ) == ",distill=full/beta0.5/tail"
     assert distill_label({**opd, "distill": {"coef": 1.0, "estimator": "full", "beta": 0.0}}) == ",distill=full/beta0"
+    # the teacher's top-k is part of the objective under either estimator: a grid over it alone gets two labels
+    assert distill_label({**opd, "distill": {"coef": 1.0, "estimator": "full", "topk": 20, "beta": 0.5}}
+                         ) == ",distill=full/top20/beta0.5"
+    assert distill_label({**opd, "distill": {"coef": 1.0, "estimator": "sampled", "topk": 5}}) == ",distill=top5"
+    assert distill_label({"distill": {"coef": 0.5, "topk": 5}}) == ",distill=0.5/top5"
+    assert distill_label({**opd, "distill": {"coef": 1.0, "estimator": "sampled", "topk": 0}}) == ""
 
 
 def test_self_distillation_full_leaves_the_rl_credit_and_weighs_the_rows_with_context():
@@ -258,6 +264,8 @@ def test_self_distillation_full_needs_the_local_loss_and_one_support_a_step():
 
     assert self_distill_label({"transform": {**base, "estimator": "full", "beta": 0.5, "tail": True}}
                               ) == ",sd=full/beta0.5/tail"
+    assert self_distill_label({"transform": {**base, "estimator": "full", "topk": 100, "beta": 0.5, "tail": True}}
+                              ) == ",sd=full/top100/beta0.5/tail"
     assert self_distill_label({"transform": base}) == ""
     from rlvr.distill.distill import teacher_memory
 

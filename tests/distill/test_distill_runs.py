@@ -121,7 +121,7 @@ def test_sdpo_full_puts_the_self_teachers_divergence_in_the_loss_and_its_step_re
                                         "transform.context_template=''", "trainer.max_steps=3",
                                         "trainer.capture_steps=[1]"]), tmp_path)
     steps = rows(tmp_path)
-    assert {r["condition"] for r in steps} == {"grpo+sdpo,sd=full/beta0.5/tail"}
+    assert {r["condition"] for r in steps} == {"grpo+sdpo,sd=full/top100/beta0.5/tail"}
     taught = [r for r in steps if r["self_distill/context_frac"] > 0]
     assert taught and steps[1] in taught
     for r in taught:
