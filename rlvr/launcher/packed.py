@@ -198,9 +198,7 @@ class PackedLauncher(Launcher):
         grouped = packs(keys, self.pack_size, None if self.pack_size else fitting(configs, keys))
         returns: list[Any] = [None] * len(configs)
         for number, pack in enumerate(grouped):
-            why = "" if len(pack) > 1 else f" ({why_alone(configs[pack[0]])})"
-            log.info("pack %d of %d: jobs %s%s", number + 1, len(grouped),
-                     ", ".join(str(initial_job_idx + i) for i in pack), why)
+            log_pack(number, grouped, configs, initial_job_idx)
             cells = run_cells([configs[i] for i in pack], self.task_function, f"{number + 1} of {len(grouped)}",
                               self.hydra_context.callbacks)
             for i, ret in zip(pack, cells, strict=True):
@@ -214,6 +212,15 @@ class PackedLauncher(Launcher):
         if status:
             raise SystemExit(status)
         return returns
+
+
+def log_pack(number: int, grouped: list[list[int]], configs: list[DictConfig], initial_job_idx: int,
+             where: str = "") -> None:
+    """The log's line for pack `number`: its jobs, and why a pack of one has no other run (`why_alone`)."""
+    pack = grouped[number]
+    why = "" if len(pack) > 1 else f" ({why_alone(configs[pack[0]])})"
+    log.info("pack %d of %d%s: jobs %s%s", number + 1, len(grouped), where,
+             ", ".join(str(initial_job_idx + i) for i in pack), why)
 
 
 def run_cells(configs: list[DictConfig], task_function: Any, number: str, callbacks: Any) -> list[Any]:
@@ -330,9 +337,8 @@ class SlurmPacks:
         configs = [job_config(self.hydra_context, self.config, o, initial_job_idx + i)
                    for i, o in enumerate(job_overrides)]
         grouped = packs([group_key(c) for c in configs], self.pack_size)
-        for number, pack in enumerate(grouped):
-            log.info("pack %d of %d (a task): jobs %s", number + 1, len(grouped),
-                     ", ".join(str(initial_job_idx + i) for i in pack))
+        for number in range(len(grouped)):
+            log_pack(number, grouped, configs, initial_job_idx, " (a task)")
         args = [([list(job_overrides[i]) for i in pack], [initial_job_idx + i for i in pack],
                  f"{number + 1} of {len(grouped)}", Singleton.get_state()) for number, pack in enumerate(grouped)]
         tasks = submitit_executor(self.params, self.config).map_array(self.run_task, *zip(*args, strict=True))

@@ -88,6 +88,18 @@ def test_a_run_that_shares_nothing_is_a_pack_of_its_own(overrides, why):
     assert group_key(cfg) is None and why in why_alone(cfg)
 
 
+def test_the_log_says_why_a_pack_has_one_run_locally_and_over_slurm(caplog):
+    """Each launcher's line for a pack: its jobs, and for a pack of one the reason (a SLURM pack is a task)."""
+    from rlvr.launcher.packed import log_pack
+
+    configs = [compose_config([]), compose_config(["seed=1"]), compose_config(["model.lora=null"])]
+    with caplog.at_level("INFO", logger="rlvr"):
+        log_pack(0, [[0, 1], [2]], configs, 4)
+        log_pack(1, [[0, 1], [2]], configs, 4, " (a task)")
+    assert caplog.messages == ["pack 1 of 2: jobs 4, 5",
+                               "pack 2 of 2 (a task): jobs 6 (it trains every weight: no base to share)"]
+
+
 @pytest.mark.parametrize("engine", [[], ["engine=vllm"]])
 def test_conditions_and_seeds_share_a_key_a_model_does_not(engine):
     keys = {group_key(compose_config([*engine, *o])) for o in (["condition=grpo"], ["condition=maxrl", "seed=3"])}
