@@ -172,8 +172,13 @@ def warm_up(c: Components, w: Warmup, module, tokenizer, out: RunDir, stop: Stop
                 raise stop.stopped(f"during the SFT warm-up (step {r['step'] + 1} of {w.steps}); "
                                    "nothing was saved: the warm-up starts over when the run continues")
 
+        def on_wait() -> None:
+            if stop is not None and stop.requested:
+                raise stop.stopped("while waiting for another run's SFT warm-up of the same key; nothing was saved")
+
         try:
-            info = w.run(module, tokenizer, demos, c.seeds.init, key, on_step, out.path / "base")
+            info = w.run(module, tokenizer, demos, c.seeds.init, key, on_step, out.path / "base",
+                         on_wait if c.world.rank == 0 else None)
         finally:
             if stop is not None:
                 stop.plan = plan

@@ -21,19 +21,25 @@ predecessor's `−exp(logp)` importance-sampling form.
 Cache: `<cache_dir>/<key>/model.safetensors`, where key = sha256 of what changes the result (`cache_key`:
 the model preset, the warm-up knobs, the init seed, the demonstrations, the torch version and thread
 count; not evaluation settings). Written under a temporary name and renamed, so a killed run never
-leaves a half-written entry.
+leaves a half-written entry. While one run trains an entry, it holds `<cache_dir>/.<key>.lock` (`flock`): another
+run of the same key (a grid's cells of one seed started at once) waits for it and loads its result instead of
+training the same warm-up beside it. The ranks of a distributed run each train it, as before: rank 0, which writes
+the run folder, takes the lock; the others train beside it without.
 A run also keeps the warm-up's result in its own folder (`base/`, with the key in base.json): a run
 resumed where the cache is empty (another machine) loads it from there instead of recomputing.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,6 +58,10 @@ if TYPE_CHECKING:
 
 torch = lazy_import("torch")
 safetensors_torch = lazy_import("safetensors.torch")
+log = logging.getLogger("rlvr")
+
+LOCK_POLL_S = 0.2
+"""How often a run waiting for another run's warm-up of the same key looks again (and calls its `on_wait`)."""
 
 
 TOOL_TURNS_ENCODING = 2
@@ -102,13 +112,34 @@ class Warmup:
         key: str,
         on_step: Callable[[dict], None],
         run_copy: Path | None = None,
+        on_wait: Callable[[], None] | None = lambda: None,
     ) -> dict:
         """Train `model` in place, or load its result from the cache or from `run_copy` (a run folder's base/,
         which records the key it was trained under: a run moved to another machine continues without
-        recomputing). `on_step` gets each step's row (one row for a load) and may raise to stop the warm-up.
-        Returns facts for summary.json."""
+        recomputing). `on_step` gets each step's row (one row for a load) and may raise to stop the warm-up;
+        `on_wait` is called while another process trains the same entry (`entry_lock`), and may raise to stop
+        waiting; None: train beside it without the lock (a distributed run's ranks other than 0, so that rank 0,
+        which writes the run folder, is the one that trains). Returns facts for summary.json."""
         entry = Path(os.path.expanduser(self.cache_dir)) / key if self.cache_dir else None
         facts = {"steps": self.steps, "key": key, "cache_entry": str(entry) if entry else None}
+        found = self._load(model, entry, run_copy, key, on_step, facts)
+        if found is not None or entry is None or on_wait is None:
+            info = found or self._train(model, tokenizer, demos, seed, on_step, facts)
+            if found is None and entry is not None:
+                self._fill(entry, model)
+            return info
+        with entry_lock(entry, on_wait):
+            found = self._load(model, entry, None, key, on_step, facts)  # filled by the run we waited for
+            if found is not None:
+                return found
+            info = self._train(model, tokenizer, demos, seed, on_step, facts)
+            self._fill(entry, model)
+            return info
+
+    def _load(self, model: nn.Module, entry: Path | None, run_copy: Path | None, key: str,
+              on_step: Callable[[dict], None], facts: dict) -> dict | None:
+        """The warm-up's result loaded into `model` from the cache entry or `run_copy` (which then fills the
+        entry), and its facts; None when neither holds it."""
         for source in (entry, run_copy):
             weights = stored_weights(source, key)
             if weights is not None:
@@ -117,6 +148,11 @@ class Warmup:
                     self._fill(entry, model)
                 on_step({"step": self.steps, "steps": self.steps, "loaded_from": str(source)})
                 return {**facts, "loaded_from": str(source), "seconds": 0.0, "final_loss": None}
+        return None
+
+    def _train(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, demos: list[Demonstration], seed: int,
+               on_step: Callable[[dict], None], facts: dict) -> dict:
+        """The warm-up's steps on `model` (module docstring), each one's row to `on_step`; its facts."""
         t0 = time.perf_counter()
         device = next(model.parameters()).device
         optimizer = torch.optim.AdamW(model.parameters(), lr=self.lr, betas=(0.9, 0.999), weight_decay=0.0)
@@ -130,10 +166,7 @@ class Warmup:
             optimizer.step()
             loss_value = float(loss.detach())
             on_step({"step": step, "steps": self.steps, "loss": loss_value, "lr": self.lr})
-        seconds = time.perf_counter() - t0
-        if entry is not None:
-            self._fill(entry, model)
-        return {**facts, "loaded_from": None, "seconds": seconds, "final_loss": loss_value}
+        return {**facts, "loaded_from": None, "seconds": time.perf_counter() - t0, "final_loss": loss_value}
 
     @staticmethod
     def _fill(entry: Path, model: nn.Module) -> None:
@@ -145,6 +178,34 @@ class Warmup:
             tmp.rename(entry)
         except OSError:  # another run filled the same entry first: identical content, keep theirs
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def entry_lock(entry: Path, on_wait: Callable[[], None]) -> Iterator[None]:
+    """Held while this run trains cache `entry`: an exclusive `flock` on `.<key>.lock` beside it. A run that finds it
+    held waits, calling `on_wait` every `LOCK_POLL_S`, until the run holding it ends (a killed run's lock goes with
+    its process). Where the file system takes no locks, the run trains without one, as before locks."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with open(entry.with_name(f".{entry.name}.lock"), "a") as held:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("another process is training this warm-up (%s): waiting for it, to load its result", entry)
+            while not try_lock(held):
+                on_wait()
+                time.sleep(LOCK_POLL_S)
+        except OSError as e:
+            log.info("no lock on %s (%s): training the warm-up without one", entry.parent, e)
+        yield
+
+
+def try_lock(held) -> bool:
+    """Whether this process now holds `held`'s exclusive lock."""
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def stored_weights(folder: Path | None, key: str) -> Path | None:

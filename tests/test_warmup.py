@@ -117,3 +117,52 @@ def test_a_multi_turn_demonstration_supervises_its_actions_only():
     assert attn.all()
     w = Warmup(steps=1, batch_size=1, lr=1e-3, cache_dir=None)
     assert w.cache_key(TINY, 0, [demo]) != w.cache_key(TINY, 0, [Demonstration("=", "5")])
+
+
+def test_a_run_waits_for_another_training_the_same_warm_up_and_loads_it(tmp_path, monkeypatch):
+    """Two runs of one key start together (a grid's cells of one seed, a distributed run's ranks): the first trains
+    and fills the cache under the entry's lock; the second waits (its `on_wait` called meanwhile), then loads the
+    first's weights, training nothing. A wait that raises (a stop signal) leaves the lock to the first."""
+    import threading
+
+    import rlvr.warmup
+
+    monkeypatch.setattr(rlvr.warmup, "LOCK_POLL_S", 0.01)
+    warmup = Warmup(steps=3, batch_size=8, lr=3e-3, cache_dir=str(tmp_path / "cache"))
+    key = warmup.cache_key(TINY, 0, DEMOS)
+    (first, tok), (second, _) = TINY.load(0), TINY.load(0)
+    first_rows, second_rows, waits, infos = [], [], [], {}
+    second_waiting, go_on = threading.Event(), threading.Event()
+    second_run = threading.Thread(target=lambda: infos.setdefault("second", warmup.run(
+        second, tok, DEMOS, 0, key, second_rows.append, on_wait=wait)))
+
+    def first_step(row: dict) -> None:
+        first_rows.append(row)
+        if row["step"] == 0:  # the first run is training: the second starts now, and must wait
+            second_run.start()
+            assert go_on.wait(30)
+
+    def wait() -> None:
+        waits.append(1)
+        second_waiting.set()
+        go_on.wait(30)
+
+    def stopped() -> None:
+        raise RuntimeError("stopped while waiting")
+
+    def stopping_run() -> None:
+        second_waiting.wait(30)
+        # a third run of the key, stopped while it waits, gives up without training or taking the lock
+        with pytest.raises(RuntimeError, match="stopped while waiting"):
+            warmup.run(TINY.load(0)[0], tok, DEMOS, 0, key, lambda r: pytest.fail("trained"), on_wait=stopped)
+        go_on.set()
+
+    stopper = threading.Thread(target=stopping_run)
+    stopper.start()
+    infos["first"] = warmup.run(first, tok, DEMOS, 0, key, first_step)
+    stopper.join(30)
+    second_run.join(30)
+    assert infos["first"]["loaded_from"] is None and [r["step"] for r in first_rows] == [0, 1, 2]
+    assert waits and infos["second"]["loaded_from"] == str(tmp_path / "cache" / key)
+    assert second_rows == [{"step": 3, "steps": 3, "loaded_from": str(tmp_path / "cache" / key)}]
+    assert same_weights(first, second)
