@@ -214,12 +214,12 @@ def join(world: World, cfg: DictConfig) -> None:
 def quiet_rank(components: Components, own: Path, folder: Path) -> None:
     """A rank other than 0 writes no files: its held train.log lines are dropped, the folder Hydra made for it (if
     its clock named another one) removed, and its logger is none."""
-    from rlvr.logger.none import NoLogger
+    from rlvr.logger.trackers import Trackers
 
     drop_log()
     if own != folder:
         remove_if_fresh(own)
-    components.logger = NoLogger()
+    components.logger = Trackers({})
 
 
 def finished(checkpoint: Path, max_steps: int) -> bool:

@@ -1,4 +1,5 @@
-"""The `_target_` of every `logger=` option but none: the trackers chosen, side by side.
+"""The `_target_` of every `logger=` option: the trackers chosen, side by side (`logger=none`: none, the run folder
+is the only record).
 
 Each tracker option (conf/logger/<name>.yaml) names itself under `trackers` (name → class) and sets its own keys
 beside it, flat, so that `logger=wandb logger.mode=offline` reads as before and `logger=[wandb,mlflow]` (Hydra's
@@ -57,7 +58,7 @@ class Trackers:
     @classmethod
     def needs(cls, settings: Mapping[str, Any]) -> Needs:
         trackers = settings.get("trackers") or {}
-        if not isinstance(trackers, Mapping) or not trackers:
+        if not isinstance(trackers, Mapping):
             return Needs(errors=("logger.trackers: expected a mapping of tracker name to class, e.g. "
                                  "{wandb: rlvr.logger.wandb.WandbLogger} (choose logger=wandb, mlflow, trackio or "
                                  "tensorboard, or a list of them: logger=[wandb,mlflow])",))

@@ -96,7 +96,8 @@ def test_a_key_present_in_some_configs_only_is_a_difference(tmp_path, capsys):
 def test_the_seed_and_bookkeeping_keys_may_differ(tmp_path, capsys):
     def bookkeeping(algorithm, seed):
         return {"threads": seed + 1, "trainer": {"max_steps": 10 + seed, "eval_every": 5 + seed, "save_every": seed},
-                "logger": {"_target_": "rlvr.logger.wandb.WandbLogger" if seed else "rlvr.logger.none.NoLogger"},
+                "logger": {"_target_": "rlvr.logger.trackers.Trackers",
+                           "trackers": {"wandb": "rlvr.logger.wandb.WandbLogger"} if seed else {}},
                 "resume": "never" if seed else "auto", "resume_allow_changes": ["trainer.lr"] if seed else []}
 
     root = grid(tmp_path / "c", config=bookkeeping)

@@ -47,6 +47,23 @@ def test_several_trackers_compose_into_one_logger():
                                                "mlflow tracking server"]
 
 
+@pytest.mark.parametrize("choice", ["logger=[wandb,none]", "logger=[none,wandb]"])
+def test_none_is_the_empty_set_of_trackers_and_merges_away_in_a_list(choice, tmp_path):
+    """logger=none is no tracker (it builds and takes every call); listed beside trackers it adds nothing."""
+    from rlvr.config_check import check_types
+
+    none = compose_config(["logger=none"]).logger
+    assert check_types(none, "logger") == [] and Trackers.needs(dict(none)).errors == ()
+    quiet = instantiate(none)
+    assert isinstance(quiet, Trackers) and quiet.loggers == {}
+    quiet.start("run", "group", [], tmp_path, {})
+    quiet.log({"step": 0, "loss": 1.0})
+    quiet.finish()
+    cfg = compose_config([choice, "logger.mode=offline"])
+    assert check_types(cfg.logger, "logger") == []
+    assert list(instantiate(cfg.logger).loggers) == ["wandb"]
+
+
 def test_mlflow_holds_each_run_its_params_every_row_and_the_summary(tracked_grid, monkeypatch):
     from mlflow.tracking import MlflowClient
 
