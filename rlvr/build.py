@@ -24,6 +24,7 @@ from rlvr.distributed import ONE_PROCESS, World
 from rlvr.env.guarded import GuardedEnvironment
 from rlvr.errors import ConfigError
 from rlvr.labels import condition_label
+from rlvr.reward.guarded import RewardGuard
 from rlvr.seeds import Seeds
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def build_components(cfg: DictConfig, campaign_root: Path | None = None, world: 
         planning=build(cfg, "planning"),
         logger=build(cfg, "logger"),
         backpressure=build(cfg, "backpressure"),
-        env=GuardedEnvironment(build_env(cfg)) if multi_turn else None,
+        env=GuardedEnvironment(build_env(cfg), max_abs=RewardGuard.of(cfg).max_abs) if multi_turn else None,
         turn_credit=build(cfg, "turn_credit") if multi_turn else None,
         echo=build(cfg, "echo") if cfg.get("echo") is not None else None,
         distill=build(cfg, "distill") if cfg.get("distill") is not None else None,

@@ -7,7 +7,8 @@ call that
   raises (the environment's own bug, a server that dropped the connection, a refused session), → error
   runs past `step_timeout_s`,                                                                    → timeout
   returns a malformed answer: `reset` not a str; `step` not a `Step`, its observation neither a str nor None
-  (or None while the episode goes on), its reward not a finite number, `done` not a bool, `info` not a dict;
+  (or None while the episode goes on), its reward not a finite number within ±`trainer.reward_max_abs` (as a
+  verifier's, rlvr/reward/guarded.py), `done` not a bool, `info` not a dict;
   an observation longer than `max_observation_chars`,                                            → error
 
 ends that episode: `step` answers `Step(None, 0.0, True, {"error": "<what happened>"})` (plus `"timeout": True`
@@ -41,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import queue
 import threading
 import time
@@ -52,6 +52,7 @@ from rlvr.calls import describe, finish, settle, started
 from rlvr.errors import ConfigError
 from rlvr.optional import ConcurrencyBound, PlaysDemonstrations, ToolUse
 from rlvr.protocols import Environment, Episode
+from rlvr.reward.guarded import MAX_ABS, ok
 from rlvr.types import EnvFailures, Example, Step
 
 log = logging.getLogger("rlvr")
@@ -114,7 +115,7 @@ class GuardedEnvironment:
     `max_turns`, `max_context_tokens` and `step_timeout_s`, and what it can do beyond its protocol, found here once
     (rlvr/optional.py)."""
 
-    def __init__(self, env: Environment, max_observation_chars: int | None = None) -> None:
+    def __init__(self, env: Environment, max_observation_chars: int | None = None, max_abs: float = MAX_ABS) -> None:
         if not env.step_timeout_s > 0:
             raise ConfigError(f"invalid config:\n  env.step_timeout_s={env.step_timeout_s} must be > 0")
         self.env = env
@@ -131,6 +132,8 @@ class GuardedEnvironment:
         self.tool_schemas = self.tools.tool_schemas if self.tools is not None else None
         """Their JSON schemas, shown in the prompt (rlvr/chat/tools.py); None without tools."""
         self.max_observation_chars = max_observation_chars or OBSERVATION_CHARS_PER_TOKEN * env.max_context_tokens
+        self.max_abs = max_abs
+        """The bound on a step's reward: `trainer.reward_max_abs`."""
         self.failures = EnvFailures()
         self._warned: set[str] = set()
 
@@ -218,7 +221,7 @@ class GuardedEpisode:
         step, ended = await self._bounded("step", lambda: self._live().step(action))
         if ended is not None:
             return ended
-        problem = step_problem(step, self.guard.max_observation_chars)
+        problem = step_problem(step, self.guard.max_observation_chars, self.guard.max_abs)
         if problem is not None:
             return self.fail("error", f"step returned {problem}")
         assert step is not None  # step_problem refused anything but a Step
@@ -284,7 +287,7 @@ def observation_problem(observation: Any, max_chars: int, may_be_none: bool) -> 
     return None
 
 
-def step_problem(step: Any, max_chars: int) -> str | None:
+def step_problem(step: Any, max_chars: int, max_abs: float = MAX_ABS) -> str | None:
     """What is wrong with a `step` answer, or None."""
     if not isinstance(step, Step):
         return f"a {type(step).__name__} (expected rlvr.types.Step)"
@@ -293,8 +296,8 @@ def step_problem(step: Any, max_chars: int) -> str | None:
     problem = observation_problem(step.observation, max_chars, may_be_none=step.done)
     if problem is not None:
         return problem + ("" if step.observation is not None else " while the episode goes on (done=False)")
-    if isinstance(step.reward, bool) or not isinstance(step.reward, (int, float)) or not math.isfinite(step.reward):
-        return f"reward={step.reward!r} (expected a finite number)"
+    if isinstance(step.reward, bool) or not ok(step.reward, max_abs):
+        return f"reward={step.reward!r} (expected a finite number within ±trainer.reward_max_abs={max_abs:g})"
     if not isinstance(step.info, dict):
         return f"info of type {type(step.info).__name__} (expected a dict)"
     return None

@@ -97,8 +97,13 @@ async def hang():
     ([Step(None, 0.0, False)], "step returned an observation of type NoneType (expected str) while the episode goes "
                                "on (done=False)"),
     ([Step("x" * 129, 0.0, False)], "step returned an observation of 129 characters (more than 128)"),
-    ([Step("x", math.nan, False)], "step returned reward=nan (expected a finite number)"),
-    ([Step("x", True, False)], "step returned reward=True (expected a finite number)"),
+    ([Step("x", math.nan, False)], "step returned reward=nan (expected a finite number within "
+                                   "±trainer.reward_max_abs=1000)"),
+    ([Step("x", True, False)], "step returned reward=True (expected a finite number within "
+                               "±trainer.reward_max_abs=1000)"),
+    # a sentinel or a unit mistake would swamp every other group's advantage, as a verifier's would (single turn)
+    ([Step("x", -1e9, False)], "step returned reward=-1000000000.0 (expected a finite number within "
+                               "±trainer.reward_max_abs=1000)"),
     ([Step("x", 0.0, 1)], "step returned done=1 (expected a bool)"),
     ([Step("x", 0.0, False, ["info"])], "step returned info of type list (expected a dict)"),
 ])
@@ -112,6 +117,20 @@ def test_a_step_that_raises_or_is_malformed_ends_the_episode_as_an_error(answers
     assert env.failures == EnvFailures(episodes=1, errors=1, timeouts=0)
     assert message in caplog.text and "the episode ends with reward 0" in caplog.text
     assert len(env.env.closed) == 1  # closed all the same
+
+
+def test_the_reward_bound_is_the_runs():
+    """trainer.reward_max_abs reaches the guard from the run's config; a reward at the bound is kept."""
+    from composing import compose_config
+    from rlvr.build import build_components
+
+    env = build_components(compose_config(["env=guess", "trainer.reward_max_abs=2"])).env
+    assert env is not None and env.max_abs == 2.0
+    kept = GuardedEnvironment(Scripted(answers=[Step(None, 2.0, True)]), max_abs=2.0)
+    assert play(kept)[1] == [Step(None, 2.0, True)]
+    refused = GuardedEnvironment(Scripted(answers=[Step(None, 2.5, True)]), max_abs=2.0)
+    assert play(refused)[1][-1].info == {"error": "step returned reward=2.5 (expected a finite number within "
+                                                  "±trainer.reward_max_abs=2)"}
 
 
 def test_a_step_that_hangs_past_the_bound_ends_the_episode_as_a_timeout():

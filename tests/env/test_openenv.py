@@ -82,7 +82,8 @@ async def first_step(env, action: str):
 @pytest.mark.parametrize("action,kind,message", [
     ("sleep:30", "timeout", "step took more than env.step_timeout_s=0.5 s"),
     ("raise", "error", "step raised RuntimeError: "),
-    ("reward:nan", "error", "step returned reward=nan (expected a finite number)"),
+    ("reward:nan", "error", "step returned reward=nan (expected a finite number within "
+                            "±trainer.reward_max_abs=1000)"),
 ])
 def test_a_game_that_hangs_raises_or_answers_nan_costs_its_episode(where, action, kind, message, request):
     env = GuardedEnvironment(openenv(step_timeout_s=0.5, **({"environment": GAME} if where == "in_process" else
