@@ -39,7 +39,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -123,12 +123,9 @@ class Warmup:
         entry = Path(os.path.expanduser(self.cache_dir)) / key if self.cache_dir else None
         facts = {"steps": self.steps, "key": key, "cache_entry": str(entry) if entry else None}
         found = self._load(model, entry, run_copy, key, on_step, facts)
-        if found is not None or entry is None or on_wait is None:
-            info = found or self._train(model, tokenizer, demos, seed, on_step, facts)
-            if found is None and entry is not None:
-                self._fill(entry, model)
-            return info
-        with entry_lock(entry, on_wait):
+        if found is not None or entry is None:
+            return found or self._train(model, tokenizer, demos, seed, on_step, facts)
+        with entry_lock(entry, on_wait) if on_wait is not None else nullcontext():
             found = self._load(model, entry, None, key, on_step, facts)  # filled by the run we waited for
             if found is not None:
                 return found
