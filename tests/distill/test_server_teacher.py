@@ -183,6 +183,6 @@ def test_the_full_estimator_takes_the_servers_topk_as_its_support(server, tmp_pa
                                f"distill.teacher.base_url={server.base_url}", f"distill.teacher.model={SERVED_NAME}",
                                "distill.teacher.retries=0", "distill.estimator=full", "distill.topk=15"]), tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert {r["condition"] for r in rows} == {"opd+none,distill=full"}
+    assert {r["condition"] for r in rows} == {"opd+none,distill=full/top15"}  # the top-k shows in the label
     assert rows[0]["distill/support_kl"] == pytest.approx(0.0, abs=TOL)
     assert all(not r["skipped"] and r["grad_norm"] > 0 for r in rows)
