@@ -185,12 +185,11 @@ def entry_lock(entry: Path, on_wait: Callable[[], None]) -> Iterator[None]:
     entry.parent.mkdir(parents=True, exist_ok=True)
     with open(entry.with_name(f".{entry.name}.lock"), "a") as held:
         try:
-            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("another process is training this warm-up (%s): waiting for it, to load its result", entry)
-            while not try_lock(held):
-                on_wait()
-                time.sleep(LOCK_POLL_S)
+            if not try_lock(held):
+                log.info("another process is training this warm-up (%s): waiting for it, to load its result", entry)
+                while not try_lock(held):
+                    on_wait()
+                    time.sleep(LOCK_POLL_S)
         except OSError as e:
             log.info("no lock on %s (%s): training the warm-up without one", entry.parent, e)
         yield
